@@ -1,0 +1,7 @@
+"""The `studio` command: serve Studio, manage schedules, runs and dispatches."""
+
+from __future__ import annotations
+
+from .__about__ import __version__
+
+__all__ = ["__version__"]

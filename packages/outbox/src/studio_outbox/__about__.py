@@ -1,0 +1,5 @@
+"""Version of studio-outbox."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

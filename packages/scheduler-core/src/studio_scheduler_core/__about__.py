@@ -1,0 +1,5 @@
+"""Version of studio-scheduler-core."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+import studio_scheduler_core
+
+
+def test_studio_scheduler_core_exports_a_version() -> None:
+    assert studio_scheduler_core.__version__.count(".") == 2
+    assert sorted(studio_scheduler_core.__all__) == list(studio_scheduler_core.__all__)
+    for name in studio_scheduler_core.__all__:
+        assert hasattr(studio_scheduler_core, name), name

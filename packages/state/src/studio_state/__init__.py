@@ -1,0 +1,46 @@
+"""studio-state: the shared SQLite kernel of Studio.
+
+Connections with Studio's PRAGMAs, a per-package migration runner, the ``status_transitions``
+audit table with a guarded transition helper, write transactions that join a caller's open
+transaction, an injectable clock and 12-hex ids.
+"""
+
+from __future__ import annotations
+
+from .__about__ import __version__
+from ._clock import Clock, ManualClock, system_clock
+from ._connection import BUSY_TIMEOUT_MS, connect, dict_row_factory, open_connection
+from ._exceptions import InvalidTransition, MigrationError, SchemaTooNew, StateError
+from ._ids import new_id
+from ._migrations import Migration, applied_version, migrate, split_statements
+from ._schema import ENTITY_TYPES, ensure_schema
+from ._transactions import in_owned_transaction, write_transaction
+from ._transitions import Transition, record_transition, record_transitions, transition
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "Clock",
+    "ENTITY_TYPES",
+    "InvalidTransition",
+    "ManualClock",
+    "Migration",
+    "MigrationError",
+    "SchemaTooNew",
+    "StateError",
+    "Transition",
+    "__version__",
+    "applied_version",
+    "connect",
+    "dict_row_factory",
+    "ensure_schema",
+    "in_owned_transaction",
+    "migrate",
+    "new_id",
+    "open_connection",
+    "record_transition",
+    "record_transitions",
+    "split_statements",
+    "system_clock",
+    "transition",
+    "write_transaction",
+]

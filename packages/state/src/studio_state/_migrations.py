@@ -1,0 +1,131 @@
+"""The migration runner.
+
+Each package registers its own ordered migrations under its own name in the shared
+``schema_migrations(package, version, applied_at)`` table. Applying is idempotent, each
+migration runs in its own transaction, and a database that a newer version of a package has
+migrated is refused with :class:`SchemaTooNew`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiosqlite
+
+from ._exceptions import MigrationError, SchemaTooNew
+from ._transactions import write_transaction
+
+_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+  package    TEXT NOT NULL,
+  version    INTEGER NOT NULL,
+  applied_at REAL NOT NULL,
+  PRIMARY KEY (package, version)
+)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema step of a package: ``sql`` is a script of one or more statements."""
+
+    version: int
+    description: str
+    sql: str
+
+
+def split_statements(script: str) -> list[str]:
+    """Split an SQL script into complete statements (``CREATE TRIGGER … END;`` stays whole)."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            stmt = buffer.strip()
+            if stmt and stmt != ";":
+                statements.append(stmt)
+            buffer = ""
+    if buffer.strip():
+        raise MigrationError(f"incomplete SQL statement at end of script: {buffer.strip()[:80]!r}")
+    return statements
+
+
+def _check_order(package: str, migrations: Sequence[Migration]) -> None:
+    if not package:
+        raise MigrationError("package name must not be empty")
+    expected = 1
+    for migration in migrations:
+        if migration.version != expected:
+            raise MigrationError(
+                f"migrations of {package!r} must be numbered 1, 2, 3… in order; "
+                f"found version {migration.version} where {expected} was expected"
+            )
+        expected += 1
+
+
+async def _applied_versions(conn: aiosqlite.Connection, package: str) -> set[int]:
+    cursor = await conn.execute(
+        "SELECT version FROM schema_migrations WHERE package = ?", (package,)
+    )
+    rows = await cursor.fetchall()
+    await cursor.close()
+    return {int(row["version"]) if isinstance(row, dict) else int(row[0]) for row in rows}
+
+
+async def applied_version(conn: aiosqlite.Connection, package: str) -> int:
+    """Return the highest migration version of ``package`` applied to the database (0: none)."""
+    await conn.execute(_MIGRATIONS_TABLE)
+    versions = await _applied_versions(conn, package)
+    return max(versions, default=0)
+
+
+async def migrate(
+    conn: aiosqlite.Connection,
+    package: str,
+    migrations: Sequence[Migration],
+    *,
+    now: float | None = None,
+) -> list[int]:
+    """Apply the migrations of ``package`` that the database does not have yet.
+
+    Returns the versions applied by this call (empty when the schema was current). Each
+    migration runs in one ``BEGIN IMMEDIATE`` transaction together with its
+    ``schema_migrations`` row, so two processes migrating at once apply each step once.
+    Raises :class:`SchemaTooNew` when the database is ahead of ``migrations``.
+    """
+    _check_order(package, migrations)
+    if conn.in_transaction:
+        raise MigrationError("migrate() must not run inside an open transaction")
+    await conn.execute(_MIGRATIONS_TABLE)
+    code_version = len(migrations)
+    versions = await _applied_versions(conn, package)
+    if max(versions, default=0) > code_version:
+        raise SchemaTooNew(package, max(versions), code_version)
+    if versions >= {m.version for m in migrations}:
+        return []
+    applied_now: list[int] = []
+    for migration in migrations:
+        async with write_transaction(conn):
+            versions = await _applied_versions(conn, package)
+            newest = max(versions, default=0)
+            if newest > code_version:
+                raise SchemaTooNew(package, newest, code_version)
+            if migration.version in versions:
+                continue
+            try:
+                for statement in split_statements(migration.sql):
+                    await conn.execute(statement)
+            except sqlite3.Error as exc:
+                raise MigrationError(
+                    f"migration {package} v{migration.version} ({migration.description}) "
+                    f"failed: {exc}"
+                ) from exc
+            await conn.execute(
+                "INSERT INTO schema_migrations (package, version, applied_at) VALUES (?, ?, ?)",
+                (package, migration.version, time.time() if now is None else now),
+            )
+            applied_now.append(migration.version)
+    return applied_now

@@ -1,0 +1,193 @@
+"""Status transitions: the audit row and the guarded status change that writes it.
+
+Every applied status change in Studio is one guarded ``UPDATE`` plus one
+``status_transitions`` row, in the same transaction. A guard that no longer holds (someone
+else changed the row first) makes the change a no-op that writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+from ._exceptions import InvalidTransition
+from ._ids import new_id
+from ._schema import ENTITY_TYPES
+from ._transactions import write_transaction
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+
+_INSERT = (
+    "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
+    "reason_code, reason_summary, evidence_refs, actor, metadata, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One status change to record; see :func:`record_transitions`."""
+
+    entity_type: str
+    entity_id: str
+    status: str
+    reason_code: str
+    created_at: float
+    previous_status: str | None = None
+    reason_summary: str | None = None
+    evidence_refs: Sequence[Any] | None = None
+    actor: str | None = None
+    metadata: Mapping[str, Any] | None = None
+
+    def params(self) -> tuple[Any, ...]:
+        if self.entity_type not in ENTITY_TYPES:
+            raise InvalidTransition(
+                f"entity_type must be one of {', '.join(ENTITY_TYPES)}, got {self.entity_type!r}"
+            )
+        if not self.reason_code:
+            raise InvalidTransition("reason_code must not be empty")
+        return (
+            new_id(),
+            self.entity_type,
+            self.entity_id,
+            self.previous_status,
+            self.status,
+            self.reason_code,
+            self.reason_summary,
+            None if self.evidence_refs is None else json.dumps(list(self.evidence_refs)),
+            self.actor,
+            None if self.metadata is None else json.dumps(dict(self.metadata)),
+            self.created_at,
+        )
+
+
+def _identifier(name: str, what: str) -> str:
+    if not _IDENTIFIER.fullmatch(name):
+        raise InvalidTransition(f"{what} must be a plain SQL identifier, got {name!r}")
+    return name
+
+
+async def record_transition(
+    conn: aiosqlite.Connection,
+    *,
+    entity_type: str,
+    entity_id: str,
+    status: str,
+    reason_code: str,
+    now: float,
+    previous_status: str | None = None,
+    reason_summary: str | None = None,
+    evidence_refs: Sequence[Any] | None = None,
+    actor: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """Write one ``status_transitions`` row (inside the caller's transaction, if one is open)."""
+    row = Transition(
+        entity_type=entity_type,
+        entity_id=entity_id,
+        status=status,
+        reason_code=reason_code,
+        created_at=now,
+        previous_status=previous_status,
+        reason_summary=reason_summary,
+        evidence_refs=evidence_refs,
+        actor=actor,
+        metadata=metadata,
+    )
+    await conn.execute(_INSERT, row.params())
+
+
+async def record_transitions(conn: aiosqlite.Connection, rows: Iterable[Transition]) -> int:
+    """Write many ``status_transitions`` rows in one statement batch; returns how many."""
+    params = [row.params() for row in rows]
+    if params:
+        await conn.executemany(_INSERT, params)
+    return len(params)
+
+
+async def transition(
+    conn: aiosqlite.Connection,
+    *,
+    table: str,
+    entity_type: str,
+    entity_id: str,
+    from_statuses: Sequence[str],
+    to_status: str,
+    reason_code: str,
+    now: float,
+    set_fields: Mapping[str, Any] | None = None,
+    guards: Mapping[str, Any] | None = None,
+    reason_summary: str | None = None,
+    evidence_refs: Sequence[Any] | None = None,
+    actor: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    touch_updated_at: bool = True,
+) -> bool:
+    """Move row ``entity_id`` of ``table`` from one of ``from_statuses`` to ``to_status``.
+
+    One guarded ``UPDATE … WHERE id = ? AND status IN (…)`` (plus ``guards``: column → value,
+    ``None`` meaning ``IS NULL``) that also writes ``set_fields`` (and ``updated_at = now``),
+    and the ``status_transitions`` row, in one transaction — the caller's when one is open,
+    else its own ``BEGIN IMMEDIATE``. Returns ``True`` when the change applied and ``False``
+    when a guard no longer held, in which case nothing was written.
+    """
+    _identifier(table, "table")
+    if not from_statuses:
+        raise InvalidTransition("from_statuses must name at least one status")
+    assignments = ["status = ?"]
+    values: list[Any] = [to_status]
+    if touch_updated_at:
+        assignments.append("updated_at = ?")
+        values.append(now)
+    for column, value in (set_fields or {}).items():
+        if column in ("status", "id"):
+            raise InvalidTransition(f"set_fields must not set {column!r}")
+        assignments.append(f"{_identifier(column, 'set_fields column')} = ?")
+        values.append(value)
+    where = [f"id = ?", f"status IN ({', '.join('?' * len(from_statuses))})"]
+    where_values: list[Any] = [entity_id, *from_statuses]
+    for column, value in (guards or {}).items():
+        _identifier(column, "guard column")
+        if value is None:
+            where.append(f"{column} IS NULL")
+        else:
+            where.append(f"{column} = ?")
+            where_values.append(value)
+    update = f"UPDATE {table} SET {', '.join(assignments)} WHERE {' AND '.join(where)}"
+
+    async with write_transaction(conn):
+        if len(from_statuses) == 1:
+            previous: str | None = from_statuses[0]
+        else:
+            cursor = await conn.execute(f"SELECT status FROM {table} WHERE id = ?", (entity_id,))
+            found = await cursor.fetchone()
+            await cursor.close()
+            if found is None:
+                return False
+            previous = found["status"] if isinstance(found, dict) else found[0]
+            if previous not in from_statuses:
+                return False
+        cursor = await conn.execute(update, (*values, *where_values))
+        applied = cursor.rowcount == 1
+        await cursor.close()
+        if not applied:
+            return False
+        await record_transition(
+            conn,
+            entity_type=entity_type,
+            entity_id=entity_id,
+            previous_status=previous,
+            status=to_status,
+            reason_code=reason_code,
+            reason_summary=reason_summary,
+            evidence_refs=evidence_refs,
+            actor=actor,
+            metadata=metadata,
+            now=now,
+        )
+        return True
