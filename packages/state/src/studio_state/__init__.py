@@ -13,6 +13,7 @@ from ._connection import BUSY_TIMEOUT_MS, connect, dict_row_factory, open_connec
 from ._exceptions import InvalidTransition, MigrationError, SchemaTooNew, StateError
 from ._ids import new_id
 from ._migrations import Migration, applied_version, migrate, split_statements
+from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_value
 from ._schema import ENTITY_TYPES, ensure_schema
 from ._transactions import in_owned_transaction, write_transaction
 from ._transitions import Transition, record_transition, record_transitions, transition
@@ -25,6 +26,7 @@ __all__ = [
     "ManualClock",
     "Migration",
     "MigrationError",
+    "Row",
     "SchemaTooNew",
     "StateError",
     "Transition",
@@ -33,6 +35,11 @@ __all__ = [
     "connect",
     "dict_row_factory",
     "ensure_schema",
+    "execute",
+    "execute_many",
+    "fetch_all",
+    "fetch_one",
+    "fetch_value",
     "in_owned_transaction",
     "migrate",
     "new_id",

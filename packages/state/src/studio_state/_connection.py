@@ -25,6 +25,14 @@ def dict_row_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, 
     return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
 
 
+def _prepare_path(path: str | Path) -> str:
+    if str(path) == ":memory:":
+        return ":memory:"
+    db_path = Path(path).expanduser()
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    return str(db_path)
+
+
 async def open_connection(path: str | Path) -> aiosqlite.Connection:
     """Open and configure a connection; the caller must ``await conn.close()``.
 
@@ -32,11 +40,8 @@ async def open_connection(path: str | Path) -> aiosqlite.Connection:
     the explicit ones opened by :func:`studio_state.write_transaction` or by the caller, so
     ``conn.in_transaction`` tells exactly whether a caller's transaction is open.
     """
-    db_path = Path(path).expanduser()
-    if str(path) != ":memory:":
-        db_path.parent.mkdir(parents=True, exist_ok=True)
     conn = await aiosqlite.connect(
-        str(db_path) if str(path) != ":memory:" else ":memory:",
+        _prepare_path(path),
         isolation_level=None,
         timeout=BUSY_TIMEOUT_MS / 1000,
     )
@@ -46,7 +51,7 @@ async def open_connection(path: str | Path) -> aiosqlite.Connection:
     except BaseException:
         await conn.close()
         raise
-    conn.row_factory = dict_row_factory
+    conn.row_factory = dict_row_factory  # type: ignore[assignment]  # aiosqlite types it as a class
     return conn
 
 

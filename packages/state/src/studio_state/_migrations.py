@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import aiosqlite
 
 from ._exceptions import MigrationError, SchemaTooNew
+from ._query import fetch_all
 from ._transactions import write_transaction
 
 _MIGRATIONS_TABLE = """
@@ -67,12 +68,10 @@ def _check_order(package: str, migrations: Sequence[Migration]) -> None:
 
 
 async def _applied_versions(conn: aiosqlite.Connection, package: str) -> set[int]:
-    cursor = await conn.execute(
-        "SELECT version FROM schema_migrations WHERE package = ?", (package,)
+    rows = await fetch_all(
+        conn, "SELECT version FROM schema_migrations WHERE package = ?", (package,)
     )
-    rows = await cursor.fetchall()
-    await cursor.close()
-    return {int(row["version"]) if isinstance(row, dict) else int(row[0]) for row in rows}
+    return {int(row["version"]) for row in rows}
 
 
 async def applied_version(conn: aiosqlite.Connection, package: str) -> int:

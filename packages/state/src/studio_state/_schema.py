@@ -17,8 +17,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         """
         CREATE TABLE IF NOT EXISTS status_transitions (
           id              TEXT PRIMARY KEY,
-          entity_type     TEXT NOT NULL
-                          CHECK(entity_type IN ('schedule', 'schedule_run', 'invocation', 'dispatch')),
+          entity_type     TEXT NOT NULL CHECK(entity_type IN
+                            ('schedule', 'schedule_run', 'invocation', 'dispatch')),
           entity_id       TEXT NOT NULL,
           previous_status TEXT,
           status          TEXT NOT NULL,

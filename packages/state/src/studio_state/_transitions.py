@@ -17,6 +17,7 @@ import aiosqlite
 
 from ._exceptions import InvalidTransition
 from ._ids import new_id
+from ._query import execute, fetch_value
 from ._schema import ENTITY_TYPES
 from ._transactions import write_transaction
 
@@ -149,7 +150,7 @@ async def transition(
             raise InvalidTransition(f"set_fields must not set {column!r}")
         assignments.append(f"{_identifier(column, 'set_fields column')} = ?")
         values.append(value)
-    where = [f"id = ?", f"status IN ({', '.join('?' * len(from_statuses))})"]
+    where = ["id = ?", f"status IN ({', '.join('?' * len(from_statuses))})"]
     where_values: list[Any] = [entity_id, *from_statuses]
     for column, value in (guards or {}).items():
         _identifier(column, "guard column")
@@ -164,18 +165,12 @@ async def transition(
         if len(from_statuses) == 1:
             previous: str | None = from_statuses[0]
         else:
-            cursor = await conn.execute(f"SELECT status FROM {table} WHERE id = ?", (entity_id,))
-            found = await cursor.fetchone()
-            await cursor.close()
-            if found is None:
+            previous = await fetch_value(
+                conn, f"SELECT status FROM {table} WHERE id = ?", (entity_id,)
+            )
+            if previous is None or previous not in from_statuses:
                 return False
-            previous = found["status"] if isinstance(found, dict) else found[0]
-            if previous not in from_statuses:
-                return False
-        cursor = await conn.execute(update, (*values, *where_values))
-        applied = cursor.rowcount == 1
-        await cursor.close()
-        if not applied:
+        if await execute(conn, update, (*values, *where_values)) != 1:
             return False
         await record_transition(
             conn,
