@@ -1,7 +1,70 @@
-"""Studio's subprocess launcher: argv validation, cwd resolution and process-group supervision (stdlib only)."""
+"""studio-launcher: the subprocess trust boundary of Studio (ADR-0070 D3, DESIGN §4).
+
+Stored, user-supplied schedule fields become a child's argv, cwd and environment here:
+:func:`validate_action` and :func:`build_argv` refuse anything that could inject a flag or fail
+at exec, :func:`resolve_cwd` picks the working directory, :func:`spawn_and_wait` runs the child
+without a shell in its own process group and tears the group down on cancellation or deadline,
+and :func:`is_same_process` / :func:`terminate_process_group` serve crash reconciliation.
+Stdlib only. :mod:`studio_launcher.testing` ships a fake ``li`` for tests.
+"""
 
 from __future__ import annotations
 
 from .__about__ import __version__
+from ._argv import build_argv, unfilled_placeholders
+from ._cwd import resolve_cwd
+from ._exceptions import (
+    CwdUnavailable,
+    DeadlineExceeded,
+    ExecutableNotFound,
+    InvalidAction,
+    LaunchError,
+    SpawnFailed,
+)
+from ._executable import LI_EXECUTABLE_ENV, require_li_executable, resolve_li_executable
+from ._process import (
+    TERMINATE_GRACE_SECONDS,
+    is_same_process,
+    process_start_time,
+    terminate_process_group,
+)
+from ._render import render_template
+from ._spawn import INVOCATION_ENV, STDERR_TAIL_BYTES, spawn_and_wait
+from ._validation import (
+    ACTION_KINDS,
+    MAX_ARGUMENT_BYTES,
+    ValidatedAction,
+    normalize_action_kind,
+    parse_command_allowlist,
+    validate_action,
+)
 
-__all__ = ["__version__"]
+__all__ = [
+    "ACTION_KINDS",
+    "CwdUnavailable",
+    "DeadlineExceeded",
+    "ExecutableNotFound",
+    "INVOCATION_ENV",
+    "InvalidAction",
+    "LI_EXECUTABLE_ENV",
+    "LaunchError",
+    "MAX_ARGUMENT_BYTES",
+    "STDERR_TAIL_BYTES",
+    "SpawnFailed",
+    "TERMINATE_GRACE_SECONDS",
+    "ValidatedAction",
+    "__version__",
+    "build_argv",
+    "is_same_process",
+    "normalize_action_kind",
+    "parse_command_allowlist",
+    "process_start_time",
+    "render_template",
+    "require_li_executable",
+    "resolve_cwd",
+    "resolve_li_executable",
+    "spawn_and_wait",
+    "terminate_process_group",
+    "unfilled_placeholders",
+    "validate_action",
+]

@@ -1,0 +1,172 @@
+"""Process identity and process-group termination, from ``/proc`` (no psutil).
+
+A child is recorded as ``(pid, start_time)``: the pid alone may have been reused by the time a
+restarted daemon looks at it, the pair identifies one process. Children run as session leaders
+(``start_new_session=True``), so their process-group id is their pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+
+from ._exceptions import LaunchError
+
+TERMINATE_GRACE_SECONDS = 5.0
+"""Time between SIGTERM to a process group and SIGKILL."""
+
+KILL_WAIT_SECONDS = 5.0
+"""How long to wait for a group to disappear after SIGKILL before giving up."""
+
+_POLL_MIN = 0.005
+_POLL_MAX = 0.05
+
+
+def _read_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after ``comm`` (index 0 = state, field 3 in proc(5))."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: it ends at the last ')'.
+    end = raw.rfind(b")")
+    if end < 0:
+        return None
+    return raw[end + 1 :].decode("ascii", errors="replace").split()
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def process_start_time(pid: int) -> float | None:
+    """Return when process ``pid`` started, in UTC epoch seconds, or ``None`` if unknown.
+
+    Read from ``/proc/<pid>/stat`` (``starttime``, clock ticks since boot) and ``btime`` in
+    ``/proc/stat``; precision is one clock tick, plus any wall-clock step since boot.
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    fields = _read_stat(pid)
+    boot = _boot_time()
+    if fields is None or boot is None or len(fields) < 20:
+        return None
+    try:
+        ticks = int(fields[19])
+        hertz = os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        return None
+    return boot + ticks / hertz
+
+
+def _is_running(pid: int) -> bool:
+    fields = _read_stat(pid)
+    return fields is not None and bool(fields) and fields[0] not in ("Z", "X", "x")
+
+
+def is_same_process(pid: int, start_time: float | None, *, tolerance: float = 1.0) -> bool:
+    """Return whether ``pid`` is alive (not a zombie) and started at ``start_time`` ± tolerance.
+
+    ``False`` when ``start_time`` is ``None``: an unverifiable pid is never treated as ours.
+    """
+    if start_time is None:
+        return False
+    started = process_start_time(pid)
+    if started is None or not _is_running(pid):
+        return False
+    return abs(started - start_time) <= tolerance
+
+
+def group_alive(pgid: int) -> bool:
+    """Return whether process group ``pgid`` has a member that is not a zombie."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True  # no /proc: the kill probe is all we know
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        fields = _read_stat(int(entry))
+        if fields is None or len(fields) < 3:
+            continue
+        if fields[2] == str(pgid) and fields[0] not in ("Z", "X", "x"):
+            return True
+    return False
+
+
+def _check_pgid(pid: int) -> None:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
+        raise LaunchError(f"refusing to signal process group {pid!r}")
+    if pid == os.getpgrp():
+        raise LaunchError(f"refusing to signal this process's own group {pid}")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def _wait_gone(pgid: int, timeout: float, leader: asyncio.subprocess.Process | None) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = _POLL_MIN
+    while True:
+        if (leader is None or leader.returncode is not None) and not group_alive(pgid):
+            return True
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, _POLL_MAX)
+
+
+async def terminate_group(
+    pgid: int,
+    *,
+    grace: float = TERMINATE_GRACE_SECONDS,
+    leader: asyncio.subprocess.Process | None = None,
+) -> bool:
+    """SIGTERM the group, wait up to ``grace``, SIGKILL what is left; return whether it is gone.
+
+    With ``leader`` (our own child) the leader is also reaped. A second cancellation during the
+    grace period sends SIGKILL at once and propagates.
+    """
+    _check_pgid(pgid)
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        if await _wait_gone(pgid, grace, leader):
+            return True
+    except asyncio.CancelledError:
+        _signal_group(pgid, signal.SIGKILL)
+        raise
+    _signal_group(pgid, signal.SIGKILL)
+    if leader is not None and leader.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            leader.kill()
+    return await _wait_gone(pgid, KILL_WAIT_SECONDS, leader)
+
+
+async def terminate_process_group(pid: int, *, grace: float = TERMINATE_GRACE_SECONDS) -> bool:
+    """Terminate the process group led by ``pid``: SIGTERM, ``grace`` seconds, then SIGKILL.
+
+    For crash reconciliation: check :func:`is_same_process` first, so a reused pid is never
+    signalled. Returns whether the group has no live member left. Refuses pid <= 1 and the
+    caller's own process group (:class:`LaunchError`).
+    """
+    return await terminate_group(pid, grace=grace)

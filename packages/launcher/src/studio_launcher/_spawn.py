@@ -1,0 +1,226 @@
+"""Running one child: no shell, its own session, a bounded stderr tail, group teardown.
+
+stderr is read from a pipe this module owns (not an asyncio transport pipe), so completion is
+the child's exit: a grandchild that keeps the pipe open cannot hold a run open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import math
+import os
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping
+
+from ._exceptions import DeadlineExceeded, InvalidAction, SpawnFailed
+from ._process import terminate_group
+
+logger = logging.getLogger("studio_launcher")
+
+STDERR_TAIL_BYTES = 2048
+"""How many trailing bytes of the child's stderr are kept."""
+
+INVOCATION_ENV = "LIONAGI_INVOCATION_ID"
+"""Set in every child's environment to the invocation id."""
+
+OnSpawn = Callable[[int], Awaitable[object] | object]
+"""``on_spawn(pid)``: called once the child exists; may be a plain or an async function."""
+
+_READ_CHUNK = 65536
+_DRAIN_READS = 64  # bound on reads after exit: a grandchild may keep writing forever
+
+
+class _StderrTail:
+    """Reads a non-blocking pipe from the event loop, keeping only the last bytes."""
+
+    def __init__(self, fd: int, limit: int = STDERR_TAIL_BYTES) -> None:
+        self._fd = fd
+        self._limit = limit
+        self._buf = bytearray()
+        self._loop = asyncio.get_running_loop()
+        os.set_blocking(fd, False)
+        self._loop.add_reader(fd, self._read_available, 16)
+        self._reading = True
+
+    def _stop(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def _read_available(self, max_reads: int) -> None:
+        for _ in range(max_reads):
+            try:
+                chunk = os.read(self._fd, _READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._stop()
+                return
+            if not chunk:  # EOF: every writer has closed the pipe
+                self._stop()
+                return
+            self._buf += chunk
+            if len(self._buf) > self._limit:
+                del self._buf[: -self._limit]
+
+    def text(self) -> str:
+        """Stop reading, take what the pipe already holds, and return the tail as text."""
+        self._stop()
+        self._read_available(_DRAIN_READS)
+        return bytes(self._buf).decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        self._stop()
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+def _check_inputs(
+    argv: list[str],
+    invocation_id: str,
+    env: Mapping[str, str] | None,
+    deadline_seconds: float | None,
+) -> None:
+    if not isinstance(argv, (list, tuple)) or not argv:
+        raise InvalidAction("argv", "must be a non-empty list of strings")
+    for index, item in enumerate(argv):
+        if not isinstance(item, str):
+            raise InvalidAction(
+                "argv", f"element {index} must be a string, got {type(item).__name__}"
+            )
+    if not isinstance(invocation_id, str) or not invocation_id or "\x00" in invocation_id:
+        raise InvalidAction("invocation_id", "must be a non-empty string", value=invocation_id)
+    if env is not None:
+        for key, value in env.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidAction("env", f"names and values must be strings ({key!r})")
+    if deadline_seconds is not None and (
+        isinstance(deadline_seconds, bool)
+        or not isinstance(deadline_seconds, (int, float))
+        or not math.isfinite(deadline_seconds)
+        or deadline_seconds <= 0
+    ):
+        raise InvalidAction(
+            "deadline_seconds", "must be a positive finite number or None", value=deadline_seconds
+        )
+
+
+async def _call_on_spawn(on_spawn: OnSpawn | None, pid: int) -> None:
+    if on_spawn is None:
+        return
+    try:
+        result = on_spawn(pid)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        # The child is running: a bookkeeping failure must not orphan or kill it.
+        logger.exception("on_spawn(%d) failed; the child keeps running", pid)
+
+
+async def _exec(
+    argv: list[str], cwd: str | None, env: dict[str, str], stderr_fd: int
+) -> asyncio.subprocess.Process:
+    try:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr_fd,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise SpawnFailed(
+            argv[0],
+            exc.strerror or str(exc),
+            errno=exc.errno,
+            filename=None if exc.filename is None else os.fsdecode(exc.filename),
+        ) from exc
+    except ValueError as exc:  # e.g. "embedded null byte"
+        raise SpawnFailed(argv[0], str(exc)) from exc
+
+
+async def spawn_and_wait(
+    argv: list[str],
+    invocation_id: str,
+    *,
+    tmp_path: str | None = None,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    deadline_seconds: float | None = None,
+    on_spawn: OnSpawn | None = None,
+) -> tuple[int, str]:
+    """Run ``argv`` to completion and return ``(exit_code, stderr_tail)``.
+
+    No shell; stdin and stdout are ``/dev/null``; the last 2048 bytes of stderr are returned
+    (decoded as UTF-8 with replacement); the child leads its own session and process group. Its
+    environment is ``env`` (default: this process's) plus ``LIONAGI_INVOCATION_ID``.
+    ``on_spawn(pid)`` (sync or async) is called once the process exists; its exceptions are
+    logged, not raised. The call returns when the child exits, even if a grandchild still
+    holds stderr; a negative exit code means the child died of that signal.
+
+    On cancellation or when ``deadline_seconds`` pass, the whole process group gets SIGTERM,
+    5 s grace, then SIGKILL, and :class:`asyncio.CancelledError` / :class:`DeadlineExceeded` is
+    raised. If exec fails (missing file, permission, E2BIG, missing cwd) :class:`SpawnFailed`
+    is raised and nothing runs. ``tmp_path`` is removed in every case.
+    """
+    try:
+        _check_inputs(argv, invocation_id, env, deadline_seconds)
+        child_env = dict(os.environ if env is None else env)
+        child_env[INVOCATION_ENV] = invocation_id
+        read_fd, write_fd = os.pipe()
+        try:
+            try:
+                proc = await _exec(list(argv), cwd, child_env, write_fd)
+            finally:
+                os.close(write_fd)
+            tail = _StderrTail(read_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(read_fd)
+            raise
+        try:
+            return await _supervise(proc, tail, invocation_id, deadline_seconds, on_spawn)
+        finally:
+            tail.close()
+    finally:
+        if tmp_path:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_path)
+
+
+async def _supervise(
+    proc: asyncio.subprocess.Process,
+    tail: _StderrTail,
+    invocation_id: str,
+    deadline_seconds: float | None,
+    on_spawn: OnSpawn | None,
+) -> tuple[int, str]:
+    pid = proc.pid
+    logger.debug("invocation %s: started pid %d", invocation_id, pid)
+    loop = asyncio.get_running_loop()
+    deadline_at = None if deadline_seconds is None else loop.time() + deadline_seconds
+    try:
+        async with asyncio.timeout_at(deadline_at):
+            await _call_on_spawn(on_spawn, pid)
+            returncode = await proc.wait()
+    except TimeoutError:
+        assert deadline_seconds is not None
+        logger.warning(
+            "invocation %s: pid %d exceeded its %gs deadline; terminating its process group",
+            invocation_id,
+            pid,
+            deadline_seconds,
+        )
+        await terminate_group(pid, leader=proc)
+        raise DeadlineExceeded(invocation_id, deadline_seconds, tail.text()) from None
+    except asyncio.CancelledError:
+        logger.warning("invocation %s: cancelled; terminating process group %d", invocation_id, pid)
+        await terminate_group(pid, leader=proc)
+        raise
+    logger.debug("invocation %s: pid %d exited with %d", invocation_id, pid, returncode)
+    return returncode, tail.text()
