@@ -8,3 +8,10 @@ def test_studio_cli_exports_a_version() -> None:
     assert sorted(studio_cli.__all__) == list(studio_cli.__all__)
     for name in studio_cli.__all__:
         assert hasattr(studio_cli, name), name
+
+
+def test_console_script_entry_point_is_main() -> None:
+    from studio_cli.__main__ import app, main
+
+    assert main is studio_cli.main
+    assert app is studio_cli.app

@@ -1,0 +1,199 @@
+"""``studio dispatch …``: inspect and operate the dispatch outbox, directly on the database.
+
+Every command calls the ``studio_outbox`` functions the API uses. Ack tokens are never
+printed (not in tables, not in ``--json``): a token is a consumer's secret.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from .._context import open_db, resolve_db_path, run_async
+from .._errors import CliError
+from .._output import emit_json, fmt_time, print_record, print_rows, say, shorten
+from ._common import confirm_or_abort, db_option, json_option, limit_option, offset_option
+
+DISPATCH_STATUSES = ("pending", "delivering", "delivered", "acked", "dead_letter", "expired")
+_COLUMNS = ("ID", "KIND", "DELIVER TO", "STATUS", "ATTEMPT", "NEXT ATTEMPT", "CREATED", "LAST ERROR")
+
+
+@click.group("dispatch")
+def dispatch_group() -> None:
+    """Inspect, acknowledge, retry and purge outbound dispatches."""
+
+
+def redact(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row without its ack token (also removed from the decoded payload)."""
+    clean = {key: value for key, value in row.items() if key != "ack_token"}
+    payload = clean.get("payload")
+    if isinstance(payload, Mapping):
+        clean["payload"] = {key: value for key, value in payload.items() if key != "ack_token"}
+    return clean
+
+
+async def _count(conn: Any, status: str | None, kind: str | None, fallback: int) -> int:
+    import studio_outbox
+
+    counter = getattr(studio_outbox, "count_dispatches", None)
+    if counter is None:  # pragma: no cover - older outbox without count_dispatches
+        return fallback
+    total: int = await counter(conn, status=status, kind=kind)
+    return total
+
+
+@dispatch_group.command("list")
+@click.option("--status", type=click.Choice(DISPATCH_STATUSES), help="Only this status.")
+@click.option("--kind", help="Only this kind.")
+@limit_option(50)
+@offset_option
+@db_option
+@json_option
+def list_dispatches(
+    status: str | None, kind: str | None, limit: int, offset: int, db: str | None, as_json: bool
+) -> None:
+    """List dispatches, newest first.
+
+    \b
+    Example:
+      studio dispatch list --status dead_letter
+    """
+    db_path = resolve_db_path(db)
+
+    async def _list() -> tuple[list[dict[str, Any]], int]:
+        from studio_outbox import list_dispatches as list_rows
+
+        async with open_db(db_path, outbox_only=True) as conn:
+            rows = await list_rows(conn, status=status, kind=kind, limit=limit, offset=offset)
+            total = await _count(conn, status, kind, offset + len(rows))
+            return rows, total
+
+    rows, total = run_async(_list)
+    rows = [redact(row) for row in rows]
+    if as_json:
+        for row in rows:
+            row.pop("payload", None)
+        emit_json({"dispatches": rows, "total": total})
+        return
+    table = [
+        [
+            str(r.get("id")),
+            str(r.get("kind")),
+            shorten(r.get("deliver_to"), 30),
+            str(r.get("status")),
+            f"{r.get('attempt')}/{r.get('max_attempts')}",
+            fmt_time(r.get("next_attempt_at"))
+            if r.get("status") in ("pending", "delivering")
+            else "-",
+            fmt_time(r.get("created_at")),
+            shorten(r.get("last_error"), 40),
+        ]
+        for r in rows
+    ]
+    print_rows(_COLUMNS, table, empty="no dispatches")
+    if rows and total > len(rows):
+        say(f"showing {offset + 1}-{offset + len(rows)} of {total} (use --offset/--limit)")
+
+
+@dispatch_group.command("show")
+@click.argument("dispatch_id")
+@db_option
+@json_option
+def show(dispatch_id: str, db: str | None, as_json: bool) -> None:
+    """Show one dispatch with its payload (the ack token is never shown)."""
+    db_path = resolve_db_path(db)
+
+    async def _show() -> dict[str, Any] | None:
+        from studio_outbox import get_dispatch
+
+        async with open_db(db_path, outbox_only=True) as conn:
+            return await get_dispatch(conn, dispatch_id)
+
+    row = run_async(_show)
+    if row is None:
+        raise CliError(f"dispatch not found: {dispatch_id}")
+    clean = redact(row)
+    if as_json:
+        emit_json(clean)
+        return
+    payload = clean.pop("payload", None)
+    print_record(clean, title=f"dispatch {dispatch_id}")
+    if payload is not None:
+        say("payload:")
+        say(json.dumps(payload, indent=2, default=str))
+
+
+@dispatch_group.command("ack")
+@click.argument("dispatch_id")
+@click.argument("token")
+@db_option
+@json_option
+def ack(dispatch_id: str, token: str, db: str | None, as_json: bool) -> None:
+    """Acknowledge DISPATCH_ID with the consumer's TOKEN."""
+    db_path = resolve_db_path(db)
+
+    async def _ack() -> bool:
+        from studio_outbox import ack_dispatch
+
+        async with open_db(db_path, outbox_only=True) as conn:
+            return await ack_dispatch(conn, dispatch_id, token)
+
+    if not run_async(_ack):
+        raise CliError(f"dispatch {dispatch_id} was not acked: its status changed concurrently")
+    if as_json:
+        emit_json({"dispatch_id": dispatch_id, "acked": True, "status": "acked"})
+    else:
+        say(f"Acked dispatch {dispatch_id}")
+
+
+@dispatch_group.command("retry")
+@click.argument("dispatch_id")
+@db_option
+@json_option
+def retry(dispatch_id: str, db: str | None, as_json: bool) -> None:
+    """Send a dead-lettered or expired dispatch again (attempts reset)."""
+    db_path = resolve_db_path(db)
+
+    async def _retry() -> dict[str, Any] | None:
+        from studio_outbox import get_dispatch, retry_dispatch
+
+        async with open_db(db_path, outbox_only=True) as conn:
+            await retry_dispatch(conn, dispatch_id)
+            return await get_dispatch(conn, dispatch_id)
+
+    row = run_async(_retry)
+    status = row.get("status") if row else "pending"
+    if as_json:
+        emit_json({"dispatch_id": dispatch_id, "requeued": True, "status": status})
+    else:
+        say(f"Dispatch {dispatch_id} queued for retry ({status})")
+
+
+@dispatch_group.command("purge")
+@click.argument("dispatch_id")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@db_option
+@json_option
+def purge(dispatch_id: str, yes: bool, db: str | None, as_json: bool) -> None:
+    """Delete one dispatch (refused while it is being delivered)."""
+    db_path = resolve_db_path(db)
+
+    async def _purge() -> str:
+        from studio_outbox import get_dispatch, purge_dispatch
+
+        async with open_db(db_path, outbox_only=True) as conn:
+            row = await get_dispatch(conn, dispatch_id)
+            if row is None:
+                raise CliError(f"dispatch not found: {dispatch_id}")
+            confirm_or_abort(f"purge dispatch {dispatch_id} ({row.get('status')})?", yes)
+            await purge_dispatch(conn, dispatch_id)
+            return str(row.get("status"))
+
+    status = run_async(_purge)
+    if as_json:
+        emit_json({"dispatch_id": dispatch_id, "purged": True, "status": status})
+    else:
+        say(f"Purged dispatch {dispatch_id} (was {status})")

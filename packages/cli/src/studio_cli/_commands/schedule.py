@@ -1,0 +1,326 @@
+"""``studio schedule …``: schedules and their runs, directly on the database.
+
+Every command goes through ``studio_scheduler_core.ScheduleService`` (the API's service), so a
+schedule is validated the same way whichever door it comes in by. Only ``trigger`` talks to the
+running server (see ``trigger.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from .._context import open_db, open_service, resolve_db_path, run_async, scheduler_settings
+from .._output import emit_json, fmt_time, print_record, print_rows, say
+from ._common import (
+    RUN_COLUMNS,
+    RUN_STATUSES,
+    SCHEDULE_COLUMNS,
+    confirm_or_abort,
+    db_option,
+    json_option,
+    limit_option,
+    offset_option,
+    print_run,
+    print_schedule,
+    run_rows,
+    schedule_rows,
+    show_schedule_result,
+)
+from .schedule_edit import create, update
+from .trigger import trigger
+
+
+@click.group("schedule")
+def schedule_group() -> None:
+    """Manage schedules and their runs.
+
+    SCHEDULE arguments take a schedule id or name.
+    """
+
+
+schedule_group.add_command(create)
+schedule_group.add_command(update)
+schedule_group.add_command(trigger)
+
+
+@schedule_group.command("list")
+@click.option("--enabled/--disabled", "enabled", default=None, help="Only enabled / disabled.")
+@click.option(
+    "--trigger-type", type=click.Choice(["cron", "interval", "github_poll"]), help="Only this type."
+)
+@limit_option(100)
+@offset_option
+@db_option
+@json_option
+def list_schedules(
+    enabled: bool | None,
+    trigger_type: str | None,
+    limit: int,
+    offset: int,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """List schedules.
+
+    \b
+    Example:
+      studio schedule list --enabled --json
+    """
+    db_path = resolve_db_path(db)
+
+    async def _list() -> tuple[list[dict[str, Any]], int]:
+        async with open_service(db_path) as service:
+            return await service.list(
+                enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
+            )
+
+    rows, total = run_async(_list)
+    if as_json:
+        emit_json({"schedules": rows, "total": total})
+        return
+    print_rows(SCHEDULE_COLUMNS, schedule_rows(rows), empty="no schedules")
+    if rows and total > len(rows):
+        say(f"showing {offset + 1}-{offset + len(rows)} of {total} (use --offset/--limit)")
+
+
+@schedule_group.command("show")
+@click.argument("schedule")
+@db_option
+@json_option
+def show(schedule: str, db: str | None, as_json: bool) -> None:
+    """Show every field of SCHEDULE (id or name).
+
+    \b
+    Example:
+      studio schedule show nightly
+    """
+    db_path = resolve_db_path(db)
+
+    async def _show() -> dict[str, Any]:
+        async with open_service(db_path) as service:
+            return await service.resolve(schedule)
+
+    row = run_async(_show)
+    if as_json:
+        emit_json(row)
+    else:
+        print_schedule(row)
+
+
+@schedule_group.command("enable")
+@click.argument("schedule")
+@db_option
+@json_option
+def enable(schedule: str, db: str | None, as_json: bool) -> None:
+    """Enable SCHEDULE; its next fire time is recomputed from now."""
+    db_path = resolve_db_path(db)
+
+    async def _enable() -> dict[str, Any]:
+        async with open_service(db_path) as service:
+            row = await service.resolve(schedule)
+            return await service.enable(row["id"])
+
+    show_schedule_result("Enabled", run_async(_enable), as_json=as_json)
+
+
+@schedule_group.command("disable")
+@click.argument("schedule")
+@click.option("--reason", help="Why (kept on the schedule and in its history).")
+@db_option
+@json_option
+def disable(schedule: str, reason: str | None, db: str | None, as_json: bool) -> None:
+    """Disable SCHEDULE (runs already in flight are not stopped)."""
+    db_path = resolve_db_path(db)
+
+    async def _disable() -> dict[str, Any]:
+        async with open_service(db_path) as service:
+            row = await service.resolve(schedule)
+            return await service.disable(row["id"], reason)
+
+    show_schedule_result("Disabled", run_async(_disable), as_json=as_json)
+
+
+@schedule_group.command("delete")
+@click.argument("schedule")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@db_option
+@json_option
+def delete(schedule: str, yes: bool, db: str | None, as_json: bool) -> None:
+    """Delete SCHEDULE and its run history."""
+    db_path = resolve_db_path(db)
+
+    async def _delete() -> dict[str, Any]:
+        async with open_service(db_path) as service:
+            row = await service.resolve(schedule)
+            confirm_or_abort(f"delete schedule {row['id']} ({row['name']}) and its runs?", yes)
+            await service.delete(row["id"])
+            return row
+
+    row = run_async(_delete)
+    if as_json:
+        emit_json({"deleted": True, "id": row["id"], "name": row["name"]})
+    else:
+        say(f"Deleted schedule {row['id']} ({row['name']})")
+
+
+@schedule_group.command("runs")
+@click.argument("schedule")
+@click.option("--status", type=click.Choice(RUN_STATUSES), help="Only runs with this status.")
+@limit_option(20)
+@offset_option
+@db_option
+@json_option
+def runs(
+    schedule: str, status: str | None, limit: int, offset: int, db: str | None, as_json: bool
+) -> None:
+    """List the runs of SCHEDULE, newest first.
+
+    \b
+    Example:
+      studio schedule runs nightly --status failed --limit 5
+    """
+    db_path = resolve_db_path(db)
+
+    async def _runs() -> tuple[list[dict[str, Any]], int]:
+        async with open_service(db_path) as service:
+            row = await service.resolve(schedule)
+            return await service.list_runs(row["id"], status=status, limit=limit, offset=offset)
+
+    rows, total = run_async(_runs)
+    if as_json:
+        emit_json({"runs": rows, "total": total})
+        return
+    print_rows(RUN_COLUMNS, run_rows(rows), empty="no runs")
+    if rows and total > len(rows):
+        say(f"showing {offset + 1}-{offset + len(rows)} of {total} (use --offset/--limit)")
+
+
+@schedule_group.command("run")
+@click.argument("run_id")
+@db_option
+@json_option
+def run(run_id: str, db: str | None, as_json: bool) -> None:
+    """Show one run (with its follow-up runs)."""
+    db_path = resolve_db_path(db)
+
+    async def _run() -> dict[str, Any]:
+        async with open_service(db_path) as service:
+            return await service.get_run(run_id)
+
+    row = run_async(_run)
+    if as_json:
+        emit_json(row)
+    else:
+        print_run(row)
+
+
+@schedule_group.command("preview")
+@click.argument("schedule", required=False)
+@click.option("--cron", metavar="EXPR", help="Preview a cron expression instead of a schedule.")
+@click.option("--tz", metavar="ZONE", help="Timezone for --cron (default the scheduler's).")
+@click.option("-n", "count", type=click.IntRange(1, 1000), default=5, show_default=True)
+@db_option
+@json_option
+def preview(
+    schedule: str | None,
+    cron: str | None,
+    tz: str | None,
+    count: int,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Show the next fire times of SCHEDULE, or of --cron EXPR.
+
+    \b
+    Examples:
+      studio schedule preview nightly -n 3
+      studio schedule preview --cron '*/15 9-17 * * mon-fri' --tz Europe/Berlin
+    """
+    if (schedule is None) == (cron is None):
+        raise click.UsageError("give a SCHEDULE or --cron EXPR (one of them)")
+    if tz is not None and cron is None:
+        raise click.UsageError("--tz applies only to --cron")
+    if cron is not None:
+        times, zone = _preview_cron(cron, tz, count)
+        subject: dict[str, Any] = {"cron_expr": cron}
+    else:
+        db_path = resolve_db_path(db)
+        assert schedule is not None
+
+        async def _preview() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            async with open_service(db_path) as service:
+                row = await service.resolve(schedule)
+                return row, await service.preview(row["id"], count)
+
+        row, times = run_async(_preview)
+        zone = scheduler_settings().timezone
+        subject = {"schedule_id": row["id"], "name": row["name"]}
+    if as_json:
+        emit_json({**subject, "timezone": zone, "fire_times": times})
+        return
+    rows = [[str(i), str(t.get("utc")), str(t.get("local"))] for i, t in enumerate(times, 1)]
+    print_rows(("#", "UTC", f"LOCAL ({zone})"), rows, empty="no upcoming fire times")
+
+
+def _preview_cron(cron: str, tz: str | None, count: int) -> tuple[list[dict[str, Any]], str]:
+    from studio_scheduler_core import preview_fire_times
+
+    zone = tz or scheduler_settings().timezone
+    times = preview_fire_times(
+        trigger_type="cron", cron_expr=cron, timezone=zone, start=time.time(), n=count
+    )
+    return times, zone
+
+
+_HOLDERS_SQL = (
+    "SELECT r.schedule_id, r.id AS run_id, r.fired_at AS since, s.name AS schedule_name "
+    "FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
+    "WHERE r.status = 'running' AND r.schedule_id IS NOT NULL AND r.chain_depth = 0 "
+    "ORDER BY r.fired_at"
+)
+_ADHOC_SQL = (
+    "SELECT COUNT(*) AS n FROM schedule_runs WHERE status = 'running' AND schedule_id IS NULL"
+)
+
+
+@schedule_group.command("limits")
+@db_option
+@json_option
+def limits(db: str | None, as_json: bool) -> None:
+    """Show the concurrency caps and the runs holding a slot now."""
+    db_path = resolve_db_path(db)
+    settings = scheduler_settings()
+
+    async def _limits() -> dict[str, Any]:
+        async with open_db(db_path) as conn:
+            async with conn.execute(_HOLDERS_SQL) as cursor:
+                holders = [dict(row) for row in await cursor.fetchall()]
+            async with conn.execute(_ADHOC_SQL) as cursor:
+                adhoc = await cursor.fetchone()
+        return {
+            "max_scheduled_concurrent": settings.max_scheduled_concurrent,
+            "in_flight": len(holders),
+            "holders": holders,
+            "max_adhoc_concurrent": settings.max_adhoc_concurrent,
+            "adhoc_in_flight": int(adhoc["n"]) if adhoc else 0,
+        }
+
+    result = run_async(_limits)
+    if as_json:
+        emit_json(result)
+        return
+    print_record(
+        {
+            "scheduled slots": f"{result['in_flight']} / {result['max_scheduled_concurrent']}",
+            "ad-hoc slots": f"{result['adhoc_in_flight']} / {result['max_adhoc_concurrent']}",
+        },
+        title="limits",
+    )
+    rows = [
+        [str(h["run_id"]), str(h["schedule_id"]), str(h["schedule_name"]), fmt_time(h["since"])]
+        for h in result["holders"]
+    ]
+    print_rows(("RUN", "SCHEDULE", "NAME", "SINCE"), rows, empty="no run holds a slot")

@@ -1,0 +1,124 @@
+"""Where the CLI finds its database, server and settings (the only env reads in the CLI).
+
+Database: ``--db``, else ``LIONAGI_STUDIO_DB``, else ``~/.lionagi/studio/state.db``.
+Server (for ``trigger``): ``--url``, else ``LIONAGI_STUDIO_URL``, else ``http://127.0.0.1:8765``;
+token from ``LIONAGI_STUDIO_AUTH_TOKEN``. Scheduler settings (timezone, command allow-list, …)
+come from studio-api's ``StudioSettings`` so direct-database commands validate exactly as the
+server does. Heavy modules are imported inside the functions, never at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._errors import EXIT_INTERRUPTED, CliError
+
+if TYPE_CHECKING:
+    import aiosqlite
+    from studio_scheduler_core import ScheduleService, SchedulerSettings
+
+T = TypeVar("T")
+
+DB_ENV = "LIONAGI_STUDIO_DB"
+URL_ENV = "LIONAGI_STUDIO_URL"
+TOKEN_ENV = "LIONAGI_STUDIO_AUTH_TOKEN"
+INVOCATION_ENV = "LIONAGI_INVOCATION_ID"
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+def default_db_path() -> Path:
+    return Path("~/.lionagi/studio/state.db").expanduser()
+
+
+def resolve_db_path(option: str | None) -> Path:
+    """``--db`` if given, else ``$LIONAGI_STUDIO_DB``, else the default under ``~/.lionagi``."""
+    if option:
+        return Path(option).expanduser()
+    env = os.environ.get(DB_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    return default_db_path()
+
+
+def resolve_server(url_option: str | None) -> tuple[str, str]:
+    """The server's base URL (no trailing slash or ``/api``) and where it came from."""
+    if url_option:
+        raw, source = url_option, "--url"
+    elif os.environ.get(URL_ENV, "").strip():
+        raw, source = os.environ[URL_ENV].strip(), URL_ENV
+    else:
+        raw, source = DEFAULT_URL, f"the default ({URL_ENV} is not set)"
+    url = raw.rstrip("/")
+    if url.endswith("/api"):
+        url = url[: -len("/api")]
+    if "://" not in url:
+        raise CliError(f"{source}: {raw!r} is not a URL (expected e.g. {DEFAULT_URL})")
+    return url, source
+
+
+def auth_token() -> str | None:
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    return token or None
+
+
+def scheduler_settings() -> SchedulerSettings:
+    """The ``SchedulerSettings`` the server would build from this environment.
+
+    Built by studio-api's ``StudioSettings`` (``SettingsError`` naming the variable on a bad
+    value), so the CLI validates schedules exactly as the server does.
+    """
+    from studio_api import StudioSettings
+
+    settings: SchedulerSettings = StudioSettings().to_scheduler_settings()
+    return settings
+
+
+def run_async(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run one coroutine to completion; Ctrl-C becomes a one-line error, exit 130."""
+
+    import asyncio
+
+    async def _main() -> T:
+        return await factory()
+
+    try:
+        return asyncio.run(_main())
+    except KeyboardInterrupt:
+        raise CliError("interrupted", exit_code=EXIT_INTERRUPTED) from None
+
+
+@asynccontextmanager
+async def open_db(db_path: Path, *, outbox_only: bool = False) -> AsyncIterator[aiosqlite.Connection]:
+    """Open the database and apply every migration the command needs (idempotent).
+
+    ``outbox_only`` migrates just studio-state and the outbox tables (dispatch commands work on
+    a standalone producer's database too); otherwise scheduler-core migrates everything.
+    """
+    from studio_state import connect
+
+    if db_path.exists() and db_path.is_dir():
+        raise CliError(f"database path is a directory: {db_path}")
+    async with connect(db_path) as conn:
+        if outbox_only:
+            from studio_outbox import ensure_schema as outbox_schema
+
+            await outbox_schema(conn)
+        else:
+            from studio_scheduler_core import ensure_schema
+
+            await ensure_schema(conn)
+        yield conn
+
+
+@asynccontextmanager
+async def open_service(db_path: Path) -> AsyncIterator[ScheduleService]:
+    """A ``ScheduleService`` over the database, with the server's settings (one validation path)."""
+    from studio_scheduler_core import ScheduleService
+
+    settings = scheduler_settings()
+    async with open_db(db_path) as conn:
+        yield ScheduleService(conn, settings=settings)

@@ -1,0 +1,67 @@
+"""Parameter types and value parsers shared by the commands (stdlib + click only)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import click
+
+from ._errors import CliError
+
+_DURATION = re.compile(r"(\d+)\s*([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> int:
+    """``90`` / ``90s`` / ``15m`` / ``6h`` / ``2d`` / ``1w`` / ``1h30m`` → whole seconds.
+
+    Raises ValueError on anything else (no sign, no fractions, no empty string).
+    """
+    raw = text.strip().lower()
+    if raw.isdigit():
+        return int(raw)
+    if not raw:
+        raise ValueError("empty duration")
+    position = 0
+    total = 0
+    for match in _DURATION.finditer(raw):
+        if match.start() != position:
+            break
+        total += int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    if position != len(raw):
+        raise ValueError(f"{text!r} is not a duration")
+    return total
+
+
+class Duration(click.ParamType):
+    """Seconds as an integer, or a duration such as ``30s``, ``15m``, ``6h``, ``2d``, ``1h30m``."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError:
+            self.fail(
+                f"{value!r} is not a duration (seconds, or e.g. 30s, 15m, 6h, 2d, 1h30m)",
+                param,
+                ctx,
+            )
+
+
+DURATION = Duration()
+
+
+def parse_json_flag(flag: str, text: str | None) -> Any:
+    """Decode the JSON given to ``flag``; invalid JSON is a one-line error (exit 1)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{flag}: invalid JSON: {exc.msg} at position {exc.pos}") from None
