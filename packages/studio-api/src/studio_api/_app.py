@@ -1,0 +1,104 @@
+"""``create_app``: the FastAPI app whose lifespan starts and stops the scheduler engine."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from studio_scheduler_core import SchedulerEngine
+
+from .__about__ import __version__
+from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
+from ._errors import LastResortMiddleware, install_error_handlers
+from ._models import ErrorOut
+from ._settings import StudioSettings
+from .routes import dispatch, health, schedules
+
+logger = logging.getLogger("studio_api")
+
+
+def create_app(settings: StudioSettings | None = None) -> FastAPI:
+    """The Studio app for ``settings`` (default: read from the environment now).
+
+    The lifespan builds a :class:`SchedulerEngine` on ``settings.db``, starts it (migrating
+    every package's tables, taking the database's engine lock, reconciling, then the tick)
+    before the first request is served, and stops it on shutdown: fires in flight are
+    cancelled, their children terminated and their runs left ``cancelled``.
+
+    Raises :class:`SettingsError` when ``settings.host`` is not a loopback address and no auth
+    token is set.
+    """
+    settings = settings if settings is not None else StudioSettings()
+    settings.check_bind()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = SchedulerEngine(settings.db, settings=settings.to_scheduler_settings())
+        await engine.start()
+        app.state.engine = engine
+        logger.info(
+            "studio %s: scheduler started on %s (tick %ss, time zone %s)",
+            __version__,
+            settings.db,
+            settings.tick_seconds,
+            settings.timezone,
+        )
+        try:
+            yield
+        finally:
+            await engine.stop()
+            logger.info("studio: scheduler stopped")
+
+    app = FastAPI(
+        title="Studio",
+        version=__version__,
+        summary="Schedules, runs and dispatch delivery of a Studio host.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(schedules.router)
+    app.include_router(dispatch.router)
+    app.add_middleware(LastResortMiddleware)
+    if settings.auth_token is not None:
+        app.add_middleware(BearerAuthMiddleware, token=settings.auth_token.get_secret_value())
+        _document_bearer_auth(app)
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """App factory for ``uvicorn --factory`` (reload mode): settings from the environment."""
+    return create_app(StudioSettings())
+
+
+def _document_bearer_auth(app: FastAPI) -> None:
+    """Declare the bearer scheme and the 401 answer of every protected operation."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        components = schema.setdefault("components", {})
+        components.setdefault("securitySchemes", {})["bearerAuth"] = {
+            "type": "http",
+            "scheme": "bearer",
+        }
+        error_ref = {"$ref": f"#/components/schemas/{ErrorOut.__name__}"}
+        for path, operations in schema.get("paths", {}).items():
+            if path in PUBLIC_PATHS:
+                continue
+            for operation in operations.values():
+                operation["security"] = [{"bearerAuth": []}]
+                operation.setdefault("responses", {})["401"] = {
+                    "description": "Missing or wrong bearer token",
+                    "content": {"application/json": {"schema": error_ref}},
+                }
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

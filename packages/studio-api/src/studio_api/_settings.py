@@ -1,0 +1,395 @@
+"""``StudioSettings``: every environment setting of DESIGN §8, validated once at startup."""
+
+from __future__ import annotations
+
+import contextvars
+import ipaddress
+import json
+import logging
+import math
+import os
+import re
+import zoneinfo
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from urllib.parse import urlsplit
+
+import pydantic
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from ._exceptions import SettingsError
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import SchedulerSettings
+
+logger = logging.getLogger("studio_api")
+
+DEFAULT_DB = "~/.lionagi/studio/state.db"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+_COMMAND_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+# Secrets are never echoed back in an error message.
+_SECRET_FIELDS = frozenset({"auth_token", "github_token"})
+# Environment variables removed from the environment handed to children: the API's own bearer
+# token is for the operator's clients, not for every scheduled command.
+_CHILD_ENV_DROP = ("LIONAGI_STUDIO_AUTH_TOKEN",)
+
+# When False, construction reads only its keyword arguments (``from_env`` with an explicit
+# mapping passes the variables that way); the default reads ``os.environ`` too.
+_READ_OS_ENVIRON: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "studio_api_read_os_environ", default=True
+)
+
+
+def _is_zone(name: str) -> bool:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
+
+def system_timezone_name() -> str:
+    """The host's IANA zone name: ``TZ``, else ``/etc/localtime``, else ``/etc/timezone``, else UTC."""
+    candidates: list[str] = []
+    tz = os.environ.get("TZ", "").strip().lstrip(":")
+    if tz:
+        candidates.append(tz)
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        target = ""
+    marker = "zoneinfo/"
+    if marker in target:
+        candidates.append(target.split(marker, 1)[1])
+    try:
+        candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
+    except OSError:
+        pass
+    for name in candidates:
+        if name and _is_zone(name):
+            return name
+    return "UTC"
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _env(name: str) -> Any:
+    return Field(default=None, validation_alias=name)
+
+
+class StudioSettings(BaseSettings):
+    """The settings of a Studio host, read from the environment (DESIGN §8).
+
+    Build it once at startup (``StudioSettings()`` or :meth:`from_env`) and pass it down; the
+    library packages never read the environment. Keyword arguments use the field names
+    (``StudioSettings(port=0, db=path)``) and win over the environment. An invalid value raises
+    :class:`SettingsError` naming the environment variable, except ``LIONAGI_SCHEDULER_TZ``:
+    an unknown zone logs a warning and falls back to UTC.
+    """
+
+    model_config = SettingsConfigDict(
+        case_sensitive=True,
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+        validate_default=True,
+    )
+
+    db: Path = Field(default=Path(DEFAULT_DB), validation_alias="LIONAGI_STUDIO_DB")
+    host: str = Field(default=DEFAULT_HOST, validation_alias="LIONAGI_STUDIO_HOST")
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, validation_alias="LIONAGI_STUDIO_PORT")
+    auth_token: SecretStr | None = _env("LIONAGI_STUDIO_AUTH_TOKEN")
+    tick_seconds: float = Field(
+        default=30.0, gt=0, le=86400, allow_inf_nan=False, validation_alias="LIONAGI_STUDIO_TICK_SECONDS"
+    )
+    max_scheduled_concurrent: int = Field(
+        default=4, ge=1, le=10_000, validation_alias="LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT"
+    )
+    max_adhoc_concurrent: int = Field(
+        default=4, ge=1, le=10_000, validation_alias="LIONAGI_STUDIO_MAX_ADHOC_CONCURRENT"
+    )
+    invocation_deadline_seconds: float = Field(
+        default=7200.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_INVOCATION_DEADLINE_SECONDS",
+    )
+    reaper_interval_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_REAPER_INTERVAL_SECONDS",
+    )
+    checkpoint_interval_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_CHECKPOINT_INTERVAL_SECONDS",
+    )
+    timezone: str = Field(default="", validation_alias="LIONAGI_SCHEDULER_TZ")
+    default_cwd: str | None = _env("LIONAGI_SCHEDULER_CWD")
+    command_allowlist: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), validation_alias="LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"
+    )
+    li_executable: str | None = _env("LIONAGI_LI_EXECUTABLE")
+    notify_template: Annotated[tuple[str, ...] | None, NoDecode] = _env(
+        "LIONAGI_STUDIO_NOTIFY_TEMPLATE"
+    )
+    github_api_url: str = Field(
+        default="https://api.github.com", validation_alias="LIONAGI_STUDIO_GITHUB_API_URL"
+    )
+    github_token: SecretStr | None = _env("GITHUB_TOKEN")
+
+    #: field name -> environment variable name
+    ENV_VARS: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, **values: Any) -> None:
+        by_alias = {self.ENV_VARS.get(key, key): value for key, value in values.items()}
+        try:
+            super().__init__(**by_alias)
+        except pydantic.ValidationError as exc:
+            raise _settings_error(exc) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if _READ_OS_ENVIRON.get():
+            return (init_settings, env_settings)
+        return (init_settings,)
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> StudioSettings:
+        """Build the settings from ``environ`` (default ``os.environ``) plus field overrides.
+
+        Overrides (field names, e.g. ``port=0``) win over the environment; ``None`` overrides are
+        ignored so a CLI can pass its optional flags straight through.
+        """
+        given = {key: value for key, value in overrides.items() if value is not None}
+        unknown = sorted(set(given) - set(cls.ENV_VARS))
+        if unknown:
+            raise TypeError(f"unknown StudioSettings field(s): {', '.join(unknown)}")
+        if environ is None:
+            return cls(**given)
+        values: dict[str, Any] = {
+            env_name: environ[env_name]
+            for env_name in cls.ENV_VARS.values()
+            if environ.get(env_name, "") != ""
+        }
+        values.update({cls.ENV_VARS[key]: value for key, value in given.items()})
+        token = _READ_OS_ENVIRON.set(False)
+        try:
+            return cls(**values)
+        finally:
+            _READ_OS_ENVIRON.reset(token)
+
+    def with_overrides(self, **overrides: Any) -> StudioSettings:
+        """A validated copy with some fields replaced (``None`` values are ignored)."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        if not given:
+            return self
+        token = _READ_OS_ENVIRON.set(False)
+        try:
+            return type(self)(**{**self.model_dump(), **given})
+        finally:
+            _READ_OS_ENVIRON.reset(token)
+
+    # -- validation -------------------------------------------------------------------------
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _check_db(cls, value: Any) -> Any:
+        if isinstance(value, str | Path):
+            text = str(value).strip()
+            if not text:
+                raise ValueError("must be a file path, not empty")
+            if text == ":memory:":
+                raise ValueError("must be a file path (an in-memory database cannot be shared)")
+            return Path(text).expanduser().absolute()
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _check_host(cls, value: str) -> str:
+        host = value.strip()
+        if not host or any(ch.isspace() for ch in host):
+            raise ValueError("must be a host name or IP address")
+        return host
+
+    @field_validator("auth_token", "github_token")
+    @classmethod
+    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        secret = value.get_secret_value()
+        if not secret.isascii() or not secret.isprintable() or " " in secret:
+            raise ValueError("must be printable ASCII without spaces")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _check_timezone(cls, value: str) -> str:
+        name = value.strip()
+        if not name:
+            return system_timezone_name()
+        if not _is_zone(name):
+            logger.warning(
+                "LIONAGI_SCHEDULER_TZ=%r is not a known IANA time zone; using UTC", name
+            )
+            return "UTC"
+        return name
+
+    @field_validator("default_cwd")
+    @classmethod
+    def _check_cwd(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            raise ValueError("must be an absolute directory path")
+        if not path.is_dir():
+            logger.warning(
+                "LIONAGI_SCHEDULER_CWD=%s is not a directory now; it is used only once it is",
+                path,
+            )
+        return str(path)
+
+    @field_validator("command_allowlist", mode="before")
+    @classmethod
+    def _split_allowlist(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, list | tuple):
+            names = tuple(str(part).strip() for part in value if str(part).strip())
+            for name in names:
+                if not _COMMAND_NAME.fullmatch(name) or name.startswith("-"):
+                    raise ValueError(
+                        f"{name!r} is not a bare command name (letters, digits, '_', '.', '-'; "
+                        "comma separated)"
+                    )
+            return names
+        return value
+
+    @field_validator("li_executable")
+    @classmethod
+    def _check_li(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            raise ValueError("must be an absolute path to the li executable")
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise ValueError(f"{path} is not an executable file")
+        return str(path)
+
+    @field_validator("notify_template", mode="before")
+    @classmethod
+    def _parse_template(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except (ValueError, RecursionError):
+                raise ValueError(
+                    'must be a JSON list of strings, e.g. ["notify-send", "{payload}"]'
+                ) from None
+        if value is None:
+            return None
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError('must be a JSON list of strings, e.g. ["notify-send", "{payload}"]')
+        if not value or not value[0].strip():
+            raise ValueError("must start with the program to run")
+        return tuple(value)
+
+    @field_validator("github_api_url")
+    @classmethod
+    def _check_github_url(cls, value: str) -> str:
+        url = value.strip().rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("must be an http(s) URL such as https://api.github.com")
+        return url
+
+    # -- use --------------------------------------------------------------------------------
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Whether the API requires ``Authorization: Bearer``."""
+        return self.auth_token is not None
+
+    def check_bind(self) -> None:
+        """Refuse (``SettingsError``) to serve on a non-loopback host without an auth token."""
+        if not is_loopback_host(self.host) and not self.auth_enabled:
+            raise SettingsError(
+                "LIONAGI_STUDIO_HOST",
+                f"refusing to serve on non-loopback address {self.host!r} without "
+                "LIONAGI_STUDIO_AUTH_TOKEN: set a token or bind 127.0.0.1",
+            )
+
+    def to_scheduler_settings(self) -> SchedulerSettings:
+        """The ``studio_scheduler_core.SchedulerSettings`` these settings describe."""
+        from studio_scheduler_core import SchedulerSettings
+
+        child_env = {k: v for k, v in os.environ.items() if k not in _CHILD_ENV_DROP}
+        return SchedulerSettings(
+            tick_seconds=self.tick_seconds,
+            max_scheduled_concurrent=self.max_scheduled_concurrent,
+            max_adhoc_concurrent=self.max_adhoc_concurrent,
+            invocation_deadline_seconds=self.invocation_deadline_seconds,
+            reaper_interval_seconds=self.reaper_interval_seconds,
+            checkpoint_interval_seconds=self.checkpoint_interval_seconds,
+            timezone=self.timezone,
+            default_cwd=self.default_cwd,
+            command_allowlist=self.command_allowlist,
+            li_executable=self.li_executable,
+            notify_template=self.notify_template,
+            github_api_url=self.github_api_url,
+            github_token=(
+                self.github_token.get_secret_value() if self.github_token is not None else None
+            ),
+            child_env=child_env,
+        )
+
+
+StudioSettings.ENV_VARS = {
+    name: str(field.validation_alias) for name, field in StudioSettings.model_fields.items()
+}
+
+
+def _settings_error(exc: pydantic.ValidationError) -> SettingsError:
+    env_by_alias = set(StudioSettings.ENV_VARS.values())
+    field_by_env = {env: name for name, env in StudioSettings.ENV_VARS.items()}
+    problems: dict[str, str] = {}
+    for error in exc.errors(include_url=False):
+        loc = str(error["loc"][0]) if error["loc"] else ""
+        variable = loc if loc in env_by_alias else StudioSettings.ENV_VARS.get(loc, loc)
+        message = str(error["msg"]).removeprefix("Value error, ")
+        field = field_by_env.get(variable, "")
+        raw = error.get("input")
+        if field not in _SECRET_FIELDS and isinstance(raw, str | int | float) and not (
+            isinstance(raw, float) and math.isnan(raw)
+        ):
+            shown = repr(raw)
+            message = f"{message} (got {shown[:80]})"
+        problems.setdefault(variable or "settings", message)
+    first = next(iter(problems))
+    return SettingsError(first, problems[first], problems=problems)

@@ -1,0 +1,76 @@
+"""``/api/dispatch``: inspect, acknowledge, retry and purge outbox rows (tokens never shown)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import studio_outbox
+from fastapi import APIRouter, Query
+
+from .._deps import EngineDep, responses
+from .._models import SQLITE_INT_MAX, AckRequest, DispatchList, DispatchOut, DispatchStatus
+
+router = APIRouter(prefix="/api/dispatch", tags=["dispatch"])
+
+
+async def _get(engine: EngineDep, dispatch_id: str) -> DispatchOut:
+    row = await studio_outbox.get_dispatch(engine.conn, dispatch_id)
+    if row is None:
+        raise studio_outbox.DispatchNotFound(dispatch_id)
+    return DispatchOut.from_row(row)
+
+
+@router.get("", response_model=DispatchList, responses=responses())
+async def list_dispatches(
+    engine: EngineDep,
+    status: DispatchStatus | None = None,
+    kind: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Page size (1-1000)")] = 100,
+    offset: Annotated[int, Query(ge=0, le=SQLITE_INT_MAX, description="Rows to skip")] = 0,
+) -> DispatchList:
+    """One page of outbox rows and the ``total`` that match ``status`` and ``kind``."""
+    rows = await studio_outbox.list_dispatches(
+        engine.conn, status=status, kind=kind, limit=limit, offset=offset
+    )
+    total = await studio_outbox.count_dispatches(engine.conn, status=status, kind=kind)
+    return DispatchList(
+        dispatches=[DispatchOut.from_row(row) for row in rows],
+        total=total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/{dispatch_id}", response_model=DispatchOut, responses=responses(404))
+async def get_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
+    """One outbox row."""
+    return await _get(engine, dispatch_id)
+
+
+@router.post(
+    "/{dispatch_id}/ack", response_model=DispatchOut, responses=responses(404, 409)
+)
+async def ack_dispatch(engine: EngineDep, dispatch_id: str, body: AckRequest) -> DispatchOut:
+    """Acknowledge a delivered row with its token (409: wrong token or no ack required)."""
+    acked = await studio_outbox.ack_dispatch(engine.conn, dispatch_id, body.token)
+    if not acked:
+        raise studio_outbox.AckTokenMismatch(dispatch_id)
+    return await _get(engine, dispatch_id)
+
+
+@router.post(
+    "/{dispatch_id}/retry", response_model=DispatchOut, responses=responses(404, 409)
+)
+async def retry_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
+    """Send a ``dead_letter`` or ``expired`` row again (409 from any other status)."""
+    await studio_outbox.retry_dispatch(engine.conn, dispatch_id)
+    engine.wake()
+    return await _get(engine, dispatch_id)
+
+
+@router.delete("/{dispatch_id}", response_model=DispatchOut, responses=responses(404, 409))
+async def purge_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
+    """Delete a row (409 while a delivery holds it); answers the row as it was."""
+    row = await _get(engine, dispatch_id)
+    await studio_outbox.purge_dispatch(engine.conn, dispatch_id)
+    return row

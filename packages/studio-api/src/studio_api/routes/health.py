@@ -1,0 +1,43 @@
+"""``GET /api/health``: served without a token, answers from the engine's memory only."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+
+from .. import __about__
+from .._deps import EngineDep, SettingsDep
+from .._models import DispatchHealth, HealthOut, Holder, SchedulerHealth
+
+router = APIRouter(prefix="/api", tags=["health"])
+
+# A tick older than this many tick intervals (plus slack for a long tick) means degraded.
+_STALE_TICKS = 3
+_STALE_SLACK_SECONDS = 60.0
+
+
+@router.get("/health", response_model=HealthOut)
+async def health(engine: EngineDep, settings: SettingsDep) -> HealthOut:
+    """The tick's last run, in-flight fires, due and dispatch backlogs, delivery pause."""
+    data = engine.health()
+    last_tick = data.get("last_tick_at")
+    age = max(0.0, time.time() - last_tick) if last_tick is not None else None
+    stale_after = settings.tick_seconds * _STALE_TICKS + _STALE_SLACK_SECONDS
+    healthy = bool(data.get("running")) and (age is None or age <= stale_after)
+    scheduler = SchedulerHealth.of(
+        data,
+        seconds_since_last_tick=age,
+        tick_seconds=settings.tick_seconds,
+        holders=[Holder.of(h) for h in data.get("holders", [])],
+    )
+    dispatch = DispatchHealth(
+        backlog=int(data.get("dispatch_backlog", 0)),
+        delivery_paused=bool(data.get("delivery_paused", False)),
+    )
+    return HealthOut(
+        status="ok" if healthy else "degraded",
+        version=__about__.__version__,
+        scheduler=scheduler,
+        dispatch=dispatch,
+    )

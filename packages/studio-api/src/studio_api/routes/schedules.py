@@ -1,0 +1,161 @@
+"""``/api/schedules``: CRUD, enable/disable, manual trigger, runs, preview and limits."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query
+
+from .._deps import EngineDep, ServiceDep, SettingsDep, responses
+from .._models import (
+    SQLITE_INT_MAX,
+    DisableRequest,
+    FireTime,
+    Holder,
+    LimitsOut,
+    PreviewOut,
+    RunDetail,
+    RunList,
+    RunOut,
+    RunStatus,
+    ScheduleCreate,
+    ScheduleList,
+    ScheduleOut,
+    ScheduleUpdate,
+    TriggerOut,
+    TriggerType,
+)
+
+router = APIRouter(prefix="/api/schedules", tags=["schedules"])
+
+Limit = Annotated[int, Query(ge=1, le=1000, description="Page size (1-1000)")]
+Offset = Annotated[int, Query(ge=0, le=SQLITE_INT_MAX, description="Rows to skip")]
+
+
+@router.get("", response_model=ScheduleList, responses=responses())
+async def list_schedules(
+    service: ServiceDep,
+    enabled: bool | None = None,
+    trigger_type: TriggerType | None = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> ScheduleList:
+    """One page of schedules (newest first) and the ``total`` number that match."""
+    rows, total = await service.list(
+        enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
+    )
+    return ScheduleList(
+        schedules=[ScheduleOut.of(row) for row in rows], total=total, limit=limit, offset=offset
+    )
+
+
+@router.post("", status_code=201, response_model=ScheduleOut, responses=responses(409))
+async def create_schedule(service: ServiceDep, body: ScheduleCreate) -> ScheduleOut:
+    """Create a schedule; 422 names the invalid field, 409 when the name is taken."""
+    row = await service.create(body.model_dump(exclude_none=True))
+    return ScheduleOut.of(row)
+
+
+@router.get("/limits", response_model=LimitsOut, responses=responses())
+async def limits(engine: EngineDep) -> LimitsOut:
+    """The global concurrency caps and the fires holding slots now."""
+    data = engine.limits()
+    return LimitsOut.of(data, holders=[Holder.of(h) for h in data.get("holders", [])])
+
+
+@router.get("/runs/{run_id}", response_model=RunDetail, responses=responses(404))
+async def get_run(service: ServiceDep, run_id: str) -> RunDetail:
+    """One run, with the runs its follow-ups started."""
+    run = await service.get_run(run_id)
+    children = [RunOut.of(child) for child in run.get("chain_children") or []]
+    return RunDetail.of(run, chain_children=children)
+
+
+@router.get("/{schedule_id}", response_model=ScheduleOut, responses=responses(404))
+async def get_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
+    """One schedule."""
+    return ScheduleOut.of(await service.get(schedule_id))
+
+
+@router.patch(
+    "/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409)
+)
+async def update_schedule(
+    service: ServiceDep, schedule_id: str, body: ScheduleUpdate
+) -> ScheduleOut:
+    """Change the fields sent (``null`` clears an optional field); the rest is kept."""
+    row = await service.update(schedule_id, body.model_dump(exclude_unset=True))
+    return ScheduleOut.of(row)
+
+
+@router.delete("/{schedule_id}", response_model=ScheduleOut, responses=responses(404))
+async def delete_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
+    """Delete a schedule and its runs; answers the schedule as it was."""
+    row = await service.get(schedule_id)
+    await service.delete(schedule_id)
+    return ScheduleOut.of(row)
+
+
+@router.post(
+    "/{schedule_id}/enable", response_model=ScheduleOut, responses=responses(404, 409)
+)
+async def enable_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
+    """Enable a schedule (its next fire time is recomputed)."""
+    return ScheduleOut.of(await service.enable(schedule_id))
+
+
+@router.post(
+    "/{schedule_id}/disable", response_model=ScheduleOut, responses=responses(404, 409)
+)
+async def disable_schedule(
+    service: ServiceDep,
+    schedule_id: str,
+    body: Annotated[DisableRequest | None, Body()] = None,
+) -> ScheduleOut:
+    """Disable a schedule, optionally recording why (``{"reason": "..."}``)."""
+    reason = body.reason if body is not None else None
+    return ScheduleOut.of(await service.disable(schedule_id, reason))
+
+
+@router.post(
+    "/{schedule_id}/trigger",
+    status_code=202,
+    response_model=TriggerOut,
+    responses=responses(404, 409),
+)
+async def trigger_schedule(engine: EngineDep, schedule_id: str) -> TriggerOut:
+    """Fire a schedule now: 202 with the run id, or 409 with the refusal's ``reason_code``."""
+    run_id = await engine.fire_now(schedule_id)
+    engine.wake()
+    return TriggerOut(run_id=run_id)
+
+
+@router.get("/{schedule_id}/runs", response_model=RunList, responses=responses(404))
+async def list_runs(
+    service: ServiceDep,
+    schedule_id: str,
+    status: RunStatus | None = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> RunList:
+    """One page of a schedule's runs (newest first) and the ``total`` that match."""
+    rows, total = await service.list_runs(
+        schedule_id, status=status, limit=limit, offset=offset
+    )
+    return RunList(runs=[RunOut.of(row) for row in rows], total=total, limit=limit, offset=offset)
+
+
+@router.get("/{schedule_id}/preview", response_model=PreviewOut, responses=responses(404))
+async def preview(
+    service: ServiceDep,
+    settings: SettingsDep,
+    schedule_id: str,
+    n: Annotated[int, Query(ge=1, le=100, description="How many fire times")] = 5,
+) -> PreviewOut:
+    """The next ``n`` fire times, in UTC and in the scheduler's time zone."""
+    times = await service.preview(schedule_id, n)
+    return PreviewOut(
+        schedule_id=schedule_id,
+        timezone=settings.timezone,
+        fire_times=[FireTime.of(t) for t in times],
+    )
