@@ -1,7 +1,74 @@
-"""A durable SQLite outbox for outbound notifications: dedup, guarded claims, backoff, acknowledgement, expiry and dead letters."""
+"""studio-outbox: a durable SQLite outbox for outbound notifications.
+
+Producers enqueue dispatches inside their own transaction (transactional outbox, with dedup
+keys); a delivery pass claims due rows with guarded updates, sends them through a transport
+(by default an argv ``notify_template``, never a shell), retries with backoff, optionally
+waits for the consumer's ack, and ends every row as ``delivered``, ``acked``, ``dead_letter``
+or ``expired``. Every status change writes a ``status_transitions`` row in the same
+transaction. Works on any database opened with :func:`studio_state.connect`.
+"""
 
 from __future__ import annotations
 
 from .__about__ import __version__
+from ._constants import (
+    CLAIM_LEASE_SECONDS,
+    DEFAULT_MAX_ATTEMPTS,
+    DISPATCH_STATUSES,
+    NOTIFY_TIMEOUT_SECONDS,
+    DispatchReason,
+    backoff_seconds,
+)
+from ._delivery import deliver_due_dispatches
+from ._enqueue import enqueue_dispatch, enqueue_many
+from ._exceptions import (
+    AckNotRequired,
+    AckTokenMismatch,
+    DispatchNotFound,
+    InvalidArgument,
+    InvalidDispatch,
+    InvalidDispatchState,
+    InvalidNotifyTemplate,
+    OutboxError,
+)
+from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
+from ._queries import count_dispatches, dispatch_backlog, get_dispatch, list_dispatches, next_due_at
+from ._schema import ensure_schema
+from ._transport import CommandTransport, render_argv, validate_notify_template
+from .abc import DispatchEnvelope, Transport, TransportResult
 
-__all__ = ["__version__"]
+__all__ = [
+    "AckNotRequired",
+    "AckTokenMismatch",
+    "CLAIM_LEASE_SECONDS",
+    "CommandTransport",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DISPATCH_STATUSES",
+    "DispatchEnvelope",
+    "DispatchNotFound",
+    "DispatchReason",
+    "InvalidArgument",
+    "InvalidDispatch",
+    "InvalidDispatchState",
+    "InvalidNotifyTemplate",
+    "NOTIFY_TIMEOUT_SECONDS",
+    "OutboxError",
+    "Transport",
+    "TransportResult",
+    "__version__",
+    "ack_dispatch",
+    "backoff_seconds",
+    "count_dispatches",
+    "deliver_due_dispatches",
+    "dispatch_backlog",
+    "enqueue_dispatch",
+    "enqueue_many",
+    "ensure_schema",
+    "get_dispatch",
+    "list_dispatches",
+    "next_due_at",
+    "purge_dispatch",
+    "render_argv",
+    "retry_dispatch",
+    "validate_notify_template",
+]

@@ -1,0 +1,317 @@
+"""Enqueue: the producer side of the outbox (the transactional-outbox write)."""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+import studio_state
+from studio_state import Clock, system_clock
+
+from ._constants import DEFAULT_ACTOR, DEFAULT_MAX_ATTEMPTS, ENTITY_TYPE, PENDING, DispatchReason
+from ._exceptions import InvalidDispatch
+
+_COLUMNS = (
+    "id, kind, deliver_to, payload, dedup_key, status, attempt, max_attempts, next_attempt_at, "
+    "ack_required, ack_token, session_id, schedule_run_id, created_at, expires_at, updated_at"
+)
+_ROW_SQL = "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_PARAMS_PER_ROW = 14
+# Rows per multi-row INSERT: stays far below SQLite's bound-parameter limit.
+_CHUNK = 200
+_ID_RETRIES = 3
+_ENQUEUE_KEYS = frozenset(
+    {
+        "kind",
+        "deliver_to",
+        "body",
+        "dedup_key",
+        "ack_required",
+        "max_attempts",
+        "expires_at",
+        "session_id",
+        "schedule_run_id",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _NewRow:
+    kind: str
+    deliver_to: str
+    body_json: str
+    dedup_key: str | None
+    ack_required: bool
+    max_attempts: int
+    expires_at: float | None
+    session_id: str | None
+    schedule_run_id: str | None
+
+
+def _text(field: str, value: object, *, allow_none: bool, nonblank: bool) -> str | None:
+    if value is None:
+        if allow_none:
+            return None
+        raise InvalidDispatch(field, "is required")
+    if not isinstance(value, str):
+        raise InvalidDispatch(field, f"must be a string, got {type(value).__name__}")
+    if nonblank and not value.strip():
+        raise InvalidDispatch(field, "must not be empty")
+    if "\x00" in value:
+        raise InvalidDispatch(field, "must not contain a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidDispatch(field, "must be valid Unicode text (no lone surrogates)") from None
+    return value
+
+
+def _validate(
+    *,
+    kind: object,
+    deliver_to: object,
+    body: object,
+    dedup_key: object,
+    ack_required: object,
+    max_attempts: object,
+    expires_at: object,
+    session_id: object,
+    schedule_run_id: object,
+) -> _NewRow:
+    kind_s = _text("kind", kind, allow_none=False, nonblank=True)
+    deliver_s = _text("deliver_to", deliver_to, allow_none=False, nonblank=True)
+    assert kind_s is not None and deliver_s is not None
+    if body is None:
+        body = {}
+    if not isinstance(body, Mapping):
+        raise InvalidDispatch("body", f"must be a JSON object (dict), got {type(body).__name__}")
+    try:
+        body_json = json.dumps(dict(body), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidDispatch("body", f"is not JSON-serialisable: {exc}") from None
+    if not isinstance(ack_required, bool):
+        raise InvalidDispatch("ack_required", f"must be a bool, got {type(ack_required).__name__}")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise InvalidDispatch("max_attempts", f"must be an int, got {type(max_attempts).__name__}")
+    if max_attempts < 1:
+        raise InvalidDispatch("max_attempts", f"must be at least 1, got {max_attempts}")
+    expires: float | None = None
+    if expires_at is not None:
+        if isinstance(expires_at, bool) or not isinstance(expires_at, int | float):
+            raise InvalidDispatch(
+                "expires_at", f"must be epoch seconds or None, got {type(expires_at).__name__}"
+            )
+        expires = float(expires_at)
+        if not math.isfinite(expires):
+            raise InvalidDispatch("expires_at", f"must be a finite number, got {expires_at!r}")
+    return _NewRow(
+        kind=kind_s,
+        deliver_to=deliver_s,
+        body_json=body_json,
+        dedup_key=_text("dedup_key", dedup_key, allow_none=True, nonblank=True),
+        ack_required=ack_required,
+        max_attempts=max_attempts,
+        expires_at=expires,
+        session_id=_text("session_id", session_id, allow_none=True, nonblank=True),
+        schedule_run_id=_text("schedule_run_id", schedule_run_id, allow_none=True, nonblank=True),
+    )
+
+
+def _payload(row: _NewRow, dispatch_id: str, ack_token: str | None, now: float) -> str:
+    # Built by hand around the already-serialised body, so the body is encoded once.
+    head: dict[str, Any] = {
+        "dispatch_id": dispatch_id,
+        "kind": row.kind,
+        "deliver_to": row.deliver_to,
+        "attempt": 0,
+    }
+    if ack_token is not None:
+        head["ack_token"] = ack_token
+    tail = {
+        "created_at": now,
+        "expires_at": row.expires_at,
+        "session_id": row.session_id,
+        "schedule_run_id": row.schedule_run_id,
+    }
+    compact = (",", ":")
+    return (
+        json.dumps(head, separators=compact, allow_nan=False)[:-1]
+        + ',"body":'
+        + row.body_json
+        + ","
+        + json.dumps(tail, separators=compact, allow_nan=False)[1:]
+    )
+
+
+def _params(row: _NewRow, now: float) -> tuple[str, tuple[Any, ...]]:
+    dispatch_id = studio_state.new_id()
+    ack_token = secrets.token_hex(16) if row.ack_required else None
+    return dispatch_id, (
+        dispatch_id,
+        row.kind,
+        row.deliver_to,
+        _payload(row, dispatch_id, ack_token, now),
+        row.dedup_key,
+        row.max_attempts,
+        now,
+        int(row.ack_required),
+        ack_token,
+        row.session_id,
+        row.schedule_run_id,
+        now,
+        row.expires_at,
+        now,
+    )
+
+
+async def _insert(
+    conn: aiosqlite.Connection, rows: Sequence[_NewRow], now: float, actor: str
+) -> list[str]:
+    """Insert ``rows`` (inside the current transaction); returns one id per row, in order."""
+    ids: list[str] = []
+    fresh: list[studio_state.Transition] = []
+    conflicted: dict[int, str] = {}  # position -> dedup_key of a row that already existed
+    for start in range(0, len(rows), _CHUNK):
+        chunk = rows[start : start + _CHUNK]
+        for attempt in range(_ID_RETRIES):
+            generated = [_params(row, now) for row in chunk]
+            sql = (
+                f"INSERT INTO dispatch_outbox ({_COLUMNS}) VALUES "
+                + ", ".join([_ROW_SQL] * len(chunk))
+                + " ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING RETURNING id"
+            )
+            flat = [value for _, params in generated for value in params]
+            try:
+                inserted = {r["id"] for r in await conn.execute_fetchall(sql, flat)}
+            except sqlite3.IntegrityError as exc:
+                # Only a (2**-48) id collision gets here: the dedup conflict is DO NOTHING.
+                if "dispatch_outbox.id" not in str(exc) or attempt == _ID_RETRIES - 1:
+                    raise
+                continue
+            break
+        for offset, (dispatch_id, _) in enumerate(generated):
+            row = chunk[offset]
+            if dispatch_id in inserted:
+                ids.append(dispatch_id)
+                fresh.append(
+                    studio_state.Transition(
+                        entity_type=ENTITY_TYPE,
+                        entity_id=dispatch_id,
+                        status=PENDING,
+                        reason_code=DispatchReason.ENQUEUED,
+                        created_at=now,
+                        reason_summary=f"enqueued kind={row.kind}",
+                        actor=actor,
+                    )
+                )
+            else:
+                assert row.dedup_key is not None
+                conflicted[len(ids)] = row.dedup_key
+                ids.append("")
+    if conflicted:
+        keys = sorted(set(conflicted.values()))
+        found: dict[str, str] = {}
+        for start in range(0, len(keys), _CHUNK):
+            part = keys[start : start + _CHUNK]
+            result = await conn.execute_fetchall(
+                "SELECT id, dedup_key FROM dispatch_outbox WHERE dedup_key IN "
+                f"({', '.join('?' * len(part))})",
+                part,
+            )
+            found.update({r["dedup_key"]: r["id"] for r in result})
+        for position, key in conflicted.items():
+            ids[position] = found[key]
+    await studio_state.record_transitions(conn, fresh)
+    return ids
+
+
+async def enqueue_dispatch(
+    conn: aiosqlite.Connection,
+    *,
+    kind: str,
+    deliver_to: str,
+    body: dict[str, Any] | None = None,
+    dedup_key: str | None = None,
+    ack_required: bool = False,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    expires_at: float | None = None,
+    session_id: str | None = None,
+    schedule_run_id: str | None = None,
+    clock: Clock = system_clock,
+    actor: str | None = None,
+) -> str:
+    """Add a ``pending`` dispatch and return its id.
+
+    Inside a transaction the caller has open on ``conn`` (``conn.in_transaction``), the row
+    and its ``dispatch.pending.enqueued`` transition are written into that transaction and
+    commit or roll back with the producer's own change; otherwise they commit in one
+    ``BEGIN IMMEDIATE`` transaction of their own. A ``dedup_key`` that already exists returns
+    the existing row's id (whatever its status) and writes nothing, also when another process
+    enqueues the same key at the same moment. ``session_id`` and ``schedule_run_id`` are
+    stored as given (soft references). Bad arguments raise :class:`InvalidDispatch` before
+    anything is written.
+    """
+    row = _validate(
+        kind=kind,
+        deliver_to=deliver_to,
+        body=body,
+        dedup_key=dedup_key,
+        ack_required=ack_required,
+        max_attempts=max_attempts,
+        expires_at=expires_at,
+        session_id=session_id,
+        schedule_run_id=schedule_run_id,
+    )
+    async with studio_state.write_transaction(conn):
+        ids = await _insert(conn, [row], clock(), actor or DEFAULT_ACTOR)
+    return ids[0]
+
+
+async def enqueue_many(
+    conn: aiosqlite.Connection,
+    items: Iterable[Mapping[str, Any]],
+    *,
+    clock: Clock = system_clock,
+    actor: str | None = None,
+) -> list[str]:
+    """Enqueue several dispatches in one transaction; returns their ids in order.
+
+    Each item holds the keyword arguments of :func:`enqueue_dispatch`. Every item is
+    validated before anything is written (an invalid one raises :class:`InvalidDispatch`
+    whose field is prefixed with ``items[i].``). Dedup applies across the database and within
+    the batch: a repeated key yields the first row's id.
+    """
+    rows: list[_NewRow] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise InvalidDispatch(f"items[{index}]", "must be a mapping of enqueue arguments")
+        unknown = sorted(set(item) - _ENQUEUE_KEYS)
+        if unknown:
+            raise InvalidDispatch(f"items[{index}].{unknown[0]}", "is not an enqueue argument")
+        args = {
+            "body": None,
+            "dedup_key": None,
+            "ack_required": False,
+            "max_attempts": DEFAULT_MAX_ATTEMPTS,
+            "expires_at": None,
+            "session_id": None,
+            "schedule_run_id": None,
+            "kind": None,
+            "deliver_to": None,
+        }
+        args.update(item)
+        try:
+            rows.append(_validate(**args))
+        except InvalidDispatch as exc:
+            raise InvalidDispatch(f"items[{index}].{exc.field}", exc.message) from None
+    if not rows:
+        return []
+    async with studio_state.write_transaction(conn):
+        return await _insert(conn, rows, clock(), actor or DEFAULT_ACTOR)

@@ -1,0 +1,148 @@
+"""Read-only views of the outbox: one row, lists, counts, backlog, next due time.
+
+Ack tokens are secrets between the outbox and the consumer: no view returns them, neither
+the ``ack_token`` column nor the copy inside the payload.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, cast
+
+import aiosqlite
+
+from studio_state import Clock, system_clock
+
+from ._constants import DISPATCH_STATUSES
+from ._exceptions import InvalidArgument
+
+_PUBLIC_COLUMNS = (
+    "id, kind, deliver_to, payload, dedup_key, status, attempt, max_attempts, "
+    "next_attempt_at, ack_required, session_id, schedule_run_id, last_error, created_at, "
+    "expires_at, updated_at"
+)
+
+
+def _public(row: object) -> dict[str, Any]:
+    out = dict(cast(Mapping[str, Any], row))
+    payload = out.get("payload")
+    if isinstance(payload, str):
+        decoded = json.loads(payload)
+        if isinstance(decoded, dict):
+            decoded.pop("ack_token", None)
+        out["payload"] = decoded
+    out["ack_required"] = bool(out["ack_required"])
+    return out
+
+
+def _filters(status: object, kind: object) -> tuple[str, list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        if status not in DISPATCH_STATUSES:
+            raise InvalidArgument(
+                "status", f"must be one of {', '.join(DISPATCH_STATUSES)}, got {status!r}"
+            )
+        where.append("status = ?")
+        params.append(status)
+    if kind is not None:
+        if not isinstance(kind, str) or not kind:
+            raise InvalidArgument("kind", "must be a non-empty string")
+        where.append("kind = ?")
+        params.append(kind)
+    return (f" WHERE {' AND '.join(where)}" if where else ""), params
+
+
+def _count_arg(field: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(field, f"must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise InvalidArgument(field, f"must be at least {minimum}, got {value}")
+    return value
+
+
+async def get_dispatch(conn: aiosqlite.Connection, dispatch_id: str) -> dict[str, Any] | None:
+    """Return one dispatch (payload decoded to a dict, no ack token), or None."""
+    rows = await conn.execute_fetchall(
+        f"SELECT {_PUBLIC_COLUMNS} FROM dispatch_outbox WHERE id = ?", (dispatch_id,)
+    )
+    for row in rows:
+        return _public(row)
+    return None
+
+
+async def list_dispatches(
+    conn: aiosqlite.Connection,
+    *,
+    status: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """Return dispatches, most recently enqueued first, optionally filtered.
+
+    Rows have the same shape as :func:`get_dispatch` (no ack token). An unknown ``status``
+    raises :class:`InvalidArgument`.
+    """
+    where, params = _filters(status, kind)
+    limit = _count_arg("limit", limit, 1)
+    offset = _count_arg("offset", offset, 0)
+    rows = await conn.execute_fetchall(
+        f"SELECT {_PUBLIC_COLUMNS} FROM dispatch_outbox{where} "
+        "ORDER BY rowid DESC LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    )
+    return [_public(row) for row in rows]
+
+
+async def count_dispatches(
+    conn: aiosqlite.Connection, *, status: str | None = None, kind: str | None = None
+) -> int:
+    """Return how many dispatches match the filters of :func:`list_dispatches`."""
+    where, params = _filters(status, kind)
+    rows = await conn.execute_fetchall(f"SELECT count(*) AS n FROM dispatch_outbox{where}", params)
+    return int(next(iter(rows))["n"])
+
+
+async def dispatch_backlog(
+    conn: aiosqlite.Connection, *, now: float | None = None, clock: Clock = system_clock
+) -> dict[str, Any]:
+    """Return the outbox's backlog for health reporting.
+
+    ``{"due": n, "oldest_due_at": t | None, "by_status": {status: n, …}}``: ``due`` counts
+    rows a delivery pass would pick up at ``now`` (pending and due, or delivering with a
+    lapsed lease), ``oldest_due_at`` is the earliest of their due times, and ``by_status``
+    has every status, zero included.
+    """
+    at = clock() if now is None else now
+    due_rows = await conn.execute_fetchall(
+        "SELECT count(*) AS n, min(next_attempt_at) AS oldest FROM dispatch_outbox "
+        "INDEXED BY idx_dispatch_outbox_due "
+        "WHERE status IN ('pending', 'delivering') AND next_attempt_at <= ?",
+        (at,),
+    )
+    due = next(iter(due_rows))
+    by_status = dict.fromkeys(DISPATCH_STATUSES, 0)
+    for row in await conn.execute_fetchall(
+        "SELECT status, count(*) AS n FROM dispatch_outbox GROUP BY status"
+    ):
+        by_status[row["status"]] = int(row["n"])
+    return {"due": int(due["n"]), "oldest_due_at": due["oldest"], "by_status": by_status}
+
+
+async def next_due_at(conn: aiosqlite.Connection) -> float | None:
+    """Return the earliest time a delivery pass has work, or None when there is none.
+
+    That is the earliest ``next_attempt_at`` of a ``pending`` or ``delivering`` row, or the
+    earliest ``expires_at`` of a ``pending`` row if that comes sooner (the row expires then).
+    """
+    rows = await conn.execute_fetchall(
+        "SELECT (SELECT min(next_attempt_at) FROM dispatch_outbox "
+        "INDEXED BY idx_dispatch_outbox_due WHERE status IN ('pending', 'delivering')) AS due, "
+        "(SELECT min(expires_at) FROM dispatch_outbox INDEXED BY idx_dispatch_outbox_expiry "
+        "WHERE status = 'pending' AND expires_at IS NOT NULL) AS expiry"
+    )
+    row = next(iter(rows))
+    times = [t for t in (row["due"], row["expiry"]) if t is not None]
+    return float(min(times)) if times else None

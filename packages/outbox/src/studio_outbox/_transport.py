@@ -1,0 +1,158 @@
+"""The argv ``notify_template`` transport: one child process per send, never a shell."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Sequence
+
+from ._constants import NOTIFY_TIMEOUT_SECONDS
+from ._exceptions import InvalidNotifyTemplate
+from .abc import DispatchEnvelope, TransportResult
+
+PAYLOAD_PLACEHOLDER = "{payload}"
+DELIVER_TO_PLACEHOLDER = "{deliver_to}"
+
+_STDERR_TAIL_BYTES = 8192
+# After the transport exits, how long to keep reading stderr: a grandchild that inherited the
+# pipe must not hold the send open (completion is the child's exit, not pipe EOF).
+_STDERR_DRAIN_SECONDS = 0.5
+
+
+def validate_notify_template(template: object) -> list[str]:
+    """Return ``template`` as a list of argv strings, or raise :class:`InvalidNotifyTemplate`.
+
+    A template is a non-empty list of strings whose first element (the program) is not blank;
+    no element may contain a NUL byte. ``{payload}`` and ``{deliver_to}`` are optional.
+    """
+    if isinstance(template, str | bytes) or not isinstance(template, Sequence):
+        raise InvalidNotifyTemplate(
+            f"must be a JSON list of argv strings, got {type(template).__name__}"
+        )
+    argv = list(template)
+    if not argv:
+        raise InvalidNotifyTemplate("must name at least the program to run")
+    for index, part in enumerate(argv):
+        if not isinstance(part, str):
+            raise InvalidNotifyTemplate(
+                f"element {index} must be a string, got {type(part).__name__}"
+            )
+        if "\x00" in part:
+            raise InvalidNotifyTemplate(f"element {index} contains a NUL byte")
+    if not argv[0].strip():
+        raise InvalidNotifyTemplate("element 0 (the program) must not be blank")
+    return argv
+
+
+def render_argv(template: Sequence[str], *, payload: str, deliver_to: str) -> list[str]:
+    """Substitute ``{payload}`` and ``{deliver_to}`` where an element is exactly a placeholder.
+
+    Elements that merely contain a placeholder (``--to={deliver_to}``) are left as they are, so
+    no value is ever spliced into another argument.
+    """
+    rendered: list[str] = []
+    for part in template:
+        if part == PAYLOAD_PLACEHOLDER:
+            rendered.append(payload)
+        elif part == DELIVER_TO_PLACEHOLDER:
+            rendered.append(deliver_to)
+        else:
+            rendered.append(part)
+    return rendered
+
+
+class CommandTransport:
+    """Runs the ``notify_template`` argv for every send (``create_subprocess_exec``, no shell).
+
+    The payload JSON goes in the ``{payload}`` element when the template has one, otherwise on
+    stdin (followed by a newline). Exit 0 is success. After ``timeout`` seconds the child's
+    whole process group is killed and the send fails. The failure text is the tail of the
+    child's stderr (or ``exit N``).
+    """
+
+    __slots__ = ("_payload_in_argv", "_template", "timeout")
+
+    def __init__(self, template: Sequence[str], *, timeout: float = NOTIFY_TIMEOUT_SECONDS) -> None:
+        self._template = validate_notify_template(template)
+        self._payload_in_argv = PAYLOAD_PLACEHOLDER in self._template
+        if not timeout > 0:
+            raise InvalidNotifyTemplate(f"timeout must be positive, got {timeout!r}")
+        self.timeout = float(timeout)
+
+    @property
+    def template(self) -> list[str]:
+        """A copy of the validated argv template."""
+        return list(self._template)
+
+    def __repr__(self) -> str:
+        return f"CommandTransport({self._template!r}, timeout={self.timeout})"
+
+    async def send(self, envelope: DispatchEnvelope) -> TransportResult:
+        """Run the template once for ``envelope``."""
+        argv = render_argv(self._template, payload=envelope.payload, deliver_to=envelope.deliver_to)
+        stdin_data = None if self._payload_in_argv else (envelope.payload + "\n").encode()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL if stdin_data is None else asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return TransportResult.failure(f"notify transport could not start {argv[0]!r}: {exc}")
+        tail = bytearray()
+        reader = asyncio.ensure_future(_read_tail(proc, tail))
+        try:
+            async with asyncio.timeout(self.timeout):
+                if stdin_data is not None:
+                    await _feed(proc, stdin_data)
+                returncode = await proc.wait()
+        except TimeoutError:
+            await _kill_group(proc)
+            reader.cancel()
+            return TransportResult.failure(
+                f"notify transport {argv[0]!r} timed out after {self.timeout:g}s and was killed"
+            )
+        except BaseException:
+            await _kill_group(proc)
+            reader.cancel()
+            raise
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(reader), _STDERR_DRAIN_SECONDS)
+        reader.cancel()
+        if returncode == 0:
+            return TransportResult.success()
+        text = tail.decode("utf-8", errors="replace").strip()
+        return TransportResult.failure(text or f"exit {returncode}")
+
+
+async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the transport exited without reading stdin: its exit code decides
+    finally:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.close()
+
+
+async def _read_tail(proc: asyncio.subprocess.Process, tail: bytearray) -> None:
+    assert proc.stderr is not None
+    while chunk := await proc.stderr.read(65536):
+        tail += chunk
+        if len(tail) > _STDERR_TAIL_BYTES:
+            del tail[: len(tail) - _STDERR_TAIL_BYTES]
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    await asyncio.shield(proc.wait())
