@@ -10,17 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 
@@ -144,57 +141,3 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen[str]
-    log: Path
-
-
-@pytest.fixture
-def server(studio: Studio, tmp_path: Path) -> Iterator[Server]:
-    """``studio serve`` on a free loopback port over the test database (1 s tick)."""
-    port = free_port()
-    env = dict(studio.env)
-    env.update(
-        LIONAGI_STUDIO_TICK_SECONDS="1",
-        LIONAGI_SCHEDULER_COMMAND_ALLOWLIST="python3",
-    )
-    log = tmp_path / "server.log"
-    with log.open("w") as sink:
-        process = subprocess.Popen(
-            [*STUDIO, "serve", "--host", "127.0.0.1", "--port", str(port), "--db", str(studio.db)],
-            env=env,
-            cwd=studio.workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        if process.poll() is not None:
-            raise AssertionError(f"studio serve exited {process.returncode}: {log.read_text()}")
-        try:
-            if httpx.get(f"{url}/api/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            process.kill()
-            raise AssertionError(f"studio serve did not come up: {log.read_text()}")
-        time.sleep(0.1)
-    studio.env["LIONAGI_STUDIO_URL"] = url
-    studio.env["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"] = "python3"
-    try:
-        yield Server(url=url, process=process, log=log)
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -56,6 +56,7 @@ def test_top_level_help_lists_every_group(studio: Studio) -> None:
 def test_every_command_has_help_in_process() -> None:
     """Each command's --help renders (checked in one process for speed)."""
     from click.testing import CliRunner
+
     from studio_cli import app
 
     runner = CliRunner()
@@ -104,6 +105,7 @@ def test_every_command_has_help_in_process() -> None:
 )
 def test_create_has_a_flag_for_every_field(flag: str) -> None:
     from click.testing import CliRunner
+
     from studio_cli import app
 
     create_help = CliRunner().invoke(app, ["schedule", "create", "--help"]).output
@@ -143,7 +145,9 @@ def test_python_dash_m_runs_the_same_cli(studio: Studio) -> None:
         (("dispatch", "ack", "abc"), "Missing argument 'TOKEN'"),
     ],
 )
-def test_usage_errors_exit_2_with_one_line(studio: Studio, args: tuple[str, ...], needle: str) -> None:
+def test_usage_errors_exit_2_with_one_line(
+    studio: Studio, args: tuple[str, ...], needle: str
+) -> None:
     result = studio.run(*args, expect=2)
     assert result.stdout == ""
     line = result.error_line

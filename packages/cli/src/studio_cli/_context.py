@@ -13,19 +13,20 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ._errors import EXIT_INTERRUPTED, CliError
 
 if TYPE_CHECKING:
     import aiosqlite
-    from studio_scheduler_core import ScheduleService, SchedulerSettings
+
+    from studio_scheduler_core import SchedulerSettings, ScheduleService
 
 T = TypeVar("T")
 
 DB_ENV = "LIONAGI_STUDIO_DB"
 URL_ENV = "LIONAGI_STUDIO_URL"
-TOKEN_ENV = "LIONAGI_STUDIO_AUTH_TOKEN"
+TOKEN_ENV = "LIONAGI_STUDIO_AUTH_TOKEN"  # noqa: S105 - the variable's name, not a secret
 INVOCATION_ENV = "LIONAGI_INVOCATION_ID"
 DEFAULT_URL = "http://127.0.0.1:8765"
 
@@ -37,11 +38,14 @@ def default_db_path() -> Path:
 def resolve_db_path(option: str | None) -> Path:
     """``--db`` if given, else ``$LIONAGI_STUDIO_DB``, else the default under ``~/.lionagi``."""
     if option:
-        return Path(option).expanduser()
-    env = os.environ.get(DB_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
-    return default_db_path()
+        path, source = Path(option).expanduser(), "--db"
+    elif os.environ.get(DB_ENV, "").strip():
+        path, source = Path(os.environ[DB_ENV].strip()).expanduser(), DB_ENV
+    else:
+        path, source = default_db_path(), "the default"
+    if path.is_dir():
+        raise CliError(f"database path is a directory: {path} (from {source})")
+    return path
 
 
 def resolve_server(url_option: str | None) -> tuple[str, str]:
@@ -92,7 +96,9 @@ def run_async(factory: Callable[[], Awaitable[T]]) -> T:
 
 
 @asynccontextmanager
-async def open_db(db_path: Path, *, outbox_only: bool = False) -> AsyncIterator[aiosqlite.Connection]:
+async def open_db(
+    db_path: Path, *, outbox_only: bool = False
+) -> AsyncIterator[aiosqlite.Connection]:
     """Open the database and apply every migration the command needs (idempotent).
 
     ``outbox_only`` migrates just studio-state and the outbox tables (dispatch commands work on
@@ -100,8 +106,6 @@ async def open_db(db_path: Path, *, outbox_only: bool = False) -> AsyncIterator[
     """
     from studio_state import connect
 
-    if db_path.exists() and db_path.is_dir():
-        raise CliError(f"database path is a directory: {db_path}")
     async with connect(db_path) as conn:
         if outbox_only:
             from studio_outbox import ensure_schema as outbox_schema

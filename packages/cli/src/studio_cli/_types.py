@@ -36,25 +36,21 @@ def parse_duration(text: str) -> int:
     return total
 
 
-class Duration(click.ParamType):
-    """Seconds as an integer, or a duration such as ``30s``, ``15m``, ``6h``, ``2d``, ``1h30m``."""
-
-    name = "DURATION"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_duration(str(value))
-        except ValueError:
-            self.fail(
-                f"{value!r} is not a duration (seconds, or e.g. 30s, 15m, 6h, 2d, 1h30m)",
-                param,
-                ctx,
-            )
+def duration_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """click callback: a DURATION option's text → seconds (BadParameter, exit 2, if invalid)."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not a duration (seconds, or e.g. 30s, 15m, 6h, 2d, 1h30m)"
+        ) from None
 
 
-DURATION = Duration()
+def duration_option(*names: str, help: str) -> Any:
+    """A click option taking a DURATION (seconds, or 30s / 15m / 6h / 2d / 1w / 1h30m)."""
+    return click.option(*names, metavar="DURATION", callback=duration_callback, help=help)
 
 
 def parse_json_flag(flag: str, text: str | None) -> Any:

@@ -61,7 +61,11 @@ def limit_option(default: int = 50) -> Callable[[F], F]:
 
 def offset_option(func: F) -> F:
     return click.option(
-        "--offset", type=click.IntRange(0), default=0, show_default=True, help="Skip this many rows."
+        "--offset",
+        type=click.IntRange(0),
+        default=0,
+        show_default=True,
+        help="Skip this many rows.",
     )(func)
 
 
@@ -108,7 +112,9 @@ def action_summary(schedule: Mapping[str, Any]) -> str:
     kind = str(schedule.get("action_kind"))
     if kind == "command":
         args = schedule.get("action_command_args") or []
-        return shorten(" ".join([f"command: {schedule.get('action_command')}", *map(str, args)]), 50)
+        return shorten(
+            " ".join([f"command: {schedule.get('action_command')}", *map(str, args)]), 50
+        )
     detail = schedule.get("action_playbook") or schedule.get("action_agent") or ""
     model = schedule.get("action_model")
     parts = [kind, *(str(p) for p in (detail, model) if p)]

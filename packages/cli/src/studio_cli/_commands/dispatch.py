@@ -18,7 +18,16 @@ from .._output import emit_json, fmt_time, print_record, print_rows, say, shorte
 from ._common import confirm_or_abort, db_option, json_option, limit_option, offset_option
 
 DISPATCH_STATUSES = ("pending", "delivering", "delivered", "acked", "dead_letter", "expired")
-_COLUMNS = ("ID", "KIND", "DELIVER TO", "STATUS", "ATTEMPT", "NEXT ATTEMPT", "CREATED", "LAST ERROR")
+_COLUMNS = (
+    "ID",
+    "KIND",
+    "DELIVER TO",
+    "STATUS",
+    "ATTEMPT",
+    "NEXT ATTEMPT",
+    "CREATED",
+    "LAST ERROR",
+)
 
 
 @click.group("dispatch")
@@ -76,7 +85,7 @@ def list_dispatches(
     if as_json:
         for row in rows:
             row.pop("payload", None)
-        emit_json({"dispatches": rows, "total": total})
+        emit_json({"dispatches": rows, "total": total, "limit": limit, "offset": offset})
         return
     table = [
         [

@@ -79,7 +79,7 @@ def list_schedules(
 
     rows, total = run_async(_list)
     if as_json:
-        emit_json({"schedules": rows, "total": total})
+        emit_json({"schedules": rows, "total": total, "limit": limit, "offset": offset})
         return
     print_rows(SCHEDULE_COLUMNS, schedule_rows(rows), empty="no schedules")
     if rows and total > len(rows):
@@ -191,7 +191,7 @@ def runs(
 
     rows, total = run_async(_runs)
     if as_json:
-        emit_json({"runs": rows, "total": total})
+        emit_json({"runs": rows, "total": total, "limit": limit, "offset": offset})
         return
     print_rows(RUN_COLUMNS, run_rows(rows), empty="no runs")
     if rows and total > len(rows):

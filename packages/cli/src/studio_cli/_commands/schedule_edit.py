@@ -14,7 +14,7 @@ from typing import IO, Any, TypeVar
 import click
 
 from .._context import open_service, resolve_db_path, run_async, scheduler_settings
-from .._types import DURATION, parse_json_flag
+from .._types import duration_option, parse_json_flag
 from ._common import db_option, json_option, show_schedule_result
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,10 +48,12 @@ CLEARABLE: dict[str, tuple[str, Any]] = {
 _FIELD_OPTIONS: list[Callable[[F], F]] = [
     click.option("--description", help="Free-text description."),
     click.option("--cron", metavar="EXPR", help="Cron trigger: a 5-field cron expression."),
-    click.option("--interval", type=DURATION, help="Interval trigger: seconds, or 30s/15m/6h/2d."),
+    duration_option("--interval", help="Interval trigger: seconds, or 30s/15m/6h/2d."),
     click.option("--github-repo", metavar="OWNER/NAME", help="GitHub pull-request poll trigger."),
-    click.option("--github-filter", metavar="JSON", help='PR filter, e.g. \'{"event": "pr_opened"}\'.'),
-    click.option("--poll-interval", type=DURATION, help="GitHub poll interval (default 300 s)."),
+    click.option(
+        "--github-filter", metavar="JSON", help='PR filter, e.g. \'{"event": "pr_opened"}\'.'
+    ),
+    duration_option("--poll-interval", help="GitHub poll interval (default 300 s)."),
     click.option(
         "--threshold",
         metavar="JSON",
@@ -85,7 +87,9 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
     click.option("--command-arg", multiple=True, help="Argument of the command (repeatable)."),
     click.option("--on-success", metavar="JSON", help="Follow-up overlay run after success."),
     click.option("--on-fail", metavar="JSON", help="Follow-up overlay run after failure/timeout."),
-    click.option("--missed-fire", type=click.Choice(["skip", "run_once"]), help="Missed-fire policy."),
+    click.option(
+        "--missed-fire", type=click.Choice(["skip", "run_once"]), help="Missed-fire policy."
+    ),
     click.option("--overlap", type=click.Choice(["skip", "allow"]), help="Overlap policy."),
     click.option("--max-runs", type=int, help="Disable after this many runs."),
     click.option("--once", is_flag=True, help="Run once (--max-runs 1)."),
@@ -114,7 +118,11 @@ def _read(stream: IO[str] | None) -> str | None:
 def _trigger_fields(opts: dict[str, Any]) -> dict[str, Any]:
     given = [
         flag
-        for flag, key in (("--cron", "cron"), ("--interval", "interval"), ("--github-repo", "github_repo"))
+        for flag, key in (
+            ("--cron", "cron"),
+            ("--interval", "interval"),
+            ("--github-repo", "github_repo"),
+        )
         if opts[key] is not None
     ]
     if len(given) > 1:
@@ -282,4 +290,3 @@ def update(
 
     result = run_async(_update)
     show_schedule_result("Updated", result, as_json=as_json, fields=sorted(changes))
-

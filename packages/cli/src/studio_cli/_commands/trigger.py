@@ -15,7 +15,7 @@ import click
 from .._context import TOKEN_ENV, URL_ENV, auth_token, resolve_server
 from .._errors import CliError, one_line
 from .._output import console, emit_json, fmt_duration, note, say
-from .._types import DURATION
+from .._types import duration_option
 from ._common import TERMINAL_RUN_STATUSES, json_option
 
 if TYPE_CHECKING:
@@ -64,9 +64,7 @@ class _Server:
     def check_auth(self, response: httpx.Response) -> None:
         if response.status_code in (401, 403):
             hint = (
-                f"check {TOKEN_ENV}"
-                if auth_token()
-                else f"set {TOKEN_ENV} to the server's token"
+                f"check {TOKEN_ENV}" if auth_token() else f"set {TOKEN_ENV} to the server's token"
             )
             raise CliError(
                 f"Studio at {self.url} refused the request ({response.status_code}"
@@ -121,16 +119,20 @@ def _resolve_schedule(server: _Server, ref: str) -> dict[str, Any]:
 
 def _fire(server: _Server, schedule_id: str) -> str:
     response = server.request(
-        "POST", f"/api/schedules/{schedule_id}/trigger", headers={"Content-Type": "application/json"}
+        "POST",
+        f"/api/schedules/{schedule_id}/trigger",
+        headers={"Content-Type": "application/json"},
     )
     server.check_auth(response)
     if response.status_code in (200, 201, 202):
         run_id: str = response.json()["run_id"]
         return run_id
     if response.status_code == 409:
-        body = response.json() if response.headers.get("content-type", "").startswith(
-            "application/json"
-        ) else {}
+        body = (
+            response.json()
+            if response.headers.get("content-type", "").startswith("application/json")
+            else {}
+        )
         reason = body.get("reason_code") if isinstance(body, dict) else None
         suffix = f" [{reason}]" if reason else ""
         raise CliError(f"trigger refused{suffix}: {_detail(response)}")
@@ -194,14 +196,12 @@ def _wait(server: _Server, run_id: str, timeout: int | None) -> dict[str, Any]:
 @click.command("trigger")
 @click.argument("schedule")
 @click.option("--wait", is_flag=True, help="Follow the run; exit 0 only if it completes.")
-@click.option("--timeout", type=DURATION, help="With --wait: give up waiting after this long.")
+@duration_option("--timeout", help="With --wait: give up waiting after this long.")
 @click.option(
     "--url", metavar="URL", help=f"Studio server (default ${URL_ENV}, else http://127.0.0.1:8765)."
 )
 @json_option
-def trigger(
-    schedule: str, wait: bool, timeout: int | None, url: str | None, as_json: bool
-) -> None:
+def trigger(schedule: str, wait: bool, timeout: int | None, url: str | None, as_json: bool) -> None:
     """Fire SCHEDULE now, through the running Studio server.
 
     \b
