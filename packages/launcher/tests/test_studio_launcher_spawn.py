@@ -72,9 +72,25 @@ report = {"stdin_null": same(0), "stdout_null": same(1), "stdin_data": data}
 json.dump(report, open(sys.argv[1], "w"))
 sys.stderr.write("STDERR-MARKER")
 """
-    exit_code, tail = await spawn_and_wait(py(code, str(report)), "inv000000001")
+    # Give this process a stdin with data and a stdout that is a real file, so that inheriting
+    # either would show.
+    feed = tmp_path / "stdin.txt"
+    feed.write_text("data the child must not see")
+    out = tmp_path / "stdout.txt"
+    saved = os.dup(0), os.dup(1)
+    with open(feed, "rb") as stdin_file, open(out, "wb") as stdout_file:
+        os.dup2(stdin_file.fileno(), 0)
+        os.dup2(stdout_file.fileno(), 1)
+        try:
+            exit_code, tail = await spawn_and_wait(py(code, str(report)), "inv000000001")
+        finally:
+            os.dup2(saved[0], 0)
+            os.dup2(saved[1], 1)
+            os.close(saved[0])
+            os.close(saved[1])
     assert exit_code == 0
     assert tail == "STDERR-MARKER"
+    assert out.read_bytes() == b""
     assert json.loads(report.read_text()) == {
         "stdin_null": True,
         "stdout_null": True,
