@@ -257,6 +257,9 @@ def test_fields_a_kind_does_not_send_are_ignored() -> None:
     assert validate_action(schedule, command_allowlist=["echo"]).kind == "command"
     action = validate_action({**FLOW_YAML, "action_model": "m", "action_prompt": "--"})
     assert action.kind == "flow_yaml"
+    # flow sends no --agent, play no --project: those fields are not argv, so not checked
+    assert validate_action({**FLOW, "action_agent": "-x"}).agent is None
+    assert validate_action({**PLAY, "action_project": "-p", "action_model": "-m"}).project is None
 
 
 def test_validated_action_fields() -> None:

@@ -161,7 +161,8 @@ async def spawn_and_wait(
     environment is ``env`` (default: this process's) plus ``LIONAGI_INVOCATION_ID``.
     ``on_spawn(pid)`` (sync or async) is called once the process exists; its exceptions are
     logged, not raised. The call returns when the child exits, even if a grandchild still
-    holds stderr; a negative exit code means the child died of that signal.
+    holds stderr (descendants still running then are left alone: a child may daemonise on
+    purpose); a negative exit code means the child died of that signal.
 
     On cancellation or when ``deadline_seconds`` pass, the whole process group gets SIGTERM,
     5 s grace, then SIGKILL, and :class:`asyncio.CancelledError` / :class:`DeadlineExceeded` is
@@ -174,16 +175,16 @@ async def spawn_and_wait(
         child_env[INVOCATION_ENV] = invocation_id
         read_fd, write_fd = os.pipe()
         try:
+            tail = _StderrTail(read_fd)
+        except BaseException:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
+        try:
             try:
                 proc = await _exec(list(argv), cwd, child_env, write_fd)
             finally:
-                os.close(write_fd)
-            tail = _StderrTail(read_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.close(read_fd)
-            raise
-        try:
+                os.close(write_fd)  # the child has its copy; EOF then means every writer is gone
             return await _supervise(proc, tail, invocation_id, deadline_seconds, on_spawn)
         finally:
             tail.close()

@@ -337,8 +337,15 @@ def validate_action(
         return ValidatedAction(kind=kind, playbook=playbook, prompt=prompt, extra_args=extras)
 
     model = _token("action_model", optional_str(schedule, "action_model"))
-    agent = _token("action_agent", optional_str(schedule, "action_agent"), path_like=True)
+    if kind in ("flow", "fanout"):
+        if model is None:
+            raise InvalidAction("action_model", f"is required for action_kind {kind!r}")
+        project = _token("action_project", optional_str(schedule, "action_project"), path_like=True)
+        return ValidatedAction(
+            kind=kind, model=model, project=project, prompt=prompt, extra_args=extras
+        )
 
+    agent = _token("action_agent", optional_str(schedule, "action_agent"), path_like=True)
     if kind == "engine":
         if agent is None:
             raise InvalidAction("action_agent", "is required for 'engine' (the engine kind)")
@@ -347,21 +354,14 @@ def validate_action(
             kind=kind, model=model, agent=agent, prompt=prompt, engine_options=options
         )
 
+    assert kind == "agent"
     project = _token("action_project", optional_str(schedule, "action_project"), path_like=True)
-    if kind == "agent":
-        if extras and model is None:
-            raise InvalidAction(
-                "action_extra_args",
-                "an agent without action_model takes no extra arguments: the child would read "
-                "the prompt as the model",
-            )
-        return ValidatedAction(
-            kind=kind, model=model, agent=agent, project=project, prompt=prompt, extra_args=extras
+    if extras and model is None:
+        raise InvalidAction(
+            "action_extra_args",
+            "an agent without action_model takes no extra arguments: the child would read "
+            "the prompt as the model",
         )
-
-    # flow / fanout
-    if model is None:
-        raise InvalidAction("action_model", f"is required for action_kind {kind!r}")
     return ValidatedAction(
-        kind=kind, model=model, project=project, prompt=prompt, extra_args=extras
+        kind=kind, model=model, agent=agent, project=project, prompt=prompt, extra_args=extras
     )
