@@ -2,7 +2,7 @@
 
 | error | status | body |
 |---|---|---|
-| request validation (body, query, path), malformed JSON | 422 | ``detail`` ``"<field>: <message>"``, ``field``, ``errors`` |
+| request validation (body, query, path), malformed or undecodable JSON | 422 | ``detail`` ``"<field>: <message>"``, ``field``, ``errors`` |
 | ``ScheduleValidationError``, ``LaunchError``, outbox ``InvalidDispatch``/``InvalidArgument`` | 422 | ``detail``, ``field`` |
 | ``ScheduleNotFound``, ``RunNotFound``, ``DispatchNotFound`` | 404 | ``detail`` |
 | ``ScheduleNameTaken`` | 409 | ``detail``, ``field="name"`` |
@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from studio_launcher import LaunchError
 from studio_outbox import (
@@ -91,6 +92,19 @@ async def _request_validation(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # FastAPI answers 400 for a body it cannot decode at all (not UTF-8, truncated); that
+        # is invalid input like any other malformed JSON.
+        return JSONResponse(
+            error_body(f"body: {exc.detail}", field="body"), status_code=422
+        )
+    return JSONResponse(
+        error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+    )
+
+
 async def _schedule_validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ScheduleValidationError)
     return JSONResponse(error_body(str(exc), field=exc.field), status_code=422)
@@ -150,6 +164,7 @@ async def _operational(request: Request, exc: Exception) -> JSONResponse:
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers of the table above on ``app``."""
     app.add_exception_handler(RequestValidationError, _request_validation)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(ScheduleValidationError, _schedule_validation)
     app.add_exception_handler(LaunchError, _launch_error)
     app.add_exception_handler(ScheduleNotFound, _not_found)

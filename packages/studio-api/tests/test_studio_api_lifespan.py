@@ -1,0 +1,240 @@
+"""The lifespan drives the engine: it starts before serving, fires while served, stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from studio_api.testing import StudioServer
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _create(studio: Any, body: dict[str, Any]) -> dict[str, Any]:
+    answer = studio.client.post("/api/schedules", json=body)
+    assert answer.status_code == 201, answer.text
+    return dict(answer.json())
+
+
+def _runs(studio: Any, schedule_id: str, **params: Any) -> list[dict[str, Any]]:
+    answer = studio.client.get(f"/api/schedules/{schedule_id}/runs", params=params)
+    assert answer.status_code == 200
+    return list(answer.json()["runs"])
+
+
+def test_the_engine_runs_while_served_and_stops_on_shutdown(
+    serve: Callable[..., Any], wait: Any
+) -> None:
+    studio = serve()
+    health = studio.client.get("/api/health").json()
+    assert health["status"] == "ok"
+    assert health["scheduler"]["running"] is True
+    assert health["scheduler"]["tick_seconds"] == 1
+    assert set(health["scheduler"]) >= {"last_tick_at", "in_flight", "due_backlog"}
+    assert set(health["dispatch"]) == {"backlog", "delivery_paused"}
+
+    def ticked_twice() -> float | None:
+        first = health["scheduler"]["last_tick_at"] or 0
+        now = studio.client.get("/api/health").json()["scheduler"]["last_tick_at"]
+        return now if now and now > first else None
+
+    wait(ticked_twice)
+    engine = studio.engine
+    studio.stop()
+    assert engine.health()["running"] is False
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{studio.base_url}/api/health", timeout=2)
+
+
+def test_a_schedule_fires_while_served(
+    studio: Any,
+    command_schedule: Callable[..., Any],
+    script: Callable[..., Path],
+    workdir: Path,
+    wait: Any,
+) -> None:
+    tick = script("tick.sh", "date +%s >> ticks.txt\n")
+    created = _create(studio, command_schedule("every-second", tick, interval_sec=1))
+
+    def two_completed() -> list[dict[str, Any]] | None:
+        runs = _runs(studio, created["id"], status="completed")
+        return runs if len(runs) >= 2 else None
+
+    runs = wait(two_completed, timeout=30)
+    assert all(r["exit_code"] == 0 for r in runs)
+    assert len((workdir / "ticks.txt").read_text().split()) >= 2
+    schedule = studio.client.get(f"/api/schedules/{created['id']}").json()
+    assert schedule["last_fired_at"] is not None
+
+
+def test_creating_a_schedule_wakes_the_tick(
+    serve: Callable[..., Any],
+    command_schedule: Callable[..., Any],
+    script: Callable[..., Path],
+    wait: Any,
+) -> None:
+    # With a 30 s tick, a schedule due in 1 s runs long before the next tick only if the
+    # create woke the engine.
+    studio = serve(tick_seconds=30)
+    time.sleep(1.5)  # let the first tick pass so the loop is asleep for ~30 s
+    ok = script("ok.sh", "exit 0\n")
+    created = _create(studio, command_schedule("soon", ok, interval_sec=1))
+    started = time.monotonic()
+    wait(lambda: _runs(studio, created["id"]), timeout=25)
+    assert time.monotonic() - started < 25
+
+
+def test_shutdown_cancels_a_running_fire(
+    serve: Callable[..., Any],
+    command_schedule: Callable[..., Any],
+    script: Callable[..., Path],
+    workdir: Path,
+    wait: Any,
+) -> None:
+    studio = serve(max_scheduled_concurrent=1)
+    slow = script("slow.sh", "sleep 60 &\necho $! > sleep.pid\nwait\n")
+    created = _create(studio, command_schedule("slow", slow))
+    run_id = studio.client.post(f"/api/schedules/{created['id']}/trigger").json()["run_id"]
+
+    def running() -> dict[str, Any] | None:
+        answer = studio.client.get(f"/api/schedules/runs/{run_id}")
+        if answer.status_code != 200:
+            return None
+        run = answer.json()
+        pid_file = workdir / "sleep.pid"
+        ready = run["status"] == "running" and run["child_pid"] and pid_file.exists()
+        return run if ready and pid_file.read_text().strip() else None
+
+    run = wait(running)
+    child_pid = int(run["child_pid"])
+    sleep_pid = int((workdir / "sleep.pid").read_text())
+    assert alive(child_pid) and alive(sleep_pid)
+
+    # the slot is held: limits show it, and a second manual fire is refused with a reason
+    limits = studio.client.get("/api/schedules/limits").json()
+    assert limits["in_flight"] == 1
+    assert [h["run_id"] for h in limits["holders"]] == [run_id]
+    other = _create(studio, command_schedule("other", slow))
+    refused = studio.client.post(f"/api/schedules/{other['id']}/trigger")
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["reason_code"] == "schedule.deferred.capacity"
+    health = studio.client.get("/api/health").json()["scheduler"]
+    assert health["in_flight"] == 1
+
+    studio.stop()
+
+    rows = studio.db_rows(
+        "SELECT status, status_reason_code, ended_at FROM schedule_runs WHERE id = ?", run_id
+    )
+    assert rows[0]["status"] == "cancelled"
+    assert rows[0]["status_reason_code"] == "run.cancelled.shutdown"
+    assert rows[0]["ended_at"] is not None
+    wait(lambda: not alive(child_pid) and not alive(sleep_pid), timeout=10)
+
+
+def test_a_second_server_on_the_same_database_refuses_to_start(
+    studio: Any, make_settings: Callable[..., Any]
+) -> None:
+    second = StudioServer(make_settings(db=studio.settings.db), log_level="critical")
+    with pytest.raises(RuntimeError, match="failed to start"):
+        second.start()
+    # the first one is unaffected
+    assert studio.client.get("/api/health").json()["scheduler"]["running"] is True
+
+
+def _clean_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LIONAGI_", "GITHUB_TOKEN"))
+    }
+    env["HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+def test_serve_on_a_fresh_machine_with_the_default_database(
+    tmp_path: Path, port: int, wait: Any
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "studio_api"],
+        env=_clean_env(home, LIONAGI_STUDIO_PORT=str(port)),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def healthy() -> dict[str, Any] | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited: {proc.communicate()}")
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2)
+            except httpx.TransportError:
+                return None
+            return dict(answer.json()) if answer.status_code == 200 else None
+
+        health = wait(healthy, timeout=60)
+        assert health["scheduler"]["running"] is True
+        assert (home / ".lionagi" / "studio" / "state.db").is_file()
+        created = httpx.post(
+            f"http://127.0.0.1:{port}/api/schedules",
+            json={
+                "name": "fresh",
+                "trigger_type": "cron",
+                "cron_expr": "0 0 * * *",
+                "action_kind": "agent",
+                "action_prompt": "hello",
+                "action_cwd": str(tmp_path),
+            },
+            timeout=10,
+        )
+        assert created.status_code == 201, created.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"LIONAGI_STUDIO_PORT": "eighty"}, "LIONAGI_STUDIO_PORT: "),
+        ({"LIONAGI_STUDIO_NOTIFY_TEMPLATE": "notify {payload}"}, "LIONAGI_STUDIO_NOTIFY_TEMPLATE: "),
+        ({"LIONAGI_STUDIO_HOST": "0.0.0.0"}, "LIONAGI_STUDIO_AUTH_TOKEN"),
+    ],
+)
+def test_invalid_settings_stop_startup_with_a_message(
+    tmp_path: Path, env: dict[str, str], expected: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "studio_api"],
+        env=_clean_env(tmp_path, LIONAGI_STUDIO_DB=str(tmp_path / "s.db"), **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "s.db").exists()
