@@ -1,7 +1,51 @@
-"""Studio's scheduler engine: schedules, triggers, admission gates, fires, follow-ups and recovery."""
+"""Studio's scheduler engine: schedules, triggers, admission gates, fires, follow-ups and recovery.
+
+:class:`SchedulerEngine` runs the loop (ADR-0070 D1-D4, DESIGN §5); :class:`ScheduleService`
+is the create/validate/update/enable/disable/delete surface the API and CLI share;
+:func:`report_usage` writes a child's usage evidence; :func:`ensure_schema` migrates every
+table Studio needs.
+"""
 
 from __future__ import annotations
 
 from .__about__ import __version__
+from ._cadence import preview_fire_times
+from ._engine import SchedulerEngine
+from ._exceptions import (
+    EngineLocked,
+    FireRefused,
+    InvalidSettings,
+    RunNotFound,
+    ScheduleNameTaken,
+    ScheduleNotFound,
+    SchedulerError,
+    ScheduleValidationError,
+)
+from ._followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
+from ._schema import ensure_schema
+from ._service import ScheduleService
+from ._settings import SchedulerSettings
+from ._triggers import CadenceTrigger, TriggerRegistry
+from ._usage import report_usage
 
-__all__ = ["__version__"]
+__all__ = [
+    "CadenceTrigger",
+    "EngineLocked",
+    "FireRefused",
+    "InvalidSettings",
+    "MAX_CHAIN_DEPTH",
+    "OVERLAY_KEYS",
+    "RunNotFound",
+    "ScheduleNameTaken",
+    "ScheduleNotFound",
+    "ScheduleService",
+    "ScheduleValidationError",
+    "SchedulerEngine",
+    "SchedulerError",
+    "SchedulerSettings",
+    "TriggerRegistry",
+    "__version__",
+    "ensure_schema",
+    "preview_fire_times",
+    "report_usage",
+]

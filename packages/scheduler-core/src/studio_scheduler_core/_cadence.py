@@ -1,0 +1,137 @@
+"""Cadence: when a schedule is next due, for each trigger type, and fire-time previews."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ._cron import CronError, check_expression, iso, next_after
+from ._exceptions import ScheduleValidationError
+
+DEFAULT_POLL_INTERVAL_SEC = 300
+
+
+def interval_next(due: float, interval: float, now: float) -> float:
+    """The first slot ``due + k*interval`` (k >= 1) strictly after ``now``: no drift.
+
+    Slots missed while busy are coalesced into the one returned.
+    """
+    if interval <= 0:
+        raise ValueError(f"interval must be positive, got {interval!r}")
+    k = max(1, math.floor((now - due) / interval) + 1)
+    nxt = due + k * interval
+    while nxt <= now:  # float rounding at the boundary
+        k += 1
+        nxt = due + k * interval
+    return nxt
+
+
+def poll_interval(schedule: Mapping[str, Any]) -> int:
+    """A github_poll schedule's poll interval in seconds (default 300)."""
+    value = schedule.get("poll_interval_sec")
+    return int(value) if value else DEFAULT_POLL_INTERVAL_SEC
+
+
+def first_fire_at(schedule: Mapping[str, Any], *, now: float, timezone: str) -> float | None:
+    """``next_fire_at`` of a schedule armed at ``now`` (creation, enable, trigger change)."""
+    trigger = schedule.get("trigger_type")
+    if trigger == "cron":
+        return next_after(str(schedule["cron_expr"]), timezone, now)
+    if trigger == "interval":
+        return now + int(schedule["interval_sec"])
+    if trigger == "github_poll":
+        return now
+    return None
+
+
+def advance(
+    schedule: Mapping[str, Any], *, due: float | None, now: float, timezone: str
+) -> float | None:
+    """``next_fire_at`` after the occurrence due at ``due`` was handled at ``now``.
+
+    Always strictly later than ``due`` (the occurrence guard relies on it) and than ``now``.
+    """
+    trigger = schedule.get("trigger_type")
+    ref = now if due is None else max(now, due)
+    if trigger == "cron":
+        return next_after(str(schedule["cron_expr"]), timezone, ref)
+    if trigger == "interval":
+        interval = int(schedule["interval_sec"])
+        return interval_next(now if due is None else due, interval, ref)
+    if trigger == "github_poll":
+        return ref + poll_interval(schedule)
+    return None
+
+
+def _entry(at: float, timezone: str) -> dict[str, Any]:
+    return {"at": at, "utc": iso(at), "local": iso(at, timezone)}
+
+
+def preview_times(
+    *,
+    trigger_type: str,
+    cron_expr: str | None = None,
+    interval_sec: int | None = None,
+    poll_interval_sec: int | None = None,
+    timezone: str = "UTC",
+    start: float,
+    n: int = 5,
+    first: float | None = None,
+) -> list[dict[str, Any]]:
+    """The next ``n`` fire times after ``start`` (``first``: a known next instant to begin at)."""
+    out: list[dict[str, Any]] = []
+    if n <= 0:
+        return out
+    if trigger_type == "cron":
+        if cron_expr is None:
+            raise ValueError("cron_expr is required for a cron preview")
+        at = start
+        for _ in range(n):
+            at = next_after(cron_expr, timezone, at)
+            out.append(_entry(at, timezone))
+        return out
+    if trigger_type in ("interval", "github_poll"):
+        step = interval_sec if trigger_type == "interval" else poll_interval_sec
+        step = int(step or (DEFAULT_POLL_INTERVAL_SEC if trigger_type == "github_poll" else 0))
+        if step <= 0:
+            raise ValueError("interval_sec must be a positive integer for an interval preview")
+        at = first if first is not None else start + step
+        if at < start:
+            at = interval_next(at, step, start)
+        for _ in range(n):
+            out.append(_entry(at, timezone))
+            at += step
+        return out
+    raise ValueError(f"unknown trigger_type {trigger_type!r}")
+
+
+def preview_fire_times(
+    *,
+    trigger_type: str,
+    cron_expr: str | None = None,
+    interval_sec: int | None = None,
+    timezone: str = "UTC",
+    start: float,
+    n: int = 5,
+) -> list[dict[str, Any]]:
+    """The next ``n`` fire times after ``start``: ``[{"at", "utc", "local"}]``.
+
+    For ``studio schedule preview --cron``. A bad expression or interval raises
+    :class:`ScheduleValidationError` naming ``cron_expr`` / ``interval_sec``.
+    """
+    if trigger_type == "cron":
+        try:
+            check_expression(cron_expr or "")
+            return preview_times(
+                trigger_type="cron", cron_expr=cron_expr, timezone=timezone, start=start, n=n
+            )
+        except CronError as exc:
+            raise ScheduleValidationError("cron_expr", str(exc)) from None
+    if trigger_type == "interval":
+        if isinstance(interval_sec, bool) or not isinstance(interval_sec, int) or interval_sec < 1:
+            raise ScheduleValidationError("interval_sec", "must be an integer >= 1")
+        return preview_times(
+            trigger_type="interval", interval_sec=interval_sec, timezone=timezone, start=start, n=n
+        )
+    raise ScheduleValidationError("trigger_type", "preview needs 'cron' or 'interval'")

@@ -1,0 +1,286 @@
+"""The schedule-evaluation concern: due rows through the index, per-type sources, the gates.
+
+Only due rows are read (``enabled = 1 AND next_fire_at <= now`` on the partial index, in
+keyset batches, at most :data:`MAX_DUE_PER_TICK` per tick; a tick that stops at the cap resumes
+where it stopped). Each row goes to the :class:`~studio_scheduler_core.abc.TriggerSource` of its
+``trigger_type`` and each occurrence through admission. Capacity deferrals are recorded on
+the 1st, 11th, 21st … consecutive deferral, batched into one transaction per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from studio_state import Transition, fetch_all
+
+from ._fire import FireEnv, Prepared, commit, prepare
+from ._gates import Admission, Decision, Reservation
+from ._occurrence import ScheduleClaim, skipped_run, write_records, write_skip
+from ._rows import decode_schedule
+from ._triggers import TriggerRegistry
+from .abc import Occurrence, TriggerSource
+
+logger = logging.getLogger("studio_scheduler_core")
+
+BATCH = 1000
+MAX_DUE_PER_TICK = 10_000
+DEFERRAL_RECORD_EVERY = 10
+MISSED_FIRE = "schedule.skipped.missed_fire"
+
+StartFire = Callable[[Prepared, Reservation | None], None]
+
+
+def due_query(types: tuple[str, ...], *, after: bool) -> str:
+    """The due-row query (uses ``idx_schedules_due``); ``after`` adds the keyset condition."""
+    placeholders = ", ".join("?" * len(types))
+    keyset = " AND (next_fire_at, id) > (?, ?)" if after else ""
+    return (
+        "SELECT * FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
+        f"{keyset} AND trigger_type IN ({placeholders}) ORDER BY next_fire_at, id LIMIT ?"
+    )
+
+
+class Evaluator:
+    """Evaluates due schedules and the startup missed-fire pass."""
+
+    def __init__(
+        self,
+        env: FireEnv,
+        admission: Admission,
+        registry: TriggerRegistry,
+        start_fire: StartFire,
+    ) -> None:
+        self._env = env
+        self._admission = admission
+        self._registry = registry
+        self._start_fire = start_fire
+        self._deferrals: dict[str, int] = {}
+        self._pending_records: list[tuple[dict[str, Any], Transition]] = []
+        self.backoff: dict[str, float] = {}
+        self.cursor: tuple[float, str] | None = None
+        self.blocked = False
+        self.more = False
+
+    @property
+    def timezone(self) -> str:
+        """The zone cron expressions are read in."""
+        return self._env.settings.timezone
+
+    async def _due_rows(self, now: float, after: tuple[float, str] | None, limit: int) -> list[Any]:
+        types = self._registry.types()
+        if not types:
+            return []
+        params: list[Any] = [now]
+        if after is not None:
+            params += list(after)
+        params += [*types, limit]
+        return await fetch_all(self._env.conn, due_query(types, after=after is not None), params)
+
+    async def evaluate(self, now: float) -> dict[str, int]:
+        """One evaluation pass over due rows; returns counts by outcome."""
+        counts: dict[str, int] = {}
+        self.blocked = False
+        self.more = False
+        self.backoff = {k: v for k, v in self.backoff.items() if v > now}
+        seen = 0
+        cursor = self.cursor
+        while seen < MAX_DUE_PER_TICK:
+            rows = await self._due_rows(now, cursor, min(BATCH, MAX_DUE_PER_TICK - seen))
+            if not rows:
+                cursor = None
+                break
+            seen += len(rows)
+            cursor = (rows[-1]["next_fire_at"], rows[-1]["id"])
+            for row in rows:
+                outcome = await self._evaluate_row(row, now)
+                counts[outcome] = counts.get(outcome, 0) + 1
+            await self._flush_records()
+            if len(rows) < BATCH:
+                cursor = None
+                break
+        else:
+            self.more = True
+        self.cursor = cursor if self.more else None
+        return counts
+
+    async def _evaluate_row(self, row: Any, now: float) -> str:
+        sid = str(row["id"])
+        if sid in self.backoff:
+            return "backoff"
+        source = self._registry.get(str(row["trigger_type"]))
+        if source is None:
+            return "unhandled"
+        try:
+            schedule = decode_schedule(row)
+            occurrences = await source.occurrences(
+                self._env.conn, schedule, now=now, timezone=self.timezone
+            )
+            outcome = "empty"
+            for occurrence in occurrences:
+                outcome = await self.handle(source, occurrence, now)
+                if outcome in ("defer", "disable", "lost"):
+                    break
+            return outcome
+        except Exception:
+            logger.exception("evaluating schedule %s failed; retrying after a tick", sid)
+            self.backoff[sid] = now + self._env.settings.tick_seconds
+            return "error"
+
+    def _claim(
+        self, source: TriggerSource, occ: Occurrence, now: float, *, advance: bool
+    ) -> ScheduleClaim:
+        schedule = occ.schedule
+        nxt = (
+            source.next_fire_at(schedule, due=occ.due_at, now=now, timezone=self.timezone)
+            if advance and occ.advance
+            else None
+        )
+        return ScheduleClaim(
+            "occurrence",
+            str(schedule["id"]),
+            due_at=occ.due_at,
+            next_fire_at=nxt,
+            set_next=advance and occ.advance,
+            stamp_fired=False,
+            updates=occ.schedule_updates,
+            guards=occ.guards,
+        )
+
+    async def handle(
+        self, source: TriggerSource, occ: Occurrence, now: float, *, kind: str = "scheduled"
+    ) -> str:
+        """Admit one occurrence and act on the decision; returns the outcome name."""
+        schedule = occ.schedule
+        sid = str(schedule["id"])
+        decision = await self._admission.admit(schedule, now=now, path=kind)
+        if decision.outcome != "defer":
+            self._deferrals.pop(sid, None)
+        if decision.outcome == "fire":
+            return await self._fire(source, occ, decision, now, kind)
+        if decision.outcome == "defer":
+            self._defer(schedule, decision, now)
+            return "defer"
+        if decision.outcome == "advance":
+            claim = self._claim(source, occ, now, advance=True)
+            claim = replace(claim, updates={**claim.updates, "last_evaluated_at": now})
+            won = await write_skip(self._env.conn, claim=claim, run=None, transitions=(), now=now)
+            return "advance" if won else "lost"
+        run, transition = skipped_run(
+            schedule_id=sid,
+            action_kind=str(schedule["action_kind"]),
+            reason_code=decision.reason_code,
+            summary=decision.message,
+            context={**occ.trigger_context, "skipped": decision.reason_code},
+            now=now,
+            metadata=decision.metadata,
+        )
+        if decision.outcome == "skip":
+            claim = self._claim(source, occ, now, advance=True)
+            won = await write_skip(
+                self._env.conn, claim=claim, run=run, transitions=[transition], now=now
+            )
+            return "skip" if won else "lost"
+        # disable: budget exhausted writes a skipped run; max_runs writes none.
+        claim = self._claim(source, occ, now, advance=False)
+        with_run = decision.reason_code == "schedule.budget.exhausted"
+        won = await write_skip(
+            self._env.conn,
+            claim=claim,
+            run=run if with_run else None,
+            transitions=[transition] if with_run else [],
+            now=now,
+            disable=(decision.reason_code, decision.message),
+        )
+        return "disable" if won else "lost"
+
+    async def _fire(
+        self, source: TriggerSource, occ: Occurrence, decision: Decision, now: float, kind: str
+    ) -> str:
+        reservation = decision.reservation
+        assert reservation is not None
+        try:
+            context = {**occ.trigger_context, **decision.context}
+            fire = prepare(self._env, occ.schedule, context, kind=kind)
+            reservation.run_id = fire.run_id
+            claim = self._claim(source, occ, now, advance=True)
+            claim = replace(claim, stamp_fired=True)
+            won = await commit(self._env, fire, claim)
+        except BaseException:
+            reservation.release()
+            raise
+        if not won:
+            reservation.release()
+            return "lost"
+        self._start_fire(fire, reservation)
+        return "fire"
+
+    def _defer(self, schedule: dict[str, Any] | Any, decision: Decision, now: float) -> None:
+        sid = str(schedule["id"])
+        count = self._deferrals.get(sid, 0) + 1
+        self._deferrals[sid] = count
+        self.blocked = True
+        if count % DEFERRAL_RECORD_EVERY == 1:
+            self._pending_records.append(
+                skipped_run(
+                    schedule_id=sid,
+                    action_kind=str(schedule["action_kind"]),
+                    reason_code=decision.reason_code,
+                    summary=f"{decision.message}; still due, retried when a slot frees",
+                    context={"deferred": decision.reason_code, "fired_at": now},
+                    now=now,
+                    metadata={**decision.metadata, "deferral_count": count},
+                )
+            )
+
+    async def _flush_records(self) -> None:
+        records, self._pending_records = self._pending_records, []
+        await write_records(self._env.conn, records)
+
+    async def missed_fires(self, now: float) -> dict[str, int]:
+        """Startup: apply each due row's missed_fire_policy once (skip, or run_once)."""
+        counts: dict[str, int] = {}
+        cursor: tuple[float, str] | None = None
+        while True:
+            rows = await self._due_rows(now, cursor, BATCH)
+            if not rows:
+                break
+            cursor = (rows[-1]["next_fire_at"], rows[-1]["id"])
+            for row in rows:
+                source = self._registry.get(str(row["trigger_type"]))
+                if source is None or not source.missed_fire_applies:
+                    continue
+                try:
+                    outcome = await self._missed(source, decode_schedule(row), now)
+                except Exception:
+                    logger.exception("missed-fire handling of schedule %s failed", row["id"])
+                    outcome = "error"
+                counts[outcome] = counts.get(outcome, 0) + 1
+            await self._flush_records()
+            if len(rows) < BATCH:
+                break
+        return counts
+
+    async def _missed(self, source: TriggerSource, schedule: dict[str, Any], now: float) -> str:
+        due = schedule.get("next_fire_at")
+        if schedule.get("missed_fire_policy") == "run_once":
+            context = {"missed_recovery": True, "missed_fire_at": due, "fired_at": now}
+            occ = Occurrence(schedule=schedule, due_at=due, trigger_context=context)
+            return await self.handle(source, occ, now, kind="missed_fire")
+        occ = Occurrence(schedule=schedule, due_at=due, trigger_context={})
+        run, transition = skipped_run(
+            schedule_id=str(schedule["id"]),
+            action_kind=str(schedule["action_kind"]),
+            reason_code=MISSED_FIRE,
+            summary="the occurrence fell due while the scheduler was not running",
+            context={"skipped_missed_fire": True, "missed_fire_at": due, "checked_at": now},
+            now=now,
+            metadata={"missed_fire_policy": "skip", "missed_fire_at": due},
+        )
+        claim = self._claim(source, occ, now, advance=True)
+        won = await write_skip(
+            self._env.conn, claim=claim, run=run, transitions=[transition], now=now
+        )
+        return "skip" if won else "lost"

@@ -1,0 +1,81 @@
+"""Errors raised by studio-scheduler-core.
+
+SchedulerError
+ ├── ScheduleValidationError (ValueError)   bad schedule input; ``.field`` names the field
+ ├── InvalidSettings (ValueError)           a SchedulerSettings value is out of range
+ ├── ScheduleNotFound (LookupError)         no schedule with that id (or name)
+ ├── ScheduleNameTaken                      another schedule already has that name
+ ├── RunNotFound (LookupError)              no schedule run with that id
+ ├── FireRefused                            a manual fire was refused; ``.reason_code`` says why
+ └── EngineLocked                           another engine holds the database's lock
+"""
+
+from __future__ import annotations
+
+
+class SchedulerError(Exception):
+    """Base class of every studio-scheduler-core error."""
+
+
+class ScheduleValidationError(SchedulerError, ValueError):
+    """A schedule (or usage report) field is invalid; nothing was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class InvalidSettings(SchedulerError, ValueError):
+    """A :class:`SchedulerSettings` value is invalid; ``.field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class ScheduleNotFound(SchedulerError, LookupError):
+    """No schedule has this id (or name)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"schedule {schedule_id!r} not found")
+
+
+class ScheduleNameTaken(SchedulerError):
+    """Another schedule already uses this name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"name: a schedule named {name!r} already exists")
+
+
+class RunNotFound(SchedulerError, LookupError):
+    """No schedule run has this id."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"schedule run {run_id!r} not found")
+
+
+class FireRefused(SchedulerError):
+    """A manual fire was refused by an admission gate (nothing was written)."""
+
+    def __init__(self, reason_code: str, message: str) -> None:
+        self.reason_code = reason_code
+        self.message = message
+        super().__init__(f"{reason_code}: {message}")
+
+
+class EngineLocked(SchedulerError):
+    """Another :class:`SchedulerEngine` already runs on this database."""
+
+    def __init__(self, holder_pid: int | None, lock_path: str) -> None:
+        self.holder_pid = holder_pid
+        self.lock_path = lock_path
+        holder = f"pid {holder_pid}" if holder_pid is not None else "an unknown process"
+        super().__init__(
+            f"another scheduler engine ({holder}) holds {lock_path}; "
+            "only one engine may run per database"
+        )

@@ -1,0 +1,75 @@
+"""Follow-ups (ADR-0070 D4): overlay keys, the merged child action and its trigger context."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+MAX_CHAIN_DEPTH = 10
+"""A run at this depth never launches a further follow-up."""
+
+OVERLAY_KEYS: Mapping[str, str] = {
+    "kind": "action_kind",
+    "action_kind": "action_kind",
+    "model": "action_model",
+    "prompt": "action_prompt",
+    "agent": "action_agent",
+    "playbook": "action_playbook",
+    "project": "action_project",
+    "command": "action_command",
+    "command_args": "action_command_args",
+    "flow_yaml": "action_flow_yaml",
+    "on_success": "on_success",
+    "on_fail": "on_fail",
+}
+"""Allowed ``on_success``/``on_fail`` keys and the schedule column each one overrides."""
+
+SUCCESS_STATUSES = frozenset({"completed"})
+FAILURE_STATUSES = frozenset({"failed", "timed_out"})
+
+
+def apply_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """The child's action row: ``parent`` with the overlay's columns replaced.
+
+    Only the allowed keys are applied (anything else was refused at creation); ``kind`` and
+    ``action_kind`` set the kind (``playbook`` is normalised to ``play``). The parent's own
+    ``on_success``/``on_fail`` are inherited unless the overlay sets them (``null`` clears).
+    """
+    child = dict(parent)
+    for key, column in OVERLAY_KEYS.items():
+        if key in overlay:
+            child[column] = overlay[key]
+    if child.get("action_kind") == "playbook":
+        child["action_kind"] = "play"
+    return child
+
+
+def select_follow_up(
+    schedule: Mapping[str, Any], run_status: str, depth: int
+) -> Mapping[str, Any] | None:
+    """The overlay to run after a run at ``depth`` ended in ``run_status``, if any.
+
+    ``on_success`` after ``completed``; ``on_fail`` after ``failed`` or ``timed_out``; nothing
+    after ``cancelled`` (or any other status), and nothing once ``depth`` reaches the cap.
+    """
+    if depth >= MAX_CHAIN_DEPTH:
+        return None
+    if run_status in SUCCESS_STATUSES:
+        overlay = schedule.get("on_success")
+    elif run_status in FAILURE_STATUSES:
+        overlay = schedule.get("on_fail")
+    else:
+        return None
+    return overlay if isinstance(overlay, Mapping) and overlay else None
+
+
+def child_context(
+    parent_context: Mapping[str, Any], *, parent_run_id: str, exit_code: int | None, status: str
+) -> dict[str, Any]:
+    """The follow-up's trigger context: the parent's plus chain_from/parent_exit_code/status."""
+    return {
+        **parent_context,
+        "chain_from": parent_run_id,
+        "parent_exit_code": exit_code,
+        "parent_status": status,
+    }

@@ -1,0 +1,215 @@
+"""Admission (ADR-0070 D2, DESIGN §5.3): threshold → overlap → budget → max_runs → slot.
+
+:class:`Admission` holds the in-process bookkeeping (in-flight top-level fires per schedule,
+max_runs claims, global slot holders) and returns a :class:`Decision` with a reason code.
+An admitted decision carries a :class:`Reservation`, released idempotently by the fire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiosqlite
+
+from ._settings import SchedulerSettings
+from ._store import fired_run_count
+from ._usage import schedule_spend
+from .abc import ThresholdGate
+
+Outcome = Literal["fire", "skip", "defer", "advance", "disable"]
+
+OVERLAP = "schedule.skipped.overlap"
+BUDGET_EXHAUSTED = "schedule.budget.exhausted"
+BUDGET_PENDING = "schedule.deferred.budget_pending"
+MAX_RUNS = "schedule.disabled.max_runs"
+CAPACITY = "schedule.deferred.capacity"
+THRESHOLD = "schedule.threshold.not_breached"
+
+
+@dataclass
+class Reservation:
+    """What an admitted fire holds: its overlap registration, max_runs claim and slot."""
+
+    admission: Admission
+    schedule_id: str
+    token: int
+    path: str
+    since: float
+    max_runs_claim: bool
+    slot: bool
+    run_id: str | None = None
+    released_claim: bool = False
+    released: bool = False
+
+    def release_max_runs(self) -> None:
+        """Drop the max_runs claim (once the terminal run row counts instead). Idempotent."""
+        if self.max_runs_claim and not self.released_claim:
+            self.released_claim = True
+            self.admission._drop_claim(self.schedule_id)
+
+    def release(self) -> None:
+        """Release everything still held. Idempotent."""
+        self.release_max_runs()
+        if not self.released:
+            self.released = True
+            self.admission._drop(self)
+
+
+@dataclass
+class Decision:
+    """An admission verdict: ``outcome`` with ``reason_code``; ``reservation`` when admitted."""
+
+    outcome: Outcome
+    reason_code: str = ""
+    message: str = ""
+    reservation: Reservation | None = None
+    context: Mapping[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Admission:
+    """The admission gates and their in-process reservations (single engine per database)."""
+
+    def __init__(
+        self, conn: aiosqlite.Connection, settings: SchedulerSettings, threshold: ThresholdGate
+    ) -> None:
+        self._conn = conn
+        self._settings = settings
+        self._threshold = threshold
+        self._tokens = itertools.count(1)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.running: dict[str, dict[int, Reservation]] = {}
+        self._claims: dict[str, int] = {}
+        self.slots: dict[int, Reservation] = {}
+
+    @property
+    def cap(self) -> int:
+        """The global cap on concurrently held scheduled slots."""
+        return self._settings.max_scheduled_concurrent
+
+    def slot_free(self) -> bool:
+        """Whether a global slot is free right now."""
+        return len(self.slots) < self.cap
+
+    def in_flight(self, schedule_id: str) -> int:
+        """Top-level fires of ``schedule_id`` currently admitted in this process."""
+        return len(self.running.get(schedule_id, ()))
+
+    def holders(self) -> list[dict[str, Any]]:
+        """Current slot holders, oldest first."""
+        return [
+            {"schedule_id": r.schedule_id, "run_id": r.run_id, "since": r.since, "path": r.path}
+            for r in sorted(self.slots.values(), key=lambda r: r.token)
+        ]
+
+    def _drop_claim(self, schedule_id: str) -> None:
+        left = self._claims.get(schedule_id, 0) - 1
+        if left > 0:
+            self._claims[schedule_id] = left
+        else:
+            self._claims.pop(schedule_id, None)
+
+    def _drop(self, reservation: Reservation) -> None:
+        fires = self.running.get(reservation.schedule_id)
+        if fires is not None:
+            fires.pop(reservation.token, None)
+            if not fires:
+                del self.running[reservation.schedule_id]
+        self.slots.pop(reservation.token, None)
+
+    def _lock(self, schedule_id: str) -> asyncio.Lock:
+        lock = self._locks.get(schedule_id)
+        if lock is None:
+            lock = self._locks[schedule_id] = asyncio.Lock()
+        return lock
+
+    async def admit(
+        self, schedule: Mapping[str, Any], *, now: float, manual: bool = False, path: str = ""
+    ) -> Decision:
+        """Run the gates in order for one occurrence (or a manual fire) of ``schedule``."""
+        sid = str(schedule["id"])
+        async with self._lock(sid):
+            return await self._gates(schedule, now=now, manual=manual, path=path)
+
+    async def _gates(
+        self, schedule: Mapping[str, Any], *, now: float, manual: bool, path: str
+    ) -> Decision:
+        sid = str(schedule["id"])
+        context: Mapping[str, Any] = {}
+        if not manual and schedule.get("threshold_config"):
+            verdict = await self._threshold.evaluate(self._conn, schedule, now=now)
+            if not verdict.fire:
+                return Decision("advance", THRESHOLD, verdict.reason)
+            context = verdict.context
+
+        if not manual and schedule.get("overlap_policy") == "skip" and self.in_flight(sid):
+            return Decision(
+                "skip",
+                OVERLAP,
+                "a run of this schedule is still in flight",
+                metadata={"overlap_policy": "skip"},
+            )
+
+        budget_usd, budget_tokens = schedule.get("budget_usd"), schedule.get("budget_tokens")
+        if budget_usd is not None or budget_tokens is not None:
+            if self.in_flight(sid):
+                # Usage lands when a run ends: admitting a second fire before then could
+                # overshoot the budget by more than one fire.
+                return Decision(
+                    "defer", BUDGET_PENDING, "waiting for the in-flight run's usage evidence"
+                )
+            cost, tokens = await schedule_spend(self._conn, sid)
+            if (budget_usd is not None and cost >= float(budget_usd)) or (
+                budget_tokens is not None and tokens >= int(budget_tokens)
+            ):
+                return Decision(
+                    "disable",
+                    BUDGET_EXHAUSTED,
+                    f"budget exhausted: spent ${cost:.4f} and {tokens} tokens "
+                    f"(budget_usd={budget_usd}, budget_tokens={budget_tokens})",
+                    metadata={
+                        "cost_usd": cost,
+                        "tokens": tokens,
+                        "budget_usd": budget_usd,
+                        "budget_tokens": budget_tokens,
+                    },
+                )
+
+        max_runs = schedule.get("max_runs")
+        if max_runs is not None:
+            fired = await fired_run_count(self._conn, sid) + self._claims.get(sid, 0)
+            if fired >= int(max_runs):
+                return Decision(
+                    "disable",
+                    MAX_RUNS,
+                    f"max_runs reached ({fired} of {max_runs})",
+                    metadata={"max_runs": max_runs, "fired": fired},
+                )
+
+        if not self.slot_free():
+            return Decision(
+                "defer",
+                CAPACITY,
+                f"global concurrent-fire cap reached ({len(self.slots)}/{self.cap})",
+                metadata={"in_flight": len(self.slots), "cap": self.cap},
+            )
+
+        token = next(self._tokens)
+        reservation = Reservation(
+            admission=self,
+            schedule_id=sid,
+            token=token,
+            path=path or ("manual" if manual else "scheduled"),
+            since=now,
+            max_runs_claim=max_runs is not None,
+            slot=True,
+        )
+        self.running.setdefault(sid, {})[token] = reservation
+        self.slots[token] = reservation
+        if max_runs is not None:
+            self._claims[sid] = self._claims.get(sid, 0) + 1
+        return Decision("fire", reservation=reservation, context=context)

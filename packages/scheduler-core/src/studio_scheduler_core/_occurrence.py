@@ -1,0 +1,250 @@
+"""The writes of an occurrence: one guarded transaction each (DESIGN §5.4).
+
+A fire's invocation row, its run row, their transition rows and the cadence advance commit
+together, guarded on the schedule's ``next_fire_at``; a lost guard means someone else handled
+this occurrence and nothing is written. Skips, threshold no-fires and deferral records use the
+same shape, so no path leaves half an occurrence behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiosqlite
+
+from studio_state import Transition, fetch_value, new_id, record_transitions, write_transaction
+
+from ._rows import dumps
+
+ClaimKind = Literal["occurrence", "manual", "follow_up"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleClaim:
+    """What a write does to (and requires of) the schedule row.
+
+    ``occurrence``: guarded on ``enabled = 1`` and ``next_fire_at = due_at`` (``guard_due``),
+    writes ``next_fire_at`` (``set_next``) and ``last_fired_at``. ``manual``: writes only
+    ``last_fired_at`` (a manual fire is not an occurrence and leaves the cadence alone).
+    ``follow_up``: the schedule must still exist; nothing about it is written.
+    """
+
+    kind: ClaimKind
+    schedule_id: str
+    due_at: float | None = None
+    guard_due: bool = True
+    next_fire_at: float | None = None
+    set_next: bool = True
+    stamp_fired: bool = True
+    updates: Mapping[str, Any] = field(default_factory=dict)
+    guards: Mapping[str, Any] = field(default_factory=dict)
+
+
+async def _apply_claim(conn: aiosqlite.Connection, claim: ScheduleClaim, now: float) -> bool:
+    if claim.kind == "follow_up":
+        found = await fetch_value(
+            conn, "SELECT 1 FROM schedules WHERE id = ?", (claim.schedule_id,)
+        )
+        return found is not None
+    sets: dict[str, Any] = {"updated_at": now}
+    if claim.stamp_fired:
+        sets["last_fired_at"] = now
+    where = ["id = ?"]
+    params: list[Any] = [claim.schedule_id]
+    if claim.kind == "occurrence":
+        if claim.set_next:
+            sets["next_fire_at"] = claim.next_fire_at
+        where.append("enabled = 1")
+        if claim.guard_due:
+            if claim.due_at is None:
+                where.append("next_fire_at IS NULL")
+            else:
+                where.append("next_fire_at = ?")
+                params.append(claim.due_at)
+    sets.update(claim.updates)
+    for column, value in claim.guards.items():
+        if value is None:
+            where.append(f"{column} IS NULL")
+        else:
+            where.append(f"{column} = ?")
+            params.append(value)
+    cursor = await conn.execute(
+        f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in sets)} WHERE {' AND '.join(where)}",
+        [*sets.values(), *params],
+    )
+    applied = cursor.rowcount == 1
+    await cursor.close()
+    return applied
+
+
+_RUN_COLUMNS = (
+    "id",
+    "schedule_id",
+    "invocation_id",
+    "trigger_context",
+    "action_kind",
+    "action_args",
+    "status",
+    "exit_code",
+    "chain_parent_id",
+    "chain_depth",
+    "fired_at",
+    "ended_at",
+    "error_detail",
+    "created_at",
+    "updated_at",
+    "status_reason_code",
+    "status_reason_summary",
+    "status_evidence_refs",
+)
+_INSERT_RUN = (
+    f"INSERT INTO schedule_runs ({', '.join(_RUN_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})"
+)
+_INV_COLUMNS = (
+    "id",
+    "schedule_run_id",
+    "skill",
+    "status",
+    "prompt",
+    "started_at",
+    "ended_at",
+    "status_reason_code",
+    "status_reason_summary",
+    "created_at",
+    "updated_at",
+)
+_INSERT_INV = (
+    f"INSERT INTO invocations ({', '.join(_INV_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_INV_COLUMNS))})"
+)
+
+
+def run_params(run: Mapping[str, Any]) -> tuple[Any, ...]:
+    """INSERT parameters of a run dict (JSON columns encoded)."""
+    values = []
+    for column in _RUN_COLUMNS:
+        value = run.get(column)
+        if column in ("trigger_context", "action_args", "status_evidence_refs"):
+            value = dumps(value)
+        values.append(value)
+    return tuple(values)
+
+
+async def commit_fire(
+    conn: aiosqlite.Connection,
+    *,
+    claim: ScheduleClaim,
+    run: Mapping[str, Any],
+    invocation: Mapping[str, Any] | None,
+    transitions: Sequence[Transition],
+    now: float,
+) -> bool:
+    """The occurrence transaction: claim + invocation + run + transitions, or nothing."""
+    async with write_transaction(conn):
+        if not await _apply_claim(conn, claim, now):
+            return False
+        if invocation is not None:
+            await conn.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
+        await conn.execute(_INSERT_RUN, run_params(run))
+        await record_transitions(conn, transitions)
+        return True
+
+
+def skipped_run(
+    *,
+    schedule_id: str,
+    action_kind: str,
+    reason_code: str,
+    summary: str,
+    context: Mapping[str, Any],
+    now: float,
+    metadata: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], Transition]:
+    """A ``skipped`` run row and its transition row (not yet written)."""
+    run_id = new_id()
+    run = {
+        "id": run_id,
+        "schedule_id": schedule_id,
+        "trigger_context": dict(context),
+        "action_kind": action_kind,
+        "action_args": [],
+        "status": "skipped",
+        "chain_depth": 0,
+        "fired_at": now,
+        "ended_at": now,
+        "created_at": now,
+        "updated_at": now,
+        "status_reason_code": reason_code,
+        "status_reason_summary": summary,
+        "status_evidence_refs": [{"kind": "schedule", "id": schedule_id}],
+    }
+    transition = Transition(
+        entity_type="schedule_run",
+        entity_id=run_id,
+        status="skipped",
+        reason_code=reason_code,
+        reason_summary=summary,
+        evidence_refs=[{"kind": "schedule", "id": schedule_id}],
+        actor="scheduler",
+        metadata=metadata,
+        created_at=now,
+    )
+    return run, transition
+
+
+async def write_skip(
+    conn: aiosqlite.Connection,
+    *,
+    claim: ScheduleClaim,
+    run: Mapping[str, Any] | None,
+    transitions: Sequence[Transition],
+    now: float,
+    disable: tuple[str, str] | None = None,
+) -> bool:
+    """A skip/no-fire in one transaction: the claim, an optional skipped run, an optional
+    disable (``(reason_code, summary)``). ``False`` (nothing written) when the claim is lost."""
+    async with write_transaction(conn):
+        if not await _apply_claim(conn, claim, now):
+            return False
+        if run is not None:
+            await conn.execute(_INSERT_RUN, run_params(run))
+        rows = list(transitions)
+        if disable is not None:
+            reason_code, summary = disable
+            cursor = await conn.execute(
+                "UPDATE schedules SET enabled = 0, disabled_reason = ?, updated_at = ? "
+                "WHERE id = ? AND enabled = 1",
+                (reason_code, now, claim.schedule_id),
+            )
+            if cursor.rowcount == 1:
+                rows.append(
+                    Transition(
+                        entity_type="schedule",
+                        entity_id=claim.schedule_id,
+                        previous_status="enabled",
+                        status="disabled",
+                        reason_code=reason_code,
+                        reason_summary=summary,
+                        actor="scheduler",
+                        created_at=now,
+                    )
+                )
+            await cursor.close()
+        await record_transitions(conn, rows)
+        return True
+
+
+async def write_records(
+    conn: aiosqlite.Connection, records: Iterable[tuple[Mapping[str, Any], Transition]]
+) -> int:
+    """Insert many skipped-run records (deferrals) in one transaction with executemany."""
+    items = list(records)
+    if not items:
+        return 0
+    async with write_transaction(conn):
+        await conn.executemany(_INSERT_RUN, [run_params(run) for run, _ in items])
+        await record_transitions(conn, [t for _, t in items])
+    return len(items)

@@ -1,0 +1,186 @@
+"""Crash reconciliation at startup and the periodic reapers (DESIGN §5.1).
+
+Startup runs while this engine holds the database's lock, so every scheduled run still
+``running`` belongs to a previous process: its child group (if alive with the recorded start
+time) is terminated, and the run and its invocation become ``failed`` with
+``run.failed.daemon_restart``. Such runs are never re-fired. The reapers time out runs and
+invocations still ``running`` past the invocation deadline with no live process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import Any
+
+import aiosqlite
+
+from studio_launcher import LaunchError, is_same_process, terminate_process_group
+from studio_state import Transition, connect, fetch_all, record_transitions, write_transaction
+
+logger = logging.getLogger("studio_scheduler_core")
+
+DAEMON_RESTART = "run.failed.daemon_restart"
+DEADLINE = "run.timed_out.deadline"
+
+
+def _alive(row: dict[str, Any]) -> bool:
+    pid, started = row.get("child_pid"), row.get("child_started_at")
+    if not pid or started is None:
+        return False
+    return is_same_process(int(pid), float(started))
+
+
+async def _terminalize(
+    conn: aiosqlite.Connection,
+    runs: list[dict[str, Any]],
+    invocation_ids: Collection[str],
+    *,
+    status: str,
+    reason_code: str,
+    summary: str,
+    actor: str,
+    now: float,
+) -> int:
+    """Guarded ``running`` → status for runs and invocations, with transitions, one txn."""
+    rows: list[Transition] = []
+    async with write_transaction(conn):
+        for run in runs:
+            cursor = await conn.execute(
+                "UPDATE schedule_runs SET status = ?, ended_at = ?, updated_at = ?, "
+                "error_detail = COALESCE(error_detail, ?), status_reason_code = ?, "
+                "status_reason_summary = ? WHERE id = ? AND status = 'running'",
+                (status, now, now, summary, reason_code, summary, run["id"]),
+            )
+            if cursor.rowcount == 1:
+                rows.append(
+                    Transition(
+                        entity_type="schedule_run",
+                        entity_id=run["id"],
+                        previous_status="running",
+                        status=status,
+                        reason_code=reason_code,
+                        reason_summary=summary,
+                        evidence_refs=[{"kind": "schedule_run", "id": run["id"]}],
+                        actor=actor,
+                        metadata={"child_pid": run.get("child_pid")},
+                        created_at=now,
+                    )
+                )
+            await cursor.close()
+        for invocation_id in invocation_ids:
+            cursor = await conn.execute(
+                "UPDATE invocations SET status = ?, ended_at = ?, updated_at = ?, "
+                "status_reason_code = ?, status_reason_summary = ? "
+                "WHERE id = ? AND status = 'running'",
+                (status, now, now, reason_code, summary, invocation_id),
+            )
+            if cursor.rowcount == 1:
+                rows.append(
+                    Transition(
+                        entity_type="invocation",
+                        entity_id=invocation_id,
+                        previous_status="running",
+                        status=status,
+                        reason_code=reason_code,
+                        reason_summary=summary,
+                        evidence_refs=[{"kind": "invocation", "id": invocation_id}],
+                        actor=actor,
+                        created_at=now,
+                    )
+                )
+            await cursor.close()
+        await record_transitions(conn, rows)
+    return sum(1 for r in rows if r.entity_type == "schedule_run")
+
+
+async def reconcile_startup(conn: aiosqlite.Connection, *, now: float) -> int:
+    """Fail every scheduled run left ``running`` by a previous process; return how many.
+
+    Must only run while this engine holds the lock (no other engine can own those runs).
+    """
+    runs = await fetch_all(
+        conn,
+        "SELECT id, invocation_id, child_pid, child_started_at FROM schedule_runs "
+        "WHERE status = 'running' AND leased_by IS NULL",
+    )
+    for run in runs:
+        if _alive(run):
+            pid = int(run["child_pid"])
+            logger.warning("terminating orphaned process group %d of run %s", pid, run["id"])
+            try:
+                await terminate_process_group(pid)
+            except (LaunchError, OSError) as exc:
+                logger.warning("could not terminate process group %d: %s", pid, exc)
+    orphans = await fetch_all(
+        conn,
+        "SELECT i.id FROM invocations i LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
+        "WHERE i.status = 'running' AND (r.id IS NULL OR r.leased_by IS NULL)",
+    )
+    invocation_ids = {r["invocation_id"] for r in runs if r["invocation_id"]}
+    invocation_ids.update(o["id"] for o in orphans)
+    if not runs and not invocation_ids:
+        return 0
+    return await _terminalize(
+        conn,
+        runs,
+        sorted(invocation_ids),
+        status="failed",
+        reason_code=DAEMON_RESTART,
+        summary="the scheduler restarted while this run was in flight; it is not re-fired",
+        actor="scheduler_startup_reconciliation",
+        now=now,
+    )
+
+
+async def reap_stale(
+    conn: aiosqlite.Connection,
+    *,
+    now: float,
+    deadline_seconds: float,
+    owned_runs: Collection[str],
+) -> int:
+    """Time out runs/invocations ``running`` past the deadline with no live process."""
+    cutoff = now - deadline_seconds
+    runs = await fetch_all(
+        conn,
+        "SELECT id, invocation_id, child_pid, child_started_at, fired_at FROM schedule_runs "
+        "WHERE status = 'running' AND leased_by IS NULL AND fired_at < ?",
+        (cutoff,),
+    )
+    stale = [r for r in runs if r["id"] not in owned_runs and not _alive(r)]
+    invocations = await fetch_all(
+        conn,
+        "SELECT i.id, i.schedule_run_id FROM invocations i "
+        "LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
+        "WHERE i.status = 'running' AND i.started_at < ? AND (r.id IS NULL OR r.leased_by IS NULL)",
+        (cutoff,),
+    )
+    stale_ids = {r["id"] for r in stale}
+    live_ids = {r["id"] for r in runs} - stale_ids
+    invocation_ids = {
+        i["id"]
+        for i in invocations
+        if i["schedule_run_id"] not in live_ids and i["schedule_run_id"] not in owned_runs
+    }
+    invocation_ids.update(r["invocation_id"] for r in stale if r["invocation_id"])
+    if not stale and not invocation_ids:
+        return 0
+    return await _terminalize(
+        conn,
+        stale,
+        sorted(invocation_ids),
+        status="timed_out",
+        reason_code=DEADLINE,
+        summary=f"still running after the {deadline_seconds:g}s invocation deadline "
+        "with no live process",
+        actor="scheduler_reaper",
+        now=now,
+    )
+
+
+async def checkpoint(db_path: str) -> dict[str, Any]:
+    """``PRAGMA wal_checkpoint(TRUNCATE)`` on a short-lived connection of its own."""
+    async with connect(db_path) as conn:
+        rows = await fetch_all(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
+    return rows[0] if rows else {}

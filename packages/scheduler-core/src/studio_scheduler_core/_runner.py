@@ -1,0 +1,171 @@
+"""Tracked fire tasks: run a committed fire, its follow-up chain, and the terminal bookkeeping.
+
+A top-level fire holds its reservation (overlap registration, global slot) until its whole
+chain has finished; its max_runs claim is dropped the moment its terminal row commits.
+Follow-ups are awaited inline, take no slot or max_runs claim and never touch the schedule
+row's cadence (ADR-0070 D4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from studio_state import fetch_one
+
+from ._fire import FireEnv, Outcome, Prepared, commit, execute, finish, prepare
+from ._followups import apply_overlay, child_context, select_follow_up
+from ._gates import MAX_RUNS, Reservation
+from ._occurrence import ScheduleClaim
+from ._rows import decode_run
+from ._store import fired_run_count, load_schedule, set_enabled
+from .abc import RunTerminalHook
+
+logger = logging.getLogger("studio_scheduler_core")
+
+
+class FireRunner:
+    """Starts and tracks fire tasks; cancels them (and sweeps their runs) on shutdown."""
+
+    def __init__(
+        self,
+        env: FireEnv,
+        *,
+        on_terminal: RunTerminalHook | None = None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
+        self._env = env
+        self._on_terminal = on_terminal
+        self._wake = wake
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._open: dict[str, Prepared] = {}
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The fire tasks still tracked."""
+        return list(self._tasks)
+
+    def start(self, fire: Prepared, reservation: Reservation | None) -> None:
+        """Run a committed fire (and its chain) as a tracked background task."""
+        if fire.setup_error is None:
+            self._open[fire.run_id] = fire
+        task = asyncio.create_task(self._run(fire, reservation), name=f"fire-{fire.run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def cancel_all(self) -> None:
+        """Cancel every tracked fire, await them, then cancel runs that never got that far."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for run_id in list(self._env.committed):
+            fire = self._open.get(run_id)
+            if fire is None:
+                continue
+            with contextlib.suppress(Exception):
+                await finish(
+                    self._env,
+                    fire,
+                    status="cancelled",
+                    reason_code="run.cancelled.shutdown",
+                    summary="cancelled by scheduler shutdown before its child started",
+                    exit_code=None,
+                    error_detail=None,
+                )
+        self._open.clear()
+
+    async def _run(self, fire: Prepared, reservation: Reservation | None) -> None:
+        try:
+            await self._chain(fire, reservation)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("fire %s failed unexpectedly", fire.run_id)
+        finally:
+            if reservation is not None:
+                reservation.release()
+            if self._wake is not None:
+                self._wake()
+
+    async def _chain(self, fire: Prepared, reservation: Reservation | None) -> None:
+        current = fire
+        while True:
+            release = reservation.release_max_runs if current is fire and reservation else None
+            if current.setup_error is not None:
+                if release is not None:
+                    release()
+                outcome = Outcome("failed", current.setup_error[0], None, True)
+            else:
+                try:
+                    outcome = await execute(self._env, current, on_commit=release)
+                finally:
+                    self._open.pop(current.run_id, None)
+            if outcome.applied:
+                await self._terminal(current)
+            overlay = select_follow_up(current.schedule, outcome.status, current.chain_depth)
+            if not outcome.applied or overlay is None:
+                return
+            child = prepare_child(self._env, current, overlay, outcome)
+            if not await commit(self._env, child, ScheduleClaim("follow_up", child_sid(current))):
+                return
+            if child.setup_error is None:
+                self._open[child.run_id] = child
+            current = child
+
+    async def _terminal(self, fire: Prepared) -> None:
+        """Post-terminal bookkeeping: the max_runs disable and the notification hook."""
+        sid = child_sid(fire)
+        try:
+            if fire.chain_depth == 0 and fire.schedule.get("max_runs") is not None:
+                schedule = await load_schedule(self._env.conn, sid)
+                max_runs = None if schedule is None else schedule.get("max_runs")
+                if schedule is not None and schedule["enabled"] and max_runs is not None:
+                    fired = await fired_run_count(self._env.conn, sid)
+                    if fired >= int(max_runs):
+                        await set_enabled(
+                            self._env.conn,
+                            sid,
+                            enabled=False,
+                            reason_code=MAX_RUNS,
+                            reason_summary=f"max_runs reached ({fired} of {max_runs})",
+                            now=self._env.clock(),
+                            metadata={"max_runs": max_runs, "fired": fired},
+                        )
+            if self._on_terminal is not None:
+                row = await fetch_one(
+                    self._env.conn, "SELECT * FROM schedule_runs WHERE id = ?", (fire.run_id,)
+                )
+                if row is not None:
+                    await self._on_terminal(self._env.conn, fire.schedule, decode_run(row))
+        except Exception:
+            logger.exception("terminal bookkeeping of run %s failed", fire.run_id)
+
+
+def child_sid(fire: Prepared) -> str:
+    """The schedule id a fire belongs to."""
+    return str(fire.schedule["id"])
+
+
+def prepare_child(
+    env: FireEnv, parent: Prepared, overlay: Mapping[str, Any], outcome: Outcome
+) -> Prepared:
+    """The follow-up of ``parent`` (overlay applied, chain context, depth + 1)."""
+    schedule = apply_overlay(parent.schedule, overlay)
+    context = child_context(
+        parent.trigger_context,
+        parent_run_id=parent.run_id,
+        exit_code=outcome.exit_code,
+        status=outcome.status,
+    )
+    return prepare(
+        env,
+        schedule,
+        context,
+        kind="follow_up",
+        chain_depth=parent.chain_depth + 1,
+        chain_parent_id=parent.run_id,
+    )

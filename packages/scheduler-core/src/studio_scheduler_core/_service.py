@@ -1,0 +1,339 @@
+"""The schedule service: create/validate/update/enable/disable/delete and reads (DESIGN §5.7).
+
+Used by the API and the CLI alike, on any connection; it never talks to a running engine
+except through ``on_change`` (the engine's ``wake``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiosqlite
+
+from studio_state import (
+    Clock,
+    fetch_all,
+    fetch_one,
+    fetch_value,
+    new_id,
+    record_transition,
+    write_transaction,
+)
+
+from ._cadence import first_fire_at, preview_times
+from ._exceptions import RunNotFound, ScheduleNameTaken, ScheduleNotFound, ScheduleValidationError
+from ._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
+from ._settings import SchedulerSettings
+from ._store import fired_run_count, load_schedule, set_enabled
+from ._usage import schedule_spend
+from ._validation import CREATE_FIELDS, check_disable_reason, normalize
+
+Rows = list[dict[str, Any]]
+"""A list of decoded rows (an alias: the class below has a method named ``list``)."""
+
+_CADENCE_FIELDS = frozenset({"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec"})
+
+
+class ScheduleService:
+    """Create/validate/update/enable/disable/delete schedules, and read schedules and runs."""
+
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        *,
+        settings: SchedulerSettings,
+        clock: Clock = time.time,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self._conn = conn
+        self._settings = settings
+        self._clock = clock
+        self._on_change = on_change
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+    async def validate(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The normalised row ``create`` would store (with ``next_fire_at``); nothing written."""
+        now = self._clock()
+        row = normalize(data, settings=self._settings, now=now)
+        row["next_fire_at"] = first_fire_at(row, now=now, timezone=self._settings.timezone)
+        return row
+
+    async def create(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate and store a new schedule; return the stored schedule dict.
+
+        Raises :class:`ScheduleValidationError` (naming the field) or
+        :class:`ScheduleNameTaken`; nothing is written then.
+        """
+        now = self._clock()
+        row = normalize(data, settings=self._settings, now=now)
+        row.update(
+            id=new_id(),
+            next_fire_at=first_fire_at(row, now=now, timezone=self._settings.timezone),
+            poller_consecutive_401=0,
+            created_at=now,
+            updated_at=now,
+        )
+        values = encode_schedule(row)
+        columns = [c for c in SCHEDULE_COLUMNS if c in values]
+        try:
+            async with write_transaction(self._conn):
+                taken = await fetch_value(
+                    self._conn, "SELECT id FROM schedules WHERE name = ?", (row["name"],)
+                )
+                if taken is not None:
+                    raise ScheduleNameTaken(row["name"])
+                await self._conn.execute(
+                    f"INSERT INTO schedules ({', '.join(columns)}) "
+                    f"VALUES ({', '.join('?' * len(columns))})",
+                    [values[c] for c in columns],
+                )
+                await record_transition(
+                    self._conn,
+                    entity_type="schedule",
+                    entity_id=row["id"],
+                    status="enabled" if row["enabled"] else "disabled",
+                    reason_code="schedule.created",
+                    reason_summary=f"schedule {row['name']!r} created",
+                    actor="schedule_service",
+                    now=now,
+                )
+        except sqlite3.IntegrityError as exc:
+            if "schedules.name" in str(exc):
+                raise ScheduleNameTaken(row["name"]) from None
+            raise
+        self._changed()
+        return await self.get(row["id"])
+
+    async def get(self, schedule_id: str) -> dict[str, Any]:
+        """The schedule dict; :class:`ScheduleNotFound` when there is none."""
+        schedule = await load_schedule(self._conn, schedule_id)
+        if schedule is None:
+            raise ScheduleNotFound(schedule_id)
+        return schedule
+
+    async def resolve(self, id_or_name: str) -> dict[str, Any]:
+        """The schedule with this id, else with this name; :class:`ScheduleNotFound`."""
+        schedule = await load_schedule(self._conn, id_or_name)
+        if schedule is not None:
+            return schedule
+        row = await fetch_one(self._conn, "SELECT * FROM schedules WHERE name = ?", (id_or_name,))
+        if row is None:
+            raise ScheduleNotFound(id_or_name)
+        return decode_schedule(row)
+
+    async def list(
+        self,
+        *,
+        enabled: bool | None = None,
+        trigger_type: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[Rows, int]:
+        """``(schedules, total)`` ordered by creation, with optional filters and paging."""
+        where: list[str] = []
+        params: list[Any] = []
+        if enabled is not None:
+            where.append("enabled = ?")
+            params.append(1 if enabled else 0)
+        if trigger_type is not None:
+            where.append("trigger_type = ?")
+            params.append(trigger_type)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        total = await fetch_value(self._conn, f"SELECT COUNT(*) FROM schedules{clause}", params)
+        rows = await fetch_all(
+            self._conn,
+            f"SELECT * FROM schedules{clause} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
+            [*params, max(0, int(limit)), max(0, int(offset))],
+        )
+        return [decode_schedule(r) for r in rows], int(total or 0)
+
+    async def update(self, schedule_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply ``changes`` (create-model fields) after validating the merged row."""
+        if not isinstance(changes, Mapping):
+            raise ScheduleValidationError("changes", "must be an object")
+        for key in changes:
+            if key not in CREATE_FIELDS:
+                raise ScheduleValidationError(str(key), "unknown field")
+        now = self._clock()
+        async with write_transaction(self._conn):
+            current = await self.get(schedule_id)
+            row = normalize(changes, settings=self._settings, now=now, base=current)
+            if row["name"] != current["name"]:
+                taken = await fetch_value(
+                    self._conn,
+                    "SELECT id FROM schedules WHERE name = ? AND id != ?",
+                    (row["name"], schedule_id),
+                )
+                if taken is not None:
+                    raise ScheduleNameTaken(row["name"])
+            was_enabled = bool(current["enabled"])
+            enabling = row["enabled"] and not was_enabled
+            if enabling:
+                await self._check_enable(current | row)
+            cadence = any(k in changes and changes[k] != current.get(k) for k in _CADENCE_FIELDS)
+            if cadence or enabling:
+                row["next_fire_at"] = first_fire_at(row, now=now, timezone=self._settings.timezone)
+            if row["enabled"] != was_enabled:
+                row["disabled_reason"] = None if row["enabled"] else "manual"
+            new_values = encode_schedule(row)
+            old_values = encode_schedule(current)
+            diff = {k: v for k, v in new_values.items() if old_values.get(k) != v}
+            if diff:
+                diff["updated_at"] = now
+                await self._conn.execute(
+                    f"UPDATE schedules SET {', '.join(f'{k} = ?' for k in diff)} WHERE id = ?",
+                    [*diff.values(), schedule_id],
+                )
+            if row["enabled"] != was_enabled:
+                await record_transition(
+                    self._conn,
+                    entity_type="schedule",
+                    entity_id=schedule_id,
+                    previous_status="enabled" if was_enabled else "disabled",
+                    status="enabled" if row["enabled"] else "disabled",
+                    reason_code="schedule.enabled.manual"
+                    if row["enabled"]
+                    else "schedule.disabled.manual",
+                    actor="schedule_service",
+                    now=now,
+                )
+        self._changed()
+        return await self.get(schedule_id)
+
+    async def _check_enable(self, schedule: Mapping[str, Any]) -> None:
+        max_runs = schedule.get("max_runs")
+        if max_runs is not None:
+            fired = await fired_run_count(self._conn, str(schedule["id"]))
+            if fired >= int(max_runs):
+                raise ScheduleValidationError(
+                    "max_runs",
+                    f"already reached ({fired} of {max_runs} runs fired); raise it first",
+                )
+        budget_usd, budget_tokens = schedule.get("budget_usd"), schedule.get("budget_tokens")
+        if budget_usd is not None or budget_tokens is not None:
+            cost, tokens = await schedule_spend(self._conn, str(schedule["id"]))
+            if budget_usd is not None and cost >= float(budget_usd):
+                raise ScheduleValidationError(
+                    "budget_usd", f"exhausted (spent {cost:.4f} of {budget_usd}); raise it first"
+                )
+            if budget_tokens is not None and tokens >= int(budget_tokens):
+                raise ScheduleValidationError(
+                    "budget_tokens", f"exhausted (used {tokens} of {budget_tokens}); raise it first"
+                )
+
+    async def enable(self, schedule_id: str) -> dict[str, Any]:
+        """Enable the schedule (re-validated; refused when max_runs or the budget is used up).
+
+        ``next_fire_at`` is re-armed from now for every trigger type.
+        """
+        schedule = await self.get(schedule_id)
+        if schedule["enabled"]:
+            return schedule
+        now = self._clock()
+        base = {k: schedule.get(k) for k in CREATE_FIELDS}
+        normalize(base, settings=self._settings, now=now)
+        await self._check_enable(schedule)
+        await set_enabled(
+            self._conn,
+            schedule_id,
+            enabled=True,
+            reason_code="schedule.enabled.manual",
+            next_fire_at=first_fire_at(schedule, now=now, timezone=self._settings.timezone),
+            actor="schedule_service",
+            now=now,
+        )
+        self._changed()
+        return await self.get(schedule_id)
+
+    async def disable(self, schedule_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Disable the schedule (idempotent). In-flight runs are not interrupted."""
+        text = check_disable_reason(reason)
+        schedule = await self.get(schedule_id)
+        if schedule["enabled"]:
+            await set_enabled(
+                self._conn,
+                schedule_id,
+                enabled=False,
+                reason_code="schedule.disabled.manual",
+                reason_summary=text,
+                disabled_reason=text or "manual",
+                actor="schedule_service",
+                now=self._clock(),
+            )
+        return await self.get(schedule_id)
+
+    async def delete(self, schedule_id: str) -> None:
+        """Delete the schedule and its runs (their invocations and sessions stay)."""
+        now = self._clock()
+        async with write_transaction(self._conn):
+            schedule = await self.get(schedule_id)
+            await self._conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
+            await record_transition(
+                self._conn,
+                entity_type="schedule",
+                entity_id=schedule_id,
+                previous_status="enabled" if schedule["enabled"] else "disabled",
+                status="deleted",
+                reason_code="schedule.deleted.manual",
+                reason_summary=f"schedule {schedule['name']!r} deleted",
+                actor="schedule_service",
+                now=now,
+            )
+        self._changed()
+
+    async def list_runs(
+        self, schedule_id: str, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> tuple[Rows, int]:
+        """``(runs, total)`` of one schedule, newest first (:class:`ScheduleNotFound`)."""
+        await self.get(schedule_id)
+        where, params = "schedule_id = ?", [schedule_id]
+        if status is not None:
+            where += " AND status = ?"
+            params.append(status)
+        total = await fetch_value(
+            self._conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params
+        )
+        rows = await fetch_all(
+            self._conn,
+            f"SELECT * FROM schedule_runs WHERE {where} ORDER BY fired_at DESC, created_at DESC "
+            "LIMIT ? OFFSET ?",
+            [*params, max(0, int(limit)), max(0, int(offset))],
+        )
+        return [decode_run(r) for r in rows], int(total or 0)
+
+    async def get_run(self, run_id: str) -> dict[str, Any]:
+        """One run with ``chain_children``: every follow-up below it, by depth."""
+        row = await fetch_one(self._conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+        if row is None:
+            raise RunNotFound(run_id)
+        run = decode_run(row)
+        children = await fetch_all(
+            self._conn,
+            "WITH RECURSIVE chain(id) AS (SELECT id FROM schedule_runs WHERE chain_parent_id = ? "
+            "UNION ALL SELECT r.id FROM schedule_runs r JOIN chain c ON r.chain_parent_id = c.id) "
+            "SELECT * FROM schedule_runs WHERE id IN (SELECT id FROM chain) "
+            "ORDER BY chain_depth, fired_at",
+            (run_id,),
+        )
+        run["chain_children"] = [decode_run(c) for c in children]
+        return run
+
+    async def preview(self, schedule_id: str, n: int = 5) -> Rows:
+        """The schedule's next ``n`` fire times (UTC and settings.timezone)."""
+        schedule = await self.get(schedule_id)
+        return preview_times(
+            trigger_type=schedule["trigger_type"],
+            cron_expr=schedule.get("cron_expr"),
+            interval_sec=schedule.get("interval_sec"),
+            poll_interval_sec=schedule.get("poll_interval_sec"),
+            timezone=self._settings.timezone,
+            start=self._clock(),
+            n=n,
+            first=schedule.get("next_fire_at"),
+        )

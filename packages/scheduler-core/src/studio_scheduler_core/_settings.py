@@ -1,0 +1,58 @@
+"""The engine's settings object (studio-api builds it from the environment)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ._exceptions import InvalidSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerSettings:
+    """Everything the scheduler core needs to know about its host; never read from env here.
+
+    ``timezone`` is taken as given (studio-api validates it and falls back to UTC).
+    ``child_env`` is the base environment of every child (``None``: the parent's).
+    """
+
+    tick_seconds: float = 30.0
+    max_scheduled_concurrent: int = 4
+    max_adhoc_concurrent: int = 4
+    invocation_deadline_seconds: float = 7200.0
+    reaper_interval_seconds: float = 300.0
+    checkpoint_interval_seconds: float = 3600.0
+    timezone: str = "UTC"
+    default_cwd: str | None = None
+    command_allowlist: tuple[str, ...] = ()
+    li_executable: str | None = None
+    notify_template: tuple[str, ...] | None = None
+    github_api_url: str = "https://api.github.com"
+    github_token: str | None = None
+    project_paths: Mapping[str, str] = field(default_factory=dict)
+    child_env: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "tick_seconds",
+            "invocation_deadline_seconds",
+            "reaper_interval_seconds",
+            "checkpoint_interval_seconds",
+        ):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise InvalidSettings(name, f"must be a positive number, got {value!r}")
+        for name in ("max_scheduled_concurrent", "max_adhoc_concurrent"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidSettings(name, f"must be an integer >= 1, got {value!r}")
+        # Accept any sequence (a list from JSON) but store tuples: the object stays hashable.
+        object.__setattr__(self, "command_allowlist", tuple(self.command_allowlist))
+        if self.notify_template is not None:
+            object.__setattr__(self, "notify_template", tuple(self.notify_template))

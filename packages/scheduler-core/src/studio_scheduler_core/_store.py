@@ -1,0 +1,79 @@
+"""Shared schedule reads and writes used by the service, the gates and the engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiosqlite
+
+from studio_state import fetch_one, fetch_value, record_transition, write_transaction
+
+from ._rows import TERMINAL_RUN_STATUSES, decode_schedule
+
+_TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATUSES)
+
+
+async def load_schedule(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any] | None:
+    """The decoded schedule row, or ``None``."""
+    row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
+    return None if row is None else decode_schedule(row)
+
+
+async def fired_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
+    """Top-level runs of the schedule that fired and ended (chain children and skips excluded)."""
+    value = await fetch_value(
+        conn,
+        "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
+        f"AND status IN ({_TERMINAL_SQL})",
+        (schedule_id,),
+    )
+    return int(value or 0)
+
+
+async def set_enabled(
+    conn: aiosqlite.Connection,
+    schedule_id: str,
+    *,
+    enabled: bool,
+    reason_code: str,
+    now: float,
+    reason_summary: str | None = None,
+    disabled_reason: str | None = None,
+    next_fire_at: float | None = None,
+    actor: str = "scheduler",
+    metadata: dict[str, Any] | None = None,
+) -> bool:
+    """Enable or disable a schedule, guarded on its current state, with its transition row.
+
+    Returns ``False`` (nothing written) when the schedule is missing or already in that state.
+    """
+    async with write_transaction(conn):
+        if enabled:
+            cursor = await conn.execute(
+                "UPDATE schedules SET enabled = 1, disabled_reason = NULL, next_fire_at = ?, "
+                "updated_at = ? WHERE id = ? AND enabled = 0",
+                (next_fire_at, now, schedule_id),
+            )
+        else:
+            cursor = await conn.execute(
+                "UPDATE schedules SET enabled = 0, disabled_reason = ?, updated_at = ? "
+                "WHERE id = ? AND enabled = 1",
+                (disabled_reason or reason_code, now, schedule_id),
+            )
+        applied = cursor.rowcount == 1
+        await cursor.close()
+        if not applied:
+            return False
+        await record_transition(
+            conn,
+            entity_type="schedule",
+            entity_id=schedule_id,
+            previous_status="disabled" if enabled else "enabled",
+            status="enabled" if enabled else "disabled",
+            reason_code=reason_code,
+            reason_summary=reason_summary,
+            actor=actor,
+            metadata=metadata,
+            now=now,
+        )
+        return True

@@ -1,0 +1,89 @@
+"""Built-in trigger sources (cron, interval), the registry, and the no-op default seams."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiosqlite
+
+from ._cadence import advance
+from .abc import Occurrence, ThresholdDecision, TriggerSource
+
+
+class CadenceTrigger:
+    """cron or interval: one occurrence per due ``next_fire_at``; the missed-fire policy applies."""
+
+    missed_fire_applies = True
+
+    def __init__(self, trigger_type: str) -> None:
+        self.trigger_type = trigger_type
+
+    def next_fire_at(
+        self, schedule: Mapping[str, Any], *, due: float | None, now: float, timezone: str
+    ) -> float | None:
+        """cron: the next instant after now; interval: the next slot after now (no drift)."""
+        return advance(schedule, due=due, now=now, timezone=timezone)
+
+    async def occurrences(
+        self,
+        conn: aiosqlite.Connection,
+        schedule: Mapping[str, Any],
+        *,
+        now: float,
+        timezone: str,
+    ) -> list[Occurrence]:
+        """The single occurrence due at the row's ``next_fire_at``."""
+        due = schedule.get("next_fire_at")
+        context = {"scheduled": True, "fired_at": now, "due_at": due}
+        return [Occurrence(schedule=schedule, due_at=due, trigger_context=context)]
+
+
+class TriggerRegistry:
+    """``trigger_type`` → :class:`TriggerSource`; the engine evaluates only registered types."""
+
+    def __init__(self, sources: Iterable[TriggerSource] = ()) -> None:
+        self._sources: dict[str, TriggerSource] = {}
+        for source in sources:
+            self.register(source)
+
+    def register(self, source: TriggerSource) -> None:
+        """Add (or replace) the source of ``source.trigger_type``."""
+        self._sources[source.trigger_type] = source
+
+    def get(self, trigger_type: str) -> TriggerSource | None:
+        """The source for ``trigger_type``, if one is registered."""
+        return self._sources.get(trigger_type)
+
+    def types(self) -> tuple[str, ...]:
+        """Registered trigger types, sorted."""
+        return tuple(sorted(self._sources))
+
+
+def default_registry() -> TriggerRegistry:
+    """cron and interval (github_poll registers its own source)."""
+    return TriggerRegistry([CadenceTrigger("cron"), CadenceTrigger("interval")])
+
+
+class NoThreshold:
+    """The default threshold gate: every occurrence may fire."""
+
+    async def evaluate(
+        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float
+    ) -> ThresholdDecision:
+        """Always fire."""
+        return ThresholdDecision(fire=True)
+
+
+class NoWorker:
+    """The default worker pass: ad-hoc queued runs are not executed yet."""
+
+    async def run(self, conn: aiosqlite.Connection, *, now: float) -> None:
+        """Do nothing."""
+
+    async def stop(self) -> None:
+        """Do nothing."""
+
+    def in_flight(self) -> int:
+        """Always 0."""
+        return 0

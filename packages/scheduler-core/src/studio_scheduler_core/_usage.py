@@ -1,0 +1,93 @@
+"""Usage evidence (DESIGN §5.6): sessions rows written for an invocation, and budget sums."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import aiosqlite
+
+from studio_state import Clock, fetch_one, new_id, write_transaction
+
+from ._exceptions import ScheduleValidationError
+from ._schema import SESSION_STATUSES
+
+
+def _count(field: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ScheduleValidationError(field, f"must be an integer >= 0, got {value!r}")
+    return value
+
+
+async def report_usage(
+    conn: aiosqlite.Connection,
+    *,
+    invocation_id: str,
+    status: str = "completed",
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    cost_usd: float | None = None,
+    clock: Clock = time.time,
+) -> str:
+    """Write one ``sessions`` row of usage evidence for ``invocation_id``; return its id.
+
+    ``studio usage report`` calls this from inside a child (``$LIONAGI_INVOCATION_ID``). A
+    terminal ``status`` stamps ``ended_at``. Unknown invocation or bad values raise
+    :class:`ScheduleValidationError` naming the field, and nothing is written.
+    """
+    if not isinstance(invocation_id, str) or not invocation_id:
+        raise ScheduleValidationError("invocation_id", "is required")
+    if status not in SESSION_STATUSES:
+        raise ScheduleValidationError("status", f"must be one of {', '.join(SESSION_STATUSES)}")
+    tokens_in = _count("input_tokens", input_tokens)
+    tokens_out = _count("output_tokens", output_tokens)
+    if cost_usd is not None and (
+        isinstance(cost_usd, bool)
+        or not isinstance(cost_usd, int | float)
+        or not math.isfinite(cost_usd)
+        or cost_usd < 0
+    ):
+        raise ScheduleValidationError("cost_usd", f"must be a finite number >= 0, got {cost_usd!r}")
+    now = clock()
+    session_id = new_id()
+    async with write_transaction(conn):
+        invocation = await fetch_one(
+            conn, "SELECT id, started_at FROM invocations WHERE id = ?", (invocation_id,)
+        )
+        if invocation is None:
+            raise ScheduleValidationError(
+                "invocation_id", f"no invocation {invocation_id!r} in this database"
+            )
+        await conn.execute(
+            "INSERT INTO sessions (id, invocation_id, status, input_tokens, output_tokens, "
+            "total_cost_usd, started_at, ended_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                invocation_id,
+                status,
+                tokens_in,
+                tokens_out,
+                None if cost_usd is None else float(cost_usd),
+                invocation["started_at"],
+                None if status == "running" else now,
+                now,
+            ),
+        )
+    return session_id
+
+
+async def schedule_spend(conn: aiosqlite.Connection, schedule_id: str) -> tuple[float, int]:
+    """``(cost_usd, tokens)`` summed over the sessions of every run of the schedule."""
+    row = await fetch_one(
+        conn,
+        "SELECT COALESCE(SUM(s.total_cost_usd), 0) AS cost, "
+        "COALESCE(SUM(COALESCE(s.input_tokens, 0) + COALESCE(s.output_tokens, 0)), 0) AS tokens "
+        "FROM schedule_runs r JOIN sessions s ON s.invocation_id = r.invocation_id "
+        "WHERE r.schedule_id = ? AND r.invocation_id IS NOT NULL",
+        (schedule_id,),
+    )
+    assert row is not None
+    return float(row["cost"]), int(row["tokens"])

@@ -1,0 +1,107 @@
+"""Seams of the scheduler engine: trigger sources, the threshold gate, worker passes, hooks.
+
+The engine's loop never names a trigger type: schedule evaluation looks each due row's
+``trigger_type`` up in a registry of :class:`TriggerSource` objects (cron and interval are
+built in; github_poll plugs in as another source). Threshold evaluation is the first admission
+gate (:class:`ThresholdGate`, a no-op by default); ad-hoc queued runs are a
+:class:`WorkerPass`; terminal-run notifications are a :class:`RunTerminalHook`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import aiosqlite
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One due fire a trigger source offers for admission.
+
+    ``due_at`` is the ``next_fire_at`` value the occurrence transaction is guarded on (a lost
+    guard means someone else handled it). With ``advance`` the transaction also moves
+    ``next_fire_at`` on (computed by the source's :meth:`TriggerSource.next_fire_at`, lazily:
+    a deferred occurrence never pays for it). ``schedule_updates`` are further schedule
+    columns written in the same transaction (a github cursor), and ``guards`` further columns
+    it is guarded on.
+    """
+
+    schedule: Mapping[str, Any]
+    due_at: float | None
+    trigger_context: Mapping[str, Any]
+    advance: bool = True
+    schedule_updates: Mapping[str, Any] = field(default_factory=dict)
+    guards: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class TriggerSource(Protocol):
+    """Turns a due schedule row of one ``trigger_type`` into occurrences, and arms cadence."""
+
+    trigger_type: str
+    """The ``schedules.trigger_type`` value this source handles."""
+
+    missed_fire_applies: bool
+    """Whether the startup missed-fire policy applies to rows of this type."""
+
+    def next_fire_at(
+        self, schedule: Mapping[str, Any], *, due: float | None, now: float, timezone: str
+    ) -> float | None:
+        """The cadence value after the occurrence due at ``due`` is handled at ``now``."""
+        ...
+
+    async def occurrences(
+        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float, timezone: str
+    ) -> list[Occurrence]:
+        """The occurrences a due row offers now (may be empty: nothing to fire)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdDecision:
+    """A threshold gate's verdict: fire (with extra context) or only advance the cadence."""
+
+    fire: bool
+    context: Mapping[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@runtime_checkable
+class ThresholdGate(Protocol):
+    """The first admission gate: evaluates ``threshold_config`` and its cooldown."""
+
+    async def evaluate(
+        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float
+    ) -> ThresholdDecision:
+        """Whether the occurrence of ``schedule`` may fire now."""
+        ...
+
+
+@runtime_checkable
+class WorkerPass(Protocol):
+    """The tick's host task-worker concern (ad-hoc queued runs)."""
+
+    async def run(self, conn: aiosqlite.Connection, *, now: float) -> None:
+        """Claim and start work; must return promptly (long work runs in its own tasks)."""
+        ...
+
+    async def stop(self) -> None:
+        """Cancel whatever the worker started (engine shutdown)."""
+        ...
+
+    def in_flight(self) -> int:
+        """How many ad-hoc runs this worker is executing."""
+        ...
+
+
+@runtime_checkable
+class RunTerminalHook(Protocol):
+    """Called once a schedule run's terminal status has committed (notifications seam)."""
+
+    async def __call__(
+        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], run: Mapping[str, Any]
+    ) -> None:
+        """React to the terminal run (e.g. enqueue a dispatch); errors are logged, not raised."""
+        ...

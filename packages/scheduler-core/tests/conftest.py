@@ -1,0 +1,157 @@
+"""Shared fixtures: real SQLite files in tmp_path, a manual clock, engines that clean up."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from studio_launcher.testing import write_fake_li
+from studio_state import ManualClock, connect, fetch_all, fetch_one
+
+from studio_scheduler_core import (
+    ScheduleService,
+    SchedulerEngine,
+    SchedulerSettings,
+    ensure_schema,
+)
+
+PY = Path(sys.executable).name
+"""The bare name of this interpreter (python3…), allow-listed for command actions."""
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state.db"
+
+
+@pytest.fixture
+def fake_li(tmp_path: Path) -> Path:
+    return write_fake_li(tmp_path / "bin")
+
+
+@pytest.fixture
+def child_env(tmp_path: Path) -> dict[str, str]:
+    import os
+
+    return {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+
+
+@pytest.fixture
+def settings(fake_li: Path, child_env: dict[str, str]) -> SchedulerSettings:
+    return SchedulerSettings(
+        tick_seconds=30.0,
+        command_allowlist=(PY, "sh", "true"),
+        li_executable=str(fake_li),
+        child_env=child_env,
+        invocation_deadline_seconds=60.0,
+    )
+
+
+@pytest.fixture
+async def conn(db_path: Path) -> AsyncIterator[Any]:
+    async with connect(db_path) as c:
+        await ensure_schema(c)
+        yield c
+
+
+@pytest.fixture
+def service(conn: Any, settings: SchedulerSettings, clock: ManualClock) -> ScheduleService:
+    return ScheduleService(conn, settings=settings, clock=clock)
+
+
+EngineFactory = Callable[..., Awaitable[SchedulerEngine]]
+
+
+@pytest.fixture
+async def make_engine(
+    db_path: Path, settings: SchedulerSettings
+) -> AsyncIterator[EngineFactory]:
+    engines: list[SchedulerEngine] = []
+
+    async def factory(
+        *, clock: Any = None, loop: bool = False, start: bool = True, **overrides: Any
+    ) -> SchedulerEngine:
+        values = {**settings.__dict__, **overrides}
+        engine = SchedulerEngine(
+            db_path,
+            settings=SchedulerSettings(**values),
+            **({"clock": clock} if clock is not None else {}),
+        )
+        engines.append(engine)
+        if start:
+            await engine.start(loop=loop)
+        return engine
+
+    yield factory
+    for engine in engines:
+        await engine.stop()
+
+
+def script(tmp_path: Path, name: str, body: str) -> str:
+    """Write a small Python script for a command action; return its absolute path."""
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return str(path)
+
+
+def command_schedule(path: str, *args: str, **fields: Any) -> dict[str, Any]:
+    """Create data for an interval schedule running ``python3 path args…``."""
+    data: dict[str, Any] = {
+        "name": fields.pop("name", f"cmd-{Path(path).stem}"),
+        "trigger_type": "interval",
+        "interval_sec": 60,
+        "action_kind": "command",
+        "action_command": PY,
+        "action_command_args": [path, *args],
+    }
+    data.update(fields)
+    return data
+
+
+async def runs_of(conn: Any, schedule_id: str) -> list[dict[str, Any]]:
+    return await fetch_all(
+        conn,
+        "SELECT * FROM schedule_runs WHERE schedule_id = ? ORDER BY created_at, rowid",
+        (schedule_id,),
+    )
+
+
+async def transitions_of(conn: Any, entity_id: str) -> list[dict[str, Any]]:
+    return await fetch_all(
+        conn,
+        "SELECT * FROM status_transitions WHERE entity_id = ? ORDER BY created_at, rowid",
+        (entity_id,),
+    )
+
+
+async def schedule_row(conn: Any, schedule_id: str) -> dict[str, Any]:
+    row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
+    assert row is not None
+    return row
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Any:
+    """Helpers for tests (pytest's importlib mode cannot import conftest as a module)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        PY=PY,
+        T0=T0,
+        script=lambda name, body: script(tmp_path, name, body),
+        command_schedule=command_schedule,
+        runs_of=runs_of,
+        transitions_of=transitions_of,
+        schedule_row=schedule_row,
+    )
