@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from studio_launcher.testing import write_fake_li
-from studio_state import ManualClock, connect, fetch_all, fetch_one
 
+from studio_launcher.testing import write_fake_li
 from studio_scheduler_core import (
-    ScheduleService,
     SchedulerEngine,
     SchedulerSettings,
+    ScheduleService,
     ensure_schema,
 )
+from studio_state import ManualClock, connect, fetch_all, fetch_one
 
 PY = Path(sys.executable).name
 """The bare name of this interpreter (python3…), allow-listed for command actions."""
@@ -74,9 +74,7 @@ EngineFactory = Callable[..., Awaitable[SchedulerEngine]]
 
 
 @pytest.fixture
-async def make_engine(
-    db_path: Path, settings: SchedulerSettings
-) -> AsyncIterator[EngineFactory]:
+async def make_engine(db_path: Path, settings: SchedulerSettings) -> AsyncIterator[EngineFactory]:
     engines: list[SchedulerEngine] = []
 
     async def factory(
@@ -141,6 +139,37 @@ async def schedule_row(conn: Any, schedule_id: str) -> dict[str, Any]:
     return row
 
 
+BLOCKER = """
+import os, sys, time
+flag = sys.argv[1]
+code = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+until = time.time() + 60
+while not os.path.exists(flag) and time.time() < until:
+    time.sleep(0.01)
+sys.exit(code)
+"""
+
+ENV_DUMP = """
+import json, os, sys
+keys = ("LIONAGI_INVOCATION_ID", "LIONAGI_STUDIO_DB")
+with open(sys.argv[1], "a") as out:
+    out.write(json.dumps({k: os.environ.get(k) for k in keys} | {"cwd": os.getcwd()}) + "\\n")
+sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+"""
+
+
+async def eventually(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    """Poll an async predicate until it holds (a generous liveness bound, not a timing)."""
+    import asyncio
+    import time
+
+    until = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > until:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
 @pytest.fixture
 def h(tmp_path: Path) -> Any:
     """Helpers for tests (pytest's importlib mode cannot import conftest as a module)."""
@@ -149,6 +178,9 @@ def h(tmp_path: Path) -> Any:
     return SimpleNamespace(
         PY=PY,
         T0=T0,
+        blocker=script(tmp_path, "blocker.py", BLOCKER),
+        env_dump=script(tmp_path, "env_dump.py", ENV_DUMP),
+        eventually=eventually,
         script=lambda name, body: script(tmp_path, name, body),
         command_schedule=command_schedule,
         runs_of=runs_of,

@@ -6,17 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from studio_state import fetch_all, fetch_value
 
 from studio_scheduler_core import (
     RunNotFound,
     ScheduleNameTaken,
     ScheduleNotFound,
+    SchedulerSettings,
     ScheduleService,
     ScheduleValidationError,
-    SchedulerSettings,
     preview_fire_times,
 )
+from studio_state import fetch_all, fetch_value
 
 T0 = 1_700_000_000.0
 
@@ -45,9 +45,7 @@ async def test_create_stores_row_with_next_fire_at_and_transition(h, service, co
 
 
 async def test_cron_next_fire_is_computed_in_settings_timezone(conn, clock) -> None:
-    svc = ScheduleService(
-        conn, settings=SchedulerSettings(timezone="Europe/Berlin"), clock=clock
-    )
+    svc = ScheduleService(conn, settings=SchedulerSettings(timezone="Europe/Berlin"), clock=clock)
     created = await svc.create(AGENT)
     from datetime import datetime
     from zoneinfo import ZoneInfo
@@ -379,8 +377,9 @@ async def test_preview(service, conn) -> None:
     berlin = preview_fire_times(
         trigger_type="cron", cron_expr="0 12 * * *", timezone="Europe/Berlin", start=T0, n=2
     )
-    assert berlin[0]["local"].startswith(berlin[0]["local"][:10]) and "T12:00:00+01:00" in (
-        berlin[0]["local"]
+    assert (
+        berlin[0]["local"].startswith(berlin[0]["local"][:10])
+        and "T12:00:00+01:00" in (berlin[0]["local"])
     )
     with pytest.raises(ScheduleValidationError) as info:
         preview_fire_times(trigger_type="cron", cron_expr="nope", start=T0)
