@@ -11,9 +11,9 @@ from typing import Any
 
 import aiosqlite
 import pytest
-import studio_state
 
 import studio_outbox
+import studio_state
 from studio_outbox import DispatchEnvelope, TransportResult
 
 # A real transport program. It appends one JSON line per send to the file named by its first

@@ -6,9 +6,9 @@ from typing import Any
 
 import aiosqlite
 import pytest
-import studio_state
 
 import studio_outbox
+import studio_state
 from studio_outbox import DispatchEnvelope, TransportResult
 
 ZERO = {"attempted": 0, "delivered": 0, "retried": 0, "dead_letter": 0, "expired": 0}

@@ -5,9 +5,9 @@ from typing import Any
 
 import aiosqlite
 import pytest
-import studio_state
 
 import studio_outbox
+import studio_state
 from studio_outbox import TransportResult
 
 

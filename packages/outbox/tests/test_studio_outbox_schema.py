@@ -4,9 +4,9 @@ from pathlib import Path
 
 import aiosqlite
 import pytest
-import studio_state
 
 import studio_outbox
+import studio_state
 
 
 async def test_ensure_schema_is_idempotent_and_needs_no_studio_tables(tmp_path: Path) -> None:

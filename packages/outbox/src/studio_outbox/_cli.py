@@ -142,6 +142,8 @@ async def _run(args: argparse.Namespace) -> int:
     for signum in signals:
         loop.add_signal_handler(signum, on_signal)
     conn = await _open(path)
+    if not args.once:
+        print(f"{PROG}: delivering from {path} (SIGINT/SIGTERM stops)", file=sys.stderr, flush=True)
     try:
         while not stop.is_set():
             counts = await deliver(

@@ -1,0 +1,195 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import pytest
+
+import studio_outbox
+
+
+async def _run(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "studio_outbox",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _one_error_line(err: str, fragment: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("python -m studio_outbox: error: ")
+    assert fragment in lines[0]
+
+
+async def test_once_delivers_and_prints_counts(
+    db_path: Path, conn: aiosqlite.Connection, recorder: Any
+) -> None:
+    dispatch_id = await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="ok")
+    code, out, err = await _run(
+        "deliver", "--db", str(db_path), "--template", json.dumps(recorder.template()), "--once"
+    )
+    assert code == 0, err
+    assert out.strip() == "deliver: attempted=1 delivered=1 retried=0 dead_letter=0 expired=0"
+    assert [p["dispatch_id"] for p in recorder.payloads()] == [dispatch_id]
+    row = await studio_outbox.get_dispatch(conn, dispatch_id)
+    assert row is not None and row["status"] == "delivered"
+
+
+async def test_once_on_a_database_without_the_outbox_creates_its_schema(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "plain.db"
+    sqlite3.connect(path).close()
+    code, out, err = await _run("deliver", "--db", str(path), "--template", '["/bin/true"]', "--once")
+    assert code == 0, err
+    assert "attempted=0" in out
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        ("not json", "--template: not valid JSON"),
+        ('"notify"', "--template: notify_template: must be a JSON list"),
+        ("[]", "must name at least the program"),
+        ('["notify", 1]', "element 1 must be a string"),
+    ],
+)
+async def test_bad_template_is_one_line_and_exit_1(
+    db_path: Path, conn: aiosqlite.Connection, template: str, fragment: str
+) -> None:
+    code, out, err = await _run("deliver", "--db", str(db_path), "--template", template, "--once")
+    assert code == 1
+    _one_error_line(err, fragment)
+
+
+async def test_bad_database_paths_are_one_line_and_exit_1(tmp_path: Path) -> None:
+    code, _, err = await _run(
+        "deliver", "--db", str(tmp_path / "missing.db"), "--template", '["/bin/true"]'
+    )
+    assert code == 1
+    _one_error_line(err, "--db: no such file")
+    assert not (tmp_path / "missing.db").exists()
+    code, _, err = await _run("deliver", "--db", str(tmp_path), "--template", '["/bin/true"]')
+    assert code == 1
+    _one_error_line(err, "not a regular file")
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite " * 100)
+    code, _, err = await _run("deliver", "--db", str(junk), "--template", '["/bin/true"]')
+    assert code == 1
+    _one_error_line(err, "file is not a database")
+
+
+async def test_usage_errors_exit_2(db_path: Path) -> None:
+    for args in ((), ("deliver",), ("deliver", "--db", str(db_path)), ("send",)):
+        code, _, err = await _run(*args)
+        assert code == 2, args
+        assert "usage:" in err and "Traceback" not in err
+    code, _, err = await _run(
+        "deliver", "--db", str(db_path), "--template", "[]", "--interval", "-1"
+    )
+    assert code == 2 and "--interval" in err
+
+
+async def _start_loop(db_path: Path, recorder: Any) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "studio_outbox",
+        "deliver",
+        "--db",
+        str(db_path),
+        "--template",
+        json.dumps(recorder.template()),
+        "--interval",
+        "0.2",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    line = await asyncio.wait_for(proc.stderr.readline(), 60)
+    assert b"delivering from" in line  # signal handlers are installed from here on
+    return proc
+
+
+async def _wait_for(predicate: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_loop_picks_up_new_rows_and_stops_cleanly_on_a_signal(
+    db_path: Path, conn: aiosqlite.Connection, recorder: Any, signum: int
+) -> None:
+    proc = await _start_loop(db_path, recorder)
+    dispatch_id = await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="ok")
+
+    async def delivered() -> bool:
+        row = await studio_outbox.get_dispatch(conn, dispatch_id)
+        return row is not None and row["status"] == "delivered"
+
+    await _wait_for(delivered, "the loop to deliver a row enqueued by another process")
+    proc.send_signal(signum)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    assert "Traceback" not in err.decode()
+    assert "delivered=1" in out.decode()
+
+
+async def test_first_signal_lets_the_send_in_flight_finish(
+    db_path: Path, conn: aiosqlite.Connection, recorder: Any
+) -> None:
+    proc = await _start_loop(db_path, recorder)
+    dispatch_id = await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="sleep:1.5")
+
+    async def delivering() -> bool:
+        row = await studio_outbox.get_dispatch(conn, dispatch_id)
+        return row is not None and row["status"] == "delivering"
+
+    await _wait_for(delivering, "the send to start")
+    proc.send_signal(signal.SIGTERM)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    row = await studio_outbox.get_dispatch(conn, dispatch_id)
+    assert row is not None and row["status"] == "delivered"  # recorded, not abandoned
+    assert len(recorder.sends()) == 1
+
+
+async def test_second_signal_stops_at_once(
+    db_path: Path, conn: aiosqlite.Connection, recorder: Any
+) -> None:
+    proc = await _start_loop(db_path, recorder)
+    dispatch_id = await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="sleep:30")
+
+    async def delivering() -> bool:
+        row = await studio_outbox.get_dispatch(conn, dispatch_id)
+        return row is not None and row["status"] == "delivering"
+
+    await _wait_for(delivering, "the send to start")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    await asyncio.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    assert time.monotonic() - started < 20  # did not wait for the 30 s send
+    row = await studio_outbox.get_dispatch(conn, dispatch_id)
+    assert row is not None and row["status"] == "delivering"  # its lease lapses later
