@@ -126,3 +126,27 @@ async def test_tasks_sharing_a_connection_do_not_join_each_other(
         await t2
     assert order == ["first-commit", "first-done", "second-begin"]
     assert await fetch_all(conn, "SELECT id FROM items") == [{"id": "first"}]
+
+
+async def test_a_task_never_joins_another_tasks_transaction_while_it_begins(
+    conn: aiosqlite.Connection, fetch_all: Any
+) -> None:
+    """Between BEGIN IMMEDIATE running and its task resuming, ``conn.in_transaction`` is
+    already true: another task must still wait for the lock, not join that transaction."""
+    for i in range(30):
+
+        async def first(n: int = i) -> None:
+            with pytest.raises(RuntimeError):
+                async with studio_state.write_transaction(conn):
+                    await conn.execute(f"INSERT INTO items (id, status) VALUES ('a{n}', 'x')")
+                    raise RuntimeError("roll back")
+
+        async def second(n: int = i) -> None:
+            while not conn.in_transaction:
+                await asyncio.sleep(0)
+            async with studio_state.write_transaction(conn):
+                await conn.execute(f"INSERT INTO items (id, status) VALUES ('b{n}', 'x')")
+
+        await asyncio.gather(first(), second())
+    rows = await fetch_all(conn, "SELECT id FROM items ORDER BY id")
+    assert [r["id"] for r in rows] == sorted(f"b{i}" for i in range(30))

@@ -83,8 +83,14 @@ async def write_transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqli
         yield conn
         return
     async with state.lock:
-        await _begin_immediate(conn)
+        # Claim ownership before BEGIN: while BEGIN runs, ``conn.in_transaction`` is already
+        # true, and another task must wait for the lock rather than join this transaction.
         state.owner = task
+        try:
+            await _begin_immediate(conn)
+        except BaseException:
+            state.owner = None
+            raise
         try:
             yield conn
             await conn.commit()
