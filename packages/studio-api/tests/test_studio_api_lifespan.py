@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from studio_api.__main__ import main as studio_main
 from studio_api.testing import StudioServer
 
 
@@ -152,7 +153,7 @@ def test_a_second_server_on_the_same_database_refuses_to_start(
     studio: Any, make_settings: Callable[..., Any]
 ) -> None:
     second = StudioServer(make_settings(db=studio.settings.db), log_level="critical")
-    with pytest.raises(RuntimeError, match="failed to start"):
+    with pytest.raises(RuntimeError, match="failed to start: another scheduler engine"):
         second.start()
     # the first one is unaffected
     assert studio.client.get("/api/health").json()["scheduler"]["running"] is True
@@ -216,6 +217,22 @@ def test_serve_on_a_fresh_machine_with_the_default_database(
     assert "Traceback" not in err
 
 
+def test_a_second_studio_process_says_why_it_cannot_start(
+    studio: Any, tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "studio_api"],
+        env=_clean_env(tmp_path, LIONAGI_STUDIO_DB=str(studio.settings.db), LIONAGI_STUDIO_PORT="0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"pid {os.getpid()}" in result.stderr
+    assert "studio cannot start: another scheduler engine" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
@@ -225,16 +242,21 @@ def test_serve_on_a_fresh_machine_with_the_default_database(
     ],
 )
 def test_invalid_settings_stop_startup_with_a_message(
-    tmp_path: Path, env: dict[str, str], expected: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    expected: str,
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "studio_api"],
-        env=_clean_env(tmp_path, LIONAGI_STUDIO_DB=str(tmp_path / "s.db"), **env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2
-    assert expected in result.stderr
-    assert "Traceback" not in result.stderr
+    # the entry point of `python -m studio_api`, in process
+    for name in list(os.environ):
+        if name.startswith("LIONAGI_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("LIONAGI_STUDIO_DB", str(tmp_path / "s.db"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert studio_main() == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert "Traceback" not in err
     assert not (tmp_path / "s.db").exists()

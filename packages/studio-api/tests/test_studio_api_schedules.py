@@ -67,7 +67,7 @@ def test_create_cron_and_disabled(studio: Any, command_schedule: Callable[..., A
         ({"interval_sec": -5}, "interval_sec"),
         ({"trigger_type": "cron", "cron_expr": "not a cron"}, "cron_expr"),
         ({"action_command": "rm"}, "action_command"),
-        ({"action_command_args": ["--force"]}, "action_command_args"),
+        ({"action_cwd": "/nonexistent/studio/dir"}, "action_cwd"),
         ({"action_cwd": "relative/dir"}, "action_cwd"),
         ({"max_runs": 0}, "max_runs"),
         ({"budget_usd": -1}, "budget_usd"),

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import sys
 
+from ._app import EXPECTED_STARTUP_ERRORS
 from ._exceptions import SettingsError
 from ._server import run
 
 
 def main() -> int:
-    """Serve until interrupted; a settings error is printed (no traceback), exit code 2."""
+    """Serve until interrupted.
+
+    A settings error is printed without a traceback (exit code 2), and so is an engine that
+    cannot start (exit code 1).
+    """
     try:
         run()
     except SettingsError as exc:
         print(f"studio: {exc}", file=sys.stderr)
         return 2
+    except EXPECTED_STARTUP_ERRORS as exc:
+        print(f"studio cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from studio_scheduler_core import SchedulerEngine
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from studio_scheduler_core import SchedulerEngine, SchedulerError
+from studio_state import StateError
 
 from .__about__ import __version__
 from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
@@ -37,7 +40,12 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = SchedulerEngine(settings.db, settings=settings.to_scheduler_settings())
-        await engine.start()
+        app.state.startup_error = None
+        try:
+            await engine.start()
+        except EXPECTED_STARTUP_ERRORS as exc:
+            app.state.startup_error = exc
+            raise
         app.state.engine = engine
         logger.info(
             "studio %s: scheduler started on %s (tick %ss, time zone %s)",
@@ -67,7 +75,39 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     if settings.auth_token is not None:
         app.add_middleware(BearerAuthMiddleware, token=settings.auth_token.get_secret_value())
         _document_bearer_auth(app)
+    app.add_middleware(StartupMessageMiddleware, owner=app)
     return app
+
+
+#: Startup failures an operator can fix (another engine holds the database, a schema from a
+#: newer release, an unwritable directory, a file that is not a database): reported in one line.
+EXPECTED_STARTUP_ERRORS = (SchedulerError, StateError, OSError, sqlite3.Error)
+
+
+class StartupMessageMiddleware:
+    """Replace the traceback of an expected startup failure by a one-line message.
+
+    Starlette reports a lifespan failure to the server as the formatted traceback; for the
+    errors in :data:`EXPECTED_STARTUP_ERRORS` the operator gets ``studio cannot start: ...``
+    instead. The failure itself is unchanged: the server does not serve and exits.
+    """
+
+    def __init__(self, app: ASGIApp, *, owner: FastAPI) -> None:
+        self.app = app
+        self.owner = owner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def rewriting_send(message: Message) -> None:
+            error = getattr(self.owner.state, "startup_error", None)
+            if message["type"] == "lifespan.startup.failed" and error is not None:
+                message = {**message, "message": f"studio cannot start: {error}"}
+            await send(message)
+
+        await self.app(scope, receive, rewriting_send)
 
 
 def create_app_from_env() -> FastAPI:

@@ -51,10 +51,14 @@ class StudioServer:
             timeout_graceful_shutdown=5,
         )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, name="studio-test-server", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="studio-test-server", daemon=True)
         self.base_url = ""
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except SystemExit:
+            pass  # uvicorn exits when the lifespan fails; start() reports it
 
     def start(self, timeout: float = 30.0) -> str:
         """Start serving; return the base URL (``http://127.0.0.1:<port>``)."""
@@ -62,7 +66,8 @@ class StudioServer:
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if not self._thread.is_alive():
-                raise RuntimeError("studio test server failed to start (see the log above)")
+                error = getattr(self.app.state, "startup_error", None)
+                raise RuntimeError(f"studio test server failed to start: {error or 'see the log'}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"studio test server did not start within {timeout}s")
