@@ -170,6 +170,24 @@ async def eventually(predicate: Callable[[], Awaitable[bool]], timeout: float = 
         await asyncio.sleep(0.02)
 
 
+def group_has_live_member(pgid: int) -> bool:
+    """Whether any non-zombie process is in process group ``pgid`` (reads /proc)."""
+    import os
+
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[-1].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 @pytest.fixture
 def h(tmp_path: Path) -> Any:
     """Helpers for tests (pytest's importlib mode cannot import conftest as a module)."""
@@ -181,6 +199,7 @@ def h(tmp_path: Path) -> Any:
         blocker=script(tmp_path, "blocker.py", BLOCKER),
         env_dump=script(tmp_path, "env_dump.py", ENV_DUMP),
         eventually=eventually,
+        group_has_live_member=group_has_live_member,
         script=lambda name, body: script(tmp_path, name, body),
         command_schedule=command_schedule,
         runs_of=runs_of,

@@ -156,7 +156,6 @@ async def test_budget_overshoot_is_bounded_by_one_fire(
 ) -> None:
     """overlap=allow: a budgeted schedule never has two fires' usage outstanding at once."""
     engine = await make_engine(clock=clock)
-    flag = tmp_path / "release"
     created = await engine.service.create(
         {
             "name": "spend",
