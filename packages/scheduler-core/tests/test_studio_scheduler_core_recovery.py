@@ -251,7 +251,9 @@ async def test_occurrence_guard_two_connections_fire_once(
             next_fire_at=created["next_fire_at"] + 60,
         )
         fires = [prepare(env, created, {"scheduled": True}, kind="scheduled") for env in envs]
-        results = await asyncio.gather(*(commit(e, f, claim) for e, f in zip(envs, fires)))
+        results = await asyncio.gather(
+            *(commit(e, f, claim) for e, f in zip(envs, fires, strict=True))
+        )
     assert sorted(results) == [False, True]
     assert await fetch_value(engine.conn, "SELECT COUNT(*) FROM schedule_runs") == 1
     assert await fetch_value(engine.conn, "SELECT COUNT(*) FROM invocations") == 1
