@@ -23,7 +23,9 @@ def enqueue(db: Path, **kwargs: Any) -> str:
 
 def test_list_and_get_never_show_ack_tokens(studio: Any) -> None:
     ids = [
-        enqueue(studio.settings.db, kind="alert", deliver_to="ops", body={"n": i}, ack_required=True)
+        enqueue(
+            studio.settings.db, kind="alert", deliver_to="ops", body={"n": i}, ack_required=True
+        )
         for i in range(3)
     ]
     enqueue(studio.settings.db, kind="digest", deliver_to="team", body={"x": 1})
@@ -95,16 +97,16 @@ def test_ack(studio: Any) -> None:
 
     not_required = studio.client.post(f"/api/dispatch/{no_ack}/ack", json={"token": "x"})
     assert not_required.status_code == 409
-    assert studio.client.post("/api/dispatch/000000000000/ack", json={"token": "x"}).status_code == 404
+    assert (
+        studio.client.post("/api/dispatch/000000000000/ack", json={"token": "x"}).status_code == 404
+    )
     missing = studio.client.post(f"/api/dispatch/{needs_ack}/ack", json={})
     assert missing.status_code == 422 and missing.json()["field"] == "token"
     extra = studio.client.post(f"/api/dispatch/{needs_ack}/ack", json={"token": "t", "x": 1})
     assert extra.status_code == 422 and extra.json()["field"] == "x"
 
 
-def test_retry_and_purge(
-    serve: Callable[..., Any], script: Callable[..., Path], wait: Any
-) -> None:
+def test_retry_and_purge(serve: Callable[..., Any], script: Callable[..., Path], wait: Any) -> None:
     failing = script("fail-notify.sh", "echo nope >&2\nexit 1\n")
     studio = serve(notify_template=("sh", str(failing)))
     db = studio.settings.db

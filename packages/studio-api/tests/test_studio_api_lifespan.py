@@ -160,11 +160,7 @@ def test_a_second_server_on_the_same_database_refuses_to_start(
 
 
 def _clean_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("LIONAGI_", "GITHUB_TOKEN"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIONAGI_", "GITHUB_TOKEN"))}
     env["HOME"] = str(home)
     env.update(extra)
     return env
@@ -217,12 +213,12 @@ def test_serve_on_a_fresh_machine_with_the_default_database(
     assert "Traceback" not in err
 
 
-def test_a_second_studio_process_says_why_it_cannot_start(
-    studio: Any, tmp_path: Path
-) -> None:
+def test_a_second_studio_process_says_why_it_cannot_start(studio: Any, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "studio_api"],
-        env=_clean_env(tmp_path, LIONAGI_STUDIO_DB=str(studio.settings.db), LIONAGI_STUDIO_PORT="0"),
+        env=_clean_env(
+            tmp_path, LIONAGI_STUDIO_DB=str(studio.settings.db), LIONAGI_STUDIO_PORT="0"
+        ),
         capture_output=True,
         text=True,
         timeout=60,
@@ -237,7 +233,10 @@ def test_a_second_studio_process_says_why_it_cannot_start(
     ("env", "expected"),
     [
         ({"LIONAGI_STUDIO_PORT": "eighty"}, "LIONAGI_STUDIO_PORT: "),
-        ({"LIONAGI_STUDIO_NOTIFY_TEMPLATE": "notify {payload}"}, "LIONAGI_STUDIO_NOTIFY_TEMPLATE: "),
+        (
+            {"LIONAGI_STUDIO_NOTIFY_TEMPLATE": "notify {payload}"},
+            "LIONAGI_STUDIO_NOTIFY_TEMPLATE: ",
+        ),
         ({"LIONAGI_STUDIO_HOST": "0.0.0.0"}, "LIONAGI_STUDIO_AUTH_TOKEN"),
     ],
 )

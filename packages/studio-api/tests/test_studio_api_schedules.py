@@ -99,7 +99,12 @@ def test_create_refusals_are_422_naming_the_field(
         ({"name": "x", "trigger_type": "interval", "action_kind": "agent", "bogus": 1}, "bogus"),
         ({"name": 5, "trigger_type": "interval", "action_kind": "agent"}, "name"),
         (
-            {"name": "x", "trigger_type": "interval", "action_kind": "agent", "interval_sec": 2**70},
+            {
+                "name": "x",
+                "trigger_type": "interval",
+                "action_kind": "agent",
+                "interval_sec": 2**70,
+            },
             "interval_sec",
         ),
         (
@@ -110,8 +115,10 @@ def test_create_refusals_are_422_naming_the_field(
             {"name": "x", "trigger_type": "interval", "action_kind": "agent", "on_fail": [1]},
             "on_fail",
         ),
-        ({"name": "x", "trigger_type": "interval", "action_kind": "agent", "enabled": "maybe"},
-         "enabled"),
+        (
+            {"name": "x", "trigger_type": "interval", "action_kind": "agent", "enabled": "maybe"},
+            "enabled",
+        ),
     ],
 )
 def test_create_body_shape_errors_are_422_naming_the_field(
@@ -132,14 +139,25 @@ def test_create_body_shape_errors_are_422_naming_the_field(
         (b"\xff\xfe\x00garbage", "body"),
         (b"[1, 2]", "body"),
         (b'{"name": "\\ud800", "trigger_type": "interval", "action_kind": "agent"}', "name"),
-        (b'{"name": "x", "trigger_type": "interval", "action_kind": "agent", '
-         b'"budget_usd": NaN}', "budget_usd"),
-        (b'{"name": "x", "trigger_type": "interval", "action_kind": "agent", '
-         b'"interval_sec": 1e400}', "interval_sec"),
-        (b'{"name": "x", "trigger_type": "interval", "action_kind": "agent", '
-         b'"github_filter": {"k": Infinity}}', "github_filter"),
-        (b'{"name": "x", "trigger_type": "interval", "action_kind": "agent", '
-         b'"threshold_config": {"v": 99999999999999999999999}}', "threshold_config"),
+        (
+            b'{"name": "x", "trigger_type": "interval", "action_kind": "agent", "budget_usd": NaN}',
+            "budget_usd",
+        ),
+        (
+            b'{"name": "x", "trigger_type": "interval", "action_kind": "agent", '
+            b'"interval_sec": 1e400}',
+            "interval_sec",
+        ),
+        (
+            b'{"name": "x", "trigger_type": "interval", "action_kind": "agent", '
+            b'"github_filter": {"k": Infinity}}',
+            "github_filter",
+        ),
+        (
+            b'{"name": "x", "trigger_type": "interval", "action_kind": "agent", '
+            b'"threshold_config": {"v": 99999999999999999999999}}',
+            "threshold_config",
+        ),
         (b"", "body"),
     ],
 )
@@ -358,9 +376,10 @@ def test_runs_pagination_status_filter_and_errors(
     assert studio.client.get("/api/schedules/nope/runs").status_code == 404
     wrong = studio.client.get(f"/api/schedules/{good['id']}/runs", params={"status": "weird"})
     assert wrong.status_code == 422 and wrong.json()["field"] == "status"
-    assert studio.client.get(
-        f"/api/schedules/{good['id']}/runs", params={"limit": 0}
-    ).status_code == 422
+    assert (
+        studio.client.get(f"/api/schedules/{good['id']}/runs", params={"limit": 0}).status_code
+        == 422
+    )
 
 
 def test_run_detail_lists_chain_children(

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-from studio_scheduler_core import SchedulerSettings
 
 from studio_api import SettingsError, StudioSettings
+from studio_scheduler_core import SchedulerSettings
 
 ALL_VARS = {
     "LIONAGI_STUDIO_DB",

@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from studio_scheduler_core import SchedulerEngine, SchedulerError
 from studio_state import StateError
 

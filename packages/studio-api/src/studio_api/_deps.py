@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+
 from studio_scheduler_core import SchedulerEngine, ScheduleService
 
 from ._models import ErrorOut

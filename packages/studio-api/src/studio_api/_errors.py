@@ -1,15 +1,16 @@
 """Mapping errors to HTTP answers: service errors are 4xx naming the field; never a bare 500.
 
-| error | status | body |
-|---|---|---|
-| request validation (body, query, path), malformed or undecodable JSON | 422 | ``detail`` ``"<field>: <message>"``, ``field``, ``errors`` |
-| ``ScheduleValidationError``, ``LaunchError``, outbox ``InvalidDispatch``/``InvalidArgument`` | 422 | ``detail``, ``field`` |
-| ``ScheduleNotFound``, ``RunNotFound``, ``DispatchNotFound`` | 404 | ``detail`` |
-| ``ScheduleNameTaken`` | 409 | ``detail``, ``field="name"`` |
-| ``FireRefused`` | 409 | ``detail``, ``reason_code`` |
-| ``InvalidDispatchState``, ``AckTokenMismatch``, ``AckNotRequired``, other outbox errors | 409 | ``detail`` |
-| SQLite busy/locked | 503 | ``detail`` (with ``Retry-After``) |
-| anything else | 500 | ``{"detail": "internal server error"}``, traceback logged |
+- 422 ``{"detail": "<field>: <message>", "field", "errors"}``: request validation (body,
+  query, path), malformed or undecodable JSON.
+- 422 ``{"detail", "field"}``: ``ScheduleValidationError``, ``LaunchError``, outbox
+  ``InvalidDispatch`` / ``InvalidArgument``.
+- 404 ``{"detail", "field"}``: ``ScheduleNotFound``, ``RunNotFound``, ``DispatchNotFound``.
+- 409 ``{"detail", "field": "name"}``: ``ScheduleNameTaken``.
+- 409 ``{"detail", "reason_code"}``: ``FireRefused``.
+- 409 ``{"detail"}``: ``InvalidDispatchState``, ``AckTokenMismatch``, ``AckNotRequired``,
+  any other outbox or scheduler error.
+- 503 ``{"detail"}`` with ``Retry-After``: SQLite busy or locked.
+- 500 ``{"detail": "internal server error"}``: anything else, its traceback logged.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from studio_launcher import LaunchError
 from studio_outbox import (
     AckNotRequired,
@@ -37,9 +39,9 @@ from studio_outbox import (
 from studio_scheduler_core import (
     FireRefused,
     RunNotFound,
-    SchedulerError,
     ScheduleNameTaken,
     ScheduleNotFound,
+    SchedulerError,
     ScheduleValidationError,
 )
 
@@ -97,9 +99,7 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 400:
         # FastAPI answers 400 for a body it cannot decode at all (not UTF-8, truncated); that
         # is invalid input like any other malformed JSON.
-        return JSONResponse(
-            error_body(f"body: {exc.detail}", field="body"), status_code=422
-        )
+        return JSONResponse(error_body(f"body: {exc.detail}", field="body"), status_code=422)
     return JSONResponse(
         error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
     )
@@ -133,9 +133,7 @@ async def _name_taken(request: Request, exc: Exception) -> JSONResponse:
 
 async def _fire_refused(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, FireRefused)
-    return JSONResponse(
-        error_body(exc.message, reason_code=exc.reason_code), status_code=409
-    )
+    return JSONResponse(error_body(exc.message, reason_code=exc.reason_code), status_code=409)
 
 
 async def _conflict(request: Request, exc: Exception) -> JSONResponse:
@@ -209,9 +207,7 @@ class LastResortMiddleware:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception:
-            logger.exception(
-                "unexpected error on %s %s", scope.get("method"), scope.get("path")
-            )
+            logger.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if started:
                 raise
             await send(

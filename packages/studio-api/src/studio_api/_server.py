@@ -13,7 +13,6 @@ from uvicorn.config import LOGGING_CONFIG
 from ._app import create_app
 from ._settings import StudioSettings
 
-
 #: Loggers of the Studio packages, shown beside uvicorn's own in the same format.
 STUDIO_LOGGERS = ("studio_api", "studio_scheduler_core", "studio_outbox", "studio_launcher")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import ipaddress
 import json
@@ -53,7 +54,7 @@ def _is_zone(name: str) -> bool:
 
 
 def system_timezone_name() -> str:
-    """The host's IANA zone name: ``TZ``, else ``/etc/localtime``, else ``/etc/timezone``, else UTC."""
+    """The host's IANA zone: ``TZ``, else ``/etc/localtime``, else ``/etc/timezone``, else UTC."""
     candidates: list[str] = []
     tz = os.environ.get("TZ", "").strip().lstrip(":")
     if tz:
@@ -65,10 +66,8 @@ def system_timezone_name() -> str:
     marker = "zoneinfo/"
     if marker in target:
         candidates.append(target.split(marker, 1)[1])
-    try:
+    with contextlib.suppress(OSError):
         candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
-    except OSError:
-        pass
     for name in candidates:
         if name and _is_zone(name):
             return name
@@ -113,7 +112,11 @@ class StudioSettings(BaseSettings):
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, validation_alias="LIONAGI_STUDIO_PORT")
     auth_token: SecretStr | None = _env("LIONAGI_STUDIO_AUTH_TOKEN")
     tick_seconds: float = Field(
-        default=30.0, gt=0, le=86400, allow_inf_nan=False, validation_alias="LIONAGI_STUDIO_TICK_SECONDS"
+        default=30.0,
+        gt=0,
+        le=86400,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_TICK_SECONDS",
     )
     max_scheduled_concurrent: int = Field(
         default=4, ge=1, le=10_000, validation_alias="LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT"
@@ -177,9 +180,7 @@ class StudioSettings(BaseSettings):
         return (init_settings,)
 
     @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> StudioSettings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> StudioSettings:
         """Build the settings from ``environ`` (default ``os.environ``) plus field overrides.
 
         Overrides (field names, e.g. ``port=0``) win over the environment; ``None`` overrides are
@@ -253,9 +254,7 @@ class StudioSettings(BaseSettings):
         if not name:
             return system_timezone_name()
         if not _is_zone(name):
-            logger.warning(
-                "LIONAGI_SCHEDULER_TZ=%r is not a known IANA time zone; using UTC", name
-            )
+            logger.warning("LIONAGI_SCHEDULER_TZ=%r is not a known IANA time zone; using UTC", name)
             return "UTC"
         return name
 
@@ -385,8 +384,10 @@ def _settings_error(exc: pydantic.ValidationError) -> SettingsError:
         message = str(error["msg"]).removeprefix("Value error, ")
         field = field_by_env.get(variable, "")
         raw = error.get("input")
-        if field not in _SECRET_FIELDS and isinstance(raw, str | int | float) and not (
-            isinstance(raw, float) and math.isnan(raw)
+        if (
+            field not in _SECRET_FIELDS
+            and isinstance(raw, str | int | float)
+            and not (isinstance(raw, float) and math.isnan(raw))
         ):
             shown = repr(raw)
             message = f"{message} (got {shown[:80]})"

@@ -14,6 +14,7 @@ down the way a signal would (the lifespan stops the engine) and waits for it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -55,10 +56,9 @@ class StudioServer:
         self.base_url = ""
 
     def _run(self) -> None:
-        try:
+        # uvicorn exits when the lifespan fails; start() reports why
+        with contextlib.suppress(SystemExit):
             self._server.run()
-        except SystemExit:
-            pass  # uvicorn exits when the lifespan fails; start() reports it
 
     def start(self, timeout: float = 30.0) -> str:
         """Start serving; return the base URL (``http://127.0.0.1:<port>``)."""

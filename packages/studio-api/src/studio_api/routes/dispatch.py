@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import studio_outbox
 from fastapi import APIRouter, Query
+
+import studio_outbox
 
 from .._deps import EngineDep, responses
 from .._models import SQLITE_INT_MAX, AckRequest, DispatchList, DispatchOut, DispatchStatus
@@ -47,9 +48,7 @@ async def get_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
     return await _get(engine, dispatch_id)
 
 
-@router.post(
-    "/{dispatch_id}/ack", response_model=DispatchOut, responses=responses(404, 409)
-)
+@router.post("/{dispatch_id}/ack", response_model=DispatchOut, responses=responses(404, 409))
 async def ack_dispatch(engine: EngineDep, dispatch_id: str, body: AckRequest) -> DispatchOut:
     """Acknowledge a delivered row with its token (409: wrong token or no ack required)."""
     acked = await studio_outbox.ack_dispatch(engine.conn, dispatch_id, body.token)
@@ -58,9 +57,7 @@ async def ack_dispatch(engine: EngineDep, dispatch_id: str, body: AckRequest) ->
     return await _get(engine, dispatch_id)
 
 
-@router.post(
-    "/{dispatch_id}/retry", response_model=DispatchOut, responses=responses(404, 409)
-)
+@router.post("/{dispatch_id}/retry", response_model=DispatchOut, responses=responses(404, 409))
 async def retry_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
     """Send a ``dead_letter`` or ``expired`` row again (409 from any other status)."""
     await studio_outbox.retry_dispatch(engine.conn, dispatch_id)

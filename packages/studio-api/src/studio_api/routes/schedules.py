@@ -77,9 +77,7 @@ async def get_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
     return ScheduleOut.of(await service.get(schedule_id))
 
 
-@router.patch(
-    "/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409)
-)
+@router.patch("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
 async def update_schedule(
     service: ServiceDep, schedule_id: str, body: ScheduleUpdate
 ) -> ScheduleOut:
@@ -96,17 +94,13 @@ async def delete_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
     return ScheduleOut.of(row)
 
 
-@router.post(
-    "/{schedule_id}/enable", response_model=ScheduleOut, responses=responses(404, 409)
-)
+@router.post("/{schedule_id}/enable", response_model=ScheduleOut, responses=responses(404, 409))
 async def enable_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
     """Enable a schedule (its next fire time is recomputed)."""
     return ScheduleOut.of(await service.enable(schedule_id))
 
 
-@router.post(
-    "/{schedule_id}/disable", response_model=ScheduleOut, responses=responses(404, 409)
-)
+@router.post("/{schedule_id}/disable", response_model=ScheduleOut, responses=responses(404, 409))
 async def disable_schedule(
     service: ServiceDep,
     schedule_id: str,
@@ -139,9 +133,7 @@ async def list_runs(
     offset: Offset = 0,
 ) -> RunList:
     """One page of a schedule's runs (newest first) and the ``total`` that match."""
-    rows, total = await service.list_runs(
-        schedule_id, status=status, limit=limit, offset=offset
-    )
+    rows, total = await service.list_runs(schedule_id, status=status, limit=limit, offset=offset)
     return RunList(runs=[RunOut.of(row) for row in rows], total=total, limit=limit, offset=offset)
 
 
