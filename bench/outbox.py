@@ -1,0 +1,425 @@
+"""Outbox throughput: studio-outbox beside the reference (lionagi 0.36.0), as ratios.
+
+Figures (DESIGN §9), each the median of ROUNDS rounds with min–max beside it:
+  - enqueue rows/s, each in its own transaction; the same with a (unique) dedup key each;
+    and many enqueues inside one caller transaction (the transactional-outbox write);
+  - deliveries/s through a `/bin/true` notify template at concurrency 1 and 4.
+Every round runs both implementations one after the other, each in a fresh child process on
+a fresh database, so machine load affects both alike. The reference runs in an interpreter
+that has `lionagi==0.36.0` (this one if it can import it, else `--reference-python`); if none
+can, the script says so and prints our figures alone. Round trips to the SQLite thread are
+counted in one extra untimed pass and printed per operation.
+
+    python bench/outbox.py [--rounds 5] [--enqueue-rows 1000] [--deliver-rows 200]
+                           [--reference-python /path/to/venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Both implementations get the same transport. The reference insists on an exact
+# {deliver_to} element (it fails every send without one), and neither template has
+# {payload}, so both write the payload JSON to the child's stdin.
+TEMPLATE = ["/bin/true", "{deliver_to}"]
+ENQUEUE_TARGET = 3.0
+DELIVERY_TARGET = 5.0
+ANCHORS = {"enqueue_own": 890.0, "deliver": 155.0}  # DESIGN §9, reference on a 2-core box
+
+FIGURES = [
+    ("enqueue_own", "enqueue, own transaction each", "rows/s"),
+    ("enqueue_dedup", "enqueue, own transaction + dedup key", "rows/s"),
+    ("enqueue_caller_txn", "enqueue, inside one caller transaction", "rows/s"),
+    ("deliver_c1", "deliver /bin/true, concurrency 1", "/s"),
+    ("deliver_c4", "deliver /bin/true, concurrency 4", "/s"),
+]
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+class HopCounter:
+    """Counts calls into aiosqlite's worker thread (every execute, fetch, commit …)."""
+
+    def __init__(self) -> None:
+        import aiosqlite
+
+        self.count = 0
+        self._cls = aiosqlite.Connection
+        self._original = self._cls._execute
+        counter = self
+
+        async def counting(conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.count += 1
+            return await counter._original(conn, fn, *args, **kwargs)
+
+        self._cls._execute = counting  # type: ignore[method-assign]
+
+    def restore(self) -> None:
+        self._cls._execute = self._original  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------- ours
+
+
+async def _ours_db(path: Path) -> Any:
+    import studio_outbox
+    import studio_state
+
+    conn = await studio_state.open_connection(path)
+    await studio_outbox.ensure_schema(conn)
+    return conn
+
+
+async def ours_enqueue(path: Path, rows: int, mode: str) -> float:
+    import studio_outbox
+
+    conn = await _ours_db(path)
+    try:
+        started = time.perf_counter()
+        if mode == "caller_txn":
+            await conn.execute("BEGIN IMMEDIATE")
+            for i in range(rows):
+                await studio_outbox.enqueue_dispatch(
+                    conn, kind="bench", deliver_to="sink", body={"i": i}
+                )
+            await conn.commit()
+        else:
+            for i in range(rows):
+                await studio_outbox.enqueue_dispatch(
+                    conn,
+                    kind="bench",
+                    deliver_to="sink",
+                    body={"i": i},
+                    dedup_key=f"bench:{i}" if mode == "dedup" else None,
+                )
+        return rows / (time.perf_counter() - started)
+    finally:
+        await conn.close()
+
+
+async def ours_deliver(path: Path, rows: int, concurrency: int) -> float:
+    import studio_outbox
+
+    conn = await _ours_db(path)
+    try:
+        await studio_outbox.enqueue_many(
+            conn, [{"kind": "bench", "deliver_to": "sink", "body": {"i": i}} for i in range(rows)]
+        )
+        started = time.perf_counter()
+        counts = await studio_outbox.deliver_due_dispatches(
+            conn, notify_template=TEMPLATE, limit=rows, concurrency=concurrency
+        )
+        elapsed = time.perf_counter() - started
+        assert counts["delivered"] == rows, counts
+        return rows / elapsed
+    finally:
+        await conn.close()
+
+
+async def ours_hops(path: Path) -> dict[str, float]:
+    import studio_outbox
+
+    conn = await _ours_db(path)
+    hops = HopCounter()
+    n = 50
+    try:
+        out: dict[str, float] = {}
+        for mode in ("own", "dedup_new", "dedup_existing", "caller_txn"):
+            hops.count = 0
+            if mode == "caller_txn":
+                await conn.execute("BEGIN IMMEDIATE")
+                hops.count = 0
+            for i in range(n):
+                await studio_outbox.enqueue_dispatch(
+                    conn,
+                    kind="bench",
+                    deliver_to="sink",
+                    dedup_key=None if mode in ("own", "caller_txn") else f"hop:{i}",
+                )
+            out[f"enqueue_{mode}"] = hops.count / n
+            if mode == "caller_txn":
+                await conn.commit()
+        for concurrency in (1, 4):
+            await studio_outbox.enqueue_many(
+                conn, [{"kind": "bench", "deliver_to": "sink"} for _ in range(n)]
+            )
+            hops.count = 0
+            counts = await studio_outbox.deliver_due_dispatches(
+                conn, notify_template=TEMPLATE, limit=n, concurrency=concurrency
+            )
+            assert counts["delivered"] == n, counts
+            out[f"deliver_c{concurrency}"] = hops.count / n
+        return out
+    finally:
+        hops.restore()
+        await conn.close()
+
+
+async def ours_round(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "enqueue_own": await ours_enqueue(workdir / "e1.db", args.enqueue_rows, "own"),
+        "enqueue_dedup": await ours_enqueue(workdir / "e2.db", args.enqueue_rows, "dedup"),
+        "enqueue_caller_txn": await ours_enqueue(
+            workdir / "e3.db", args.enqueue_rows, "caller_txn"
+        ),
+        "deliver_c1": await ours_deliver(workdir / "d1.db", args.deliver_rows, 1),
+        "deliver_c4": await ours_deliver(workdir / "d4.db", args.deliver_rows, 4),
+    }
+
+
+# --------------------------------------------------------------------------- reference
+
+
+async def _ref_db(path: Path) -> Any:
+    from lionagi.state.db import StateDB
+
+    db = StateDB(path)
+    await db.open()
+    return db
+
+
+async def ref_enqueue(path: Path, rows: int, dedup: bool) -> float:
+    from lionagi.dispatch.outbox import enqueue_dispatch
+
+    db = await _ref_db(path)
+    try:
+        started = time.perf_counter()
+        for i in range(rows):
+            await enqueue_dispatch(
+                db,
+                kind="bench",
+                deliver_to="sink",
+                body={"i": i},
+                dedup_key=f"bench:{i}" if dedup else None,
+            )
+        return rows / (time.perf_counter() - started)
+    finally:
+        await db.close()
+
+
+async def ref_deliver(path: Path, rows: int) -> float:
+    from lionagi.dispatch.outbox import deliver_due_dispatches, enqueue_dispatch
+
+    db = await _ref_db(path)
+    try:
+        for i in range(rows):
+            await enqueue_dispatch(db, kind="bench", deliver_to="sink", body={"i": i})
+        started = time.perf_counter()
+        counts = await deliver_due_dispatches(
+            db, now=time.time() + 1, notify_template=list(TEMPLATE)
+        )
+        elapsed = time.perf_counter() - started
+        assert counts["delivered"] == rows, counts
+        return rows / elapsed
+    finally:
+        await db.close()
+
+
+async def ref_hops(path: Path) -> dict[str, float]:
+    from lionagi.dispatch.outbox import deliver_due_dispatches, enqueue_dispatch
+
+    db = await _ref_db(path)
+    hops = HopCounter()
+    n = 50
+    try:
+        out: dict[str, float] = {}
+        for mode in ("own", "dedup_new", "dedup_existing"):
+            hops.count = 0
+            for i in range(n):
+                await enqueue_dispatch(
+                    db, kind="bench", deliver_to="sink",
+                    dedup_key=None if mode == "own" else f"hop:{i}",
+                )  # fmt: skip
+            out[f"enqueue_{mode}"] = hops.count / n
+        hops.count = 0
+        counts = await deliver_due_dispatches(
+            db, now=time.time() + 1, notify_template=list(TEMPLATE)
+        )
+        out["deliver_serial"] = hops.count / max(counts["delivered"], 1)
+        return out
+    finally:
+        hops.restore()
+        await db.close()
+
+
+async def ref_round(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    delivered = await ref_deliver(workdir / "rd.db", args.deliver_rows)
+    return {
+        "enqueue_own": await ref_enqueue(workdir / "re1.db", args.enqueue_rows, False),
+        "enqueue_dedup": await ref_enqueue(workdir / "re2.db", args.enqueue_rows, True),
+        "enqueue_caller_txn": None,  # it always opens its own transaction (cannot join one)
+        # Its loop is serial: one figure, compared with both of ours.
+        "deliver_c1": delivered,
+        "deliver_c4": delivered,
+    }
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _worker(which: str, args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix=f"bench-outbox-{which}-") as tmp:
+        workdir = Path(tmp)
+        if args.hops:
+            result: dict[str, Any] = asyncio.run(
+                (ours_hops if which == "ours" else ref_hops)(workdir / "hops.db")
+            )
+        else:
+            result = asyncio.run((ours_round if which == "ours" else ref_round)(workdir, args))
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def _run_worker(python: str, which: str, args: argparse.Namespace, hops: bool) -> dict[str, Any]:
+    argv = [
+        python,
+        os.path.abspath(__file__),
+        "--worker",
+        which,
+        "--enqueue-rows",
+        str(args.enqueue_rows),
+        "--deliver-rows",
+        str(args.deliver_rows),
+    ]
+    if hops:
+        argv.append("--hops")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+            return result
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    raise RuntimeError(f"{which} worker failed (exit {proc.returncode}): " + " | ".join(tail))
+
+
+def _reference_python(args: argparse.Namespace) -> tuple[str | None, str]:
+    candidates = [sys.executable] + ([args.reference_python] if args.reference_python else [])
+    reasons = []
+    for python in candidates:
+        probe = subprocess.run(
+            [python, "-c", "import lionagi, lionagi.dispatch.outbox; print(lionagi.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if probe.returncode == 0:
+            version = probe.stdout.strip()
+            if version != "0.36.0":
+                reasons.append(f"{python}: lionagi {version}, not 0.36.0")
+                continue
+            return python, version
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        reasons.append(f"{python}: {last}")
+    return None, "; ".join(reasons)
+
+
+def _fmt(values: list[float]) -> str:
+    return f"{statistics.median(values):9.0f}  ({min(values):.0f}–{max(values):.0f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--enqueue-rows", type=int, default=1000)
+    parser.add_argument("--deliver-rows", type=int, default=200)
+    parser.add_argument("--reference-python", help="an interpreter with lionagi==0.36.0")
+    parser.add_argument("--worker", choices=["ours", "ref"], help=argparse.SUPPRESS)
+    parser.add_argument("--hops", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(args.worker, args)
+        return
+    if args.rounds < 5:
+        parser.error("--rounds must be at least 5 (figures are medians over >= 5 rounds)")
+
+    ref_python, ref_note = _reference_python(args)
+    import sqlite3
+
+    print("studio-outbox benchmark (bench/outbox.py)")
+    print(
+        f"  python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"  {args.rounds} rounds; enqueue {args.enqueue_rows} rows, deliver "
+        f"{args.deliver_rows} rows per figure per round; template {json.dumps(TEMPLATE)}"
+    )
+    if ref_python:
+        print(f"  reference: lionagi {ref_note} via {ref_python}")
+    else:
+        print(f"  reference: NOT MEASURED — lionagi 0.36.0 cannot be imported ({ref_note})")
+    ours: dict[str, list[float]] = {key: [] for key, _, _ in FIGURES}
+    ref: dict[str, list[float]] = {key: [] for key, _, _ in FIGURES}
+    for number in range(1, args.rounds + 1):
+        got = _run_worker(sys.executable, "ours", args, hops=False)
+        for key in ours:
+            ours[key].append(got[key])
+        if ref_python:
+            got = _run_worker(ref_python, "ref", args, hops=False)
+            for key in ref:
+                if got[key] is not None:
+                    ref[key].append(got[key])
+        print(f"  round {number}/{args.rounds} done", flush=True)
+
+    print()
+    head = f"{'figure':42} {'ours: median (min–max)':>26} {'reference':>26} {'ratio':>7}"
+    print(head)
+    print("-" * len(head))
+    verdicts = []
+    for key, label, unit in FIGURES:
+        ours_text = _fmt(ours[key]) + f" {unit}"
+        if ref[key]:
+            ratio = statistics.median(ours[key]) / statistics.median(ref[key])
+            ref_text = _fmt(ref[key]) + f" {unit}"
+            ratio_text = f"{ratio:6.1f}×"
+            target = ENQUEUE_TARGET if key.startswith("enqueue") else DELIVERY_TARGET
+            if key in ("enqueue_own", "deliver_c1", "deliver_c4"):
+                verdicts.append(
+                    f"  {label}: {ratio:.1f}× (target ≥ {target:g}×) "
+                    + ("met" if ratio >= target else "NOT MET")
+                )
+        else:
+            ref_text = "n/a" if not ref_python else "n/a (cannot join a caller txn)"
+            ratio_text = ""
+        print(f"{label:42} {ours_text:>26} {ref_text:>26} {ratio_text:>7}")
+    print()
+    if verdicts:
+        print("DESIGN §9 targets (ratio to the reference measured in this run):")
+        print("\n".join(verdicts))
+    print(
+        "DESIGN §9 anchors for scale (reference on a 2-core machine): "
+        f"enqueue {ANCHORS['enqueue_own']:.0f} rows/s, delivery {ANCHORS['deliver']:.0f}/s; "
+        f"ours here: {statistics.median(ours['enqueue_own']) / ANCHORS['enqueue_own']:.1f}× and "
+        f"{statistics.median(ours['deliver_c4']) / ANCHORS['deliver']:.1f}× those."
+    )
+
+    print()
+    print("round trips to the SQLite thread, per operation (one untimed pass of 50):")
+    mine = _run_worker(sys.executable, "ours", args, hops=True)
+    theirs = _run_worker(ref_python, "ref", args, hops=True) if ref_python else {}
+    rows = [
+        ("enqueue, own transaction", "enqueue_own", "enqueue_own"),
+        ("enqueue, new dedup key", "enqueue_dedup_new", "enqueue_dedup_new"),
+        ("enqueue, existing dedup key", "enqueue_dedup_existing", "enqueue_dedup_existing"),
+        ("enqueue, inside a caller transaction", "enqueue_caller_txn", None),
+        ("delivery, concurrency 1", "deliver_c1", "deliver_serial"),
+        ("delivery, concurrency 4", "deliver_c4", "deliver_serial"),
+    ]
+    for label, ours_key, ref_key in rows:
+        other = f"{theirs[ref_key]:.1f}" if ref_key and ref_key in theirs else "n/a"
+        print(f"  {label:38} ours {mine[ours_key]:5.1f}   reference {other}")
+
+
+if __name__ == "__main__":
+    main()
