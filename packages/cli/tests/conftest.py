@@ -7,6 +7,7 @@ temp database unless the test says otherwise. Every result is checked for a trac
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +115,12 @@ class Studio:
             )
         return result
 
+    def run_many(self, calls: Sequence[Sequence[str]], *, expect: int | None = 0) -> list[Result]:
+        """Run independent invocations side by side (results in the order given)."""
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            futures = [pool.submit(self.run, *call, expect=expect) for call in calls]
+            return [future.result() for future in futures]
+
     def ok_json(self, *args: str, **kwargs: Any) -> Any:
         result = self.run(*args, "--json", **kwargs)
         return result.json()
@@ -125,9 +133,38 @@ class Studio:
         return result
 
     def create(self, name: str, *flags: str) -> dict[str, Any]:
-        """Create a schedule (interval 1h + a command action unless flags say otherwise)."""
+        """Create a schedule through the CLI (interval 1h + a command unless flags given)."""
         args = list(flags) or ["--interval", "1h", "--command", "python3", "--command-arg", "ok"]
         created: dict[str, Any] = self.ok_json("schedule", "create", name, *args)
+        return created
+
+    def seed(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Create a schedule in-process with the real ScheduleService (fast test data).
+
+        Used where the command under test is not ``create`` itself; default: every hour,
+        ``python3 ok`` in the work directory.
+        """
+        data: dict[str, Any] = {
+            "name": name,
+            "trigger_type": "interval",
+            "interval_sec": 3600,
+            "action_kind": "command",
+            "action_command": "python3",
+            "action_command_args": ["ok"],
+            "action_cwd": str(self.workdir),
+            **fields,
+        }
+        return asyncio.run(_seed(self.db, data))
+
+
+async def _seed(db: Path, data: dict[str, Any]) -> dict[str, Any]:
+    from studio_scheduler_core import SchedulerSettings, ScheduleService, ensure_schema
+    from studio_state import connect
+
+    settings = SchedulerSettings(timezone="UTC", command_allowlist=("python3", "studio"))
+    async with connect(db) as conn:
+        await ensure_schema(conn)
+        created: dict[str, Any] = await ScheduleService(conn, settings=settings).create(data)
         return created
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,13 @@ async def dead_letter(db: Path, **kwargs: Any) -> str:
     return dispatch_id
 
 
-async def ack_token(db: Path, dispatch_id: str) -> str:
-    async with connect(db) as conn:
-        row = await studio_outbox.get_dispatch(conn, dispatch_id)
-    assert row is not None
-    token: str = row["ack_token"]
+def ack_token(db: Path, dispatch_id: str) -> str:
+    """The row's token, as the consumer would find it in the payload it was sent."""
+    with sqlite3.connect(db) as conn:
+        (token,) = conn.execute(
+            "SELECT ack_token FROM dispatch_outbox WHERE id = ?", (dispatch_id,)
+        ).fetchone()
+    assert isinstance(token, str) and token
     return token
 
 
@@ -66,7 +69,7 @@ async def test_show_never_reveals_the_ack_token(studio: Studio) -> None:
     dispatch_id = await enqueue(
         studio.db, kind="alert", deliver_to="ops", body={"msg": "disk full"}, ack_required=True
     )
-    token = await ack_token(studio.db, dispatch_id)
+    token = ack_token(studio.db, dispatch_id)
     table = studio.run("dispatch", "show", dispatch_id)
     assert "disk full" in table.stdout and "FIELD" in table.stdout
     assert token not in table.stdout
@@ -80,7 +83,7 @@ async def test_show_never_reveals_the_ack_token(studio: Studio) -> None:
 
 async def test_ack_success_and_refusals(studio: Studio) -> None:
     dispatch_id = await enqueue(studio.db, kind="alert", deliver_to="ops", ack_required=True)
-    token = await ack_token(studio.db, dispatch_id)
+    token = ack_token(studio.db, dispatch_id)
     wrong = studio.fail("dispatch", "ack", dispatch_id, "not-the-token")
     assert "not-the-token" not in wrong.error_line
     assert await status_of(studio.db, dispatch_id) == "pending"

@@ -78,7 +78,7 @@ def test_create_maps_every_flag_to_its_field(cli: Studio, tmp_path: Path) -> Non
         "--on-success",
         '{"prompt": "well done"}',
         "--on-fail",
-        '{"kind": "command", "command": "python3", "command_args": ["fail"]}',
+        '{"prompt": "explain the failure", "model": "openai/gpt-4.1-mini"}',
         "--missed-fire",
         "run_once",
         "--overlap",
@@ -117,7 +117,7 @@ def test_create_maps_every_flag_to_its_field(cli: Studio, tmp_path: Path) -> Non
     }
     for key, value in expected.items():
         assert created[key] == value, key
-    assert created["on_fail"]["command"] == "python3"
+    assert created["on_fail"]["prompt"] == "explain the failure"
     shown = cli.ok_json("schedule", "show", "full")
     assert shown["id"] == created["id"]
 
@@ -204,7 +204,7 @@ def test_prompt_file_from_stdin_and_from_a_file(cli: Studio, tmp_path: Path) -> 
 
 
 def test_show_by_id_and_by_name_table_and_json(cli: Studio) -> None:
-    created = cli.create("shown")
+    created = cli.seed("shown")
     table = cli.run("schedule", "show", created["id"]).stdout
     assert "FIELD" in table and "VALUE" in table
     assert "action_command" in table and "python3" in table
@@ -215,7 +215,7 @@ def test_show_by_id_and_by_name_table_and_json(cli: Studio) -> None:
 
 
 def test_update_changes_only_given_fields(cli: Studio) -> None:
-    created = cli.create("u", "--interval", "1h", "--prompt", "p", "--max-runs", "4")
+    created = cli.seed("u", action_kind="agent", action_prompt="p", max_runs=4)
     result = cli.run("schedule", "update", "u", "--cron", "30 3 * * *", "--budget-usd", "5")
     assert result.stdout.splitlines()[0] == (
         f"Updated schedule {created['id']} (u): budget_usd, cron_expr, trigger_type"
@@ -231,7 +231,7 @@ def test_update_changes_only_given_fields(cli: Studio) -> None:
 
 
 def test_update_usage_and_validation_errors(cli: Studio) -> None:
-    cli.create("u")
+    cli.seed("u")
     assert "nothing to update" in cli.run("schedule", "update", "u", expect=2).error_line
     conflict = cli.run("schedule", "update", "u", "--clear", "model", "--model", "m", expect=2)
     assert "--clear model conflicts" in conflict.error_line
@@ -243,7 +243,7 @@ def test_update_usage_and_validation_errors(cli: Studio) -> None:
 
 
 def test_enable_disable_with_reason(cli: Studio) -> None:
-    created = cli.create("toggle")
+    created = cli.seed("toggle")
     disabled = cli.run("schedule", "disable", "toggle", "--reason", "maintenance window")
     assert disabled.stdout.splitlines() == [
         f"Disabled schedule {created['id']} (toggle)",
@@ -260,14 +260,14 @@ def test_enable_disable_with_reason(cli: Studio) -> None:
 
 
 def test_delete_needs_yes_without_a_terminal(cli: Studio) -> None:
-    created = cli.create("doomed")
+    created = cli.seed("doomed")
     refused = cli.fail("schedule", "delete", "doomed")
     assert "pass --yes" in refused.error_line
     assert cli.ok_json("schedule", "show", "doomed")["id"] == created["id"]
     gone = cli.run("schedule", "delete", "doomed", "--yes")
     assert gone.stdout.strip() == f"Deleted schedule {created['id']} (doomed)"
     assert cli.fail("schedule", "show", "doomed").error_line == "error: schedule not found: doomed"
-    again = cli.create("doomed2")
+    again = cli.seed("doomed2")
     assert cli.ok_json("schedule", "delete", again["id"], "-y") == {
         "deleted": True,
         "id": again["id"],
@@ -276,7 +276,7 @@ def test_delete_needs_yes_without_a_terminal(cli: Studio) -> None:
 
 
 def test_runs_and_run_when_there_are_none(cli: Studio) -> None:
-    cli.create("idle")
+    cli.seed("idle")
     assert cli.run("schedule", "runs", "idle").stdout.strip() == "no runs"
     assert cli.ok_json("schedule", "runs", "idle", "--status", "failed") == {
         "runs": [],
@@ -291,7 +291,7 @@ def test_runs_and_run_when_there_are_none(cli: Studio) -> None:
 
 
 def test_preview_schedule_and_cron(cli: Studio) -> None:
-    cli.create("every", "--interval", "15m", "--prompt", "p")
+    cli.seed("every", interval_sec=900)
     table = cli.run("schedule", "preview", "every", "-n", "3").stdout
     assert "UTC" in table and "LOCAL (UTC)" in table
     assert len([line for line in table.splitlines() if line.strip()[:1] in "123"]) == 3
@@ -327,7 +327,7 @@ def test_limits_table_and_json(cli: Studio) -> None:
 def test_list_empty_and_paging(cli: Studio) -> None:
     assert cli.run("schedule", "list").stdout.strip() == "no schedules"
     for name in ("p1", "p2", "p3"):
-        cli.create(name)
+        cli.seed(name)
     page = cli.ok_json("schedule", "list", "--limit", "2", "--offset", "1")
     assert page["total"] == 3 and [s["name"] for s in page["schedules"]] == ["p2", "p3"]
     assert "showing 1-2 of 3" in cli.run("schedule", "list", "--limit", "2").stdout
@@ -335,40 +335,41 @@ def test_list_empty_and_paging(cli: Studio) -> None:
     assert only == {"schedules": [], "total": 0, "limit": 100, "offset": 0}
 
 
-@pytest.mark.parametrize(
-    ("flags", "needle"),
-    [
-        (("--cron", "every day"), "--cron (cron_expr)"),
-        (("--interval", "0", "--prompt", "p"), "--interval (interval_sec)"),
-        (
-            ("--interval", "1h", "--command", "rm", "--command-arg", "x"),
-            "--command (action_command)",
-        ),
-        (("--interval", "1h", "--model", "-rf", "--prompt", "p"), "--model (action_model)"),
-        (("--interval", "1h", "--prompt", "p", "--cwd", "/nonexistent/dir"), "--cwd (action_cwd)"),
-        (("--interval", "1h", "--prompt", "p", "--threshold", '{"metric": "x"}'), "--threshold"),
-        (("--interval", "1h", "--prompt", "p", "--on-success", '{"id": "x"}'), "--on-success"),
-        (("--github-repo", "not a repo", "--prompt", "p"), "--github-repo (github_repo)"),
-        (("--interval", "1h", "--prompt", "p", "--budget-usd", "-1"), "--budget-usd (budget_usd)"),
-    ],
-)
-def test_create_validation_errors_name_the_flag_and_write_nothing(
-    cli: Studio, flags: tuple[str, ...], needle: str
-) -> None:
-    result = cli.fail("schedule", "create", "bad", *flags)
-    assert needle in result.error_line
+CREATE_REFUSALS = [
+    (("--cron", "every day"), "--cron (cron_expr)"),
+    (("--interval", "0", "--prompt", "p"), "--interval (interval_sec)"),
+    (
+        ("--interval", "1h", "--command", "rm", "--command-arg", "x"),
+        "--command (action_command)",
+    ),
+    (("--interval", "1h", "--model", "-rf", "--prompt", "p"), "--model (action_model)"),
+    (("--interval", "1h", "--prompt", "p", "--cwd", "/nonexistent/dir"), "--cwd (action_cwd)"),
+    (("--interval", "1h", "--prompt", "p", "--threshold", '{"metric": "x"}'), "--threshold"),
+    (("--interval", "1h", "--prompt", "p", "--on-success", '{"id": "x"}'), "--on-success"),
+    (("--github-repo", "not a repo", "--prompt", "p"), "--github-repo (github_repo)"),
+    (("--interval", "1h", "--prompt", "p", "--budget-usd", "-1"), "--budget-usd (budget_usd)"),
+]
+
+
+def test_create_validation_errors_name_the_flag_and_write_nothing(cli: Studio) -> None:
+    results = cli.run_many(
+        [("schedule", "create", "bad", *f) for f, _ in CREATE_REFUSALS], expect=1
+    )
+    for (flags, needle), result in zip(CREATE_REFUSALS, results, strict=True):
+        assert result.stdout == ""
+        assert needle in result.error_line, (flags, result.error_line)
     assert cli.ok_json("schedule", "list")["total"] == 0
 
 
 def test_duplicate_name_is_refused(cli: Studio) -> None:
-    cli.create("twice")
+    cli.seed("twice")
     result = cli.fail("schedule", "create", "twice", "--interval", "1h", "--prompt", "p")
     assert result.error_line == "error: a schedule named 'twice' already exists"
 
 
 def test_db_resolution_flag_env_and_default_home(cli: Studio, tmp_path: Path) -> None:
     other = tmp_path / "other" / "state.db"
-    cli.create("in-env")
+    cli.seed("in-env")
     flagged = cli.ok_json(
         "schedule", "create", "in-flag", "--interval", "1h", "--prompt", "p", "--db", str(other)
     )
@@ -383,7 +384,10 @@ def test_db_resolution_flag_env_and_default_home(cli: Studio, tmp_path: Path) ->
 
 
 def test_environment_and_database_errors_are_one_line(cli: Studio, tmp_path: Path) -> None:
-    bad_env = cli.fail("schedule", "list", env={"LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT": "lots"})
+    bad_env = cli.fail(
+        "schedule", "create", "x", "--interval", "1h", "--prompt", "p",
+        env={"LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT": "lots"},
+    )  # fmt: skip
     assert "LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT" in bad_env.error_line
     as_dir = cli.fail("schedule", "list", "--db", str(tmp_path))
     assert "directory" in as_dir.error_line
@@ -393,7 +397,7 @@ def test_environment_and_database_errors_are_one_line(cli: Studio, tmp_path: Pat
 
 
 def test_newer_schema_is_refused_with_one_line(cli: Studio) -> None:
-    cli.create("x")
+    cli.seed("x")
     with sqlite3.connect(cli.db) as conn:
         conn.execute("UPDATE schema_migrations SET version = version + 100")
     result = cli.fail("schedule", "list")
@@ -401,7 +405,7 @@ def test_newer_schema_is_refused_with_one_line(cli: Studio) -> None:
 
 
 def test_json_output_is_one_document(cli: Studio) -> None:
-    cli.create("j")
+    cli.seed("j")
     for args in (("schedule", "list"), ("schedule", "show", "j"), ("schedule", "limits")):
         out = cli.run(*args, "--json").stdout
         json.loads(out)  # exactly one document: json.loads rejects trailing data

@@ -60,15 +60,17 @@ def cli(studio: Studio, served: tuple[str, Path]) -> Studio:
     return studio
 
 
-def python_schedule(cli: Studio, name: str, code: str, *flags: str) -> dict[str, object]:
-    return cli.create(
-        name, "--interval", "1d", "--command", "python3", "--command-arg", "-c",
-        "--command-arg", code, *flags,
-    )  # fmt: skip
+def python_schedule(cli: Studio, name: str, code: str, **fields: object) -> dict[str, object]:
+    """A daily ``python3 -c CODE`` schedule, seeded with the real service."""
+    return cli.seed(name, interval_sec=86400, action_command_args=["-c", code], **fields)
 
 
 def test_trigger_without_wait_prints_the_run(cli: Studio) -> None:
-    created = python_schedule(cli, "nowait", "pass")
+    # created through the CLI, on the database the running server uses
+    created = cli.create(
+        "nowait", "--interval", "1d", "--command", "python3", "--command-arg", "-c",
+        "--command-arg", "pass",
+    )  # fmt: skip
     result = cli.run("schedule", "trigger", "nowait")
     prefix = f"Triggered schedule {created['id']} (nowait): run "
     assert result.stdout.startswith(prefix)
@@ -116,8 +118,7 @@ def test_trigger_wait_follows_an_on_fail_chain_parent(cli: Studio) -> None:
         cli,
         "chained",
         "import sys; sys.exit(1)",
-        "--on-fail",
-        '{"command": "python3", "command_args": ["-c", "pass"]}',
+        on_fail={"command": "python3", "command_args": ["-c", "pass"]},
     )
     result = cli.run("schedule", "trigger", "chained", "--wait", expect=1)
     run_id = result.stdout.splitlines()[0].rsplit(" ", 1)[1]
@@ -127,14 +128,10 @@ def test_trigger_wait_follows_an_on_fail_chain_parent(cli: Studio) -> None:
 
 
 def test_usage_report_from_inside_a_scheduled_child(cli: Studio) -> None:
-    created = cli.create(
-        "reporter",
-        "--interval", "1d", "--command", "studio",
-        "--command-arg", "usage", "--command-arg", "report",
-        "--command-arg", "--input-tokens", "--command-arg", "120",
-        "--command-arg", "--output-tokens", "--command-arg", "30",
-        "--command-arg", "--cost-usd", "--command-arg", "0.25",
-    )  # fmt: skip
+    report = ["usage", "report", "--input-tokens", "120", "--output-tokens", "30"]
+    created = cli.seed(
+        "reporter", action_command="studio", action_command_args=[*report, "--cost-usd", "0.25"]
+    )
     result = cli.run("schedule", "trigger", "reporter", "--wait", "--json")
     run = result.json()
     assert run["status"] == "completed", run
@@ -150,7 +147,7 @@ def test_usage_report_from_inside_a_scheduled_child(cli: Studio) -> None:
 def test_trigger_unknown_schedule_and_refusal(cli: Studio) -> None:
     missing = cli.fail("schedule", "trigger", "no-such-schedule")
     assert missing.error_line.startswith("error: schedule not found: no-such-schedule")
-    python_schedule(cli, "single", "pass", "--once")
+    python_schedule(cli, "single", "pass", max_runs=1)
     cli.run("schedule", "trigger", "single", "--wait")
     refused = cli.fail("schedule", "trigger", "single")
     assert refused.error_line.startswith("error: trigger refused")
@@ -175,8 +172,8 @@ def test_trigger_with_no_server_says_where_it_looked(studio: Studio) -> None:
 def test_trigger_against_a_server_with_a_token(studio: Studio, tmp_path: Path) -> None:
     db = tmp_path / "secured.db"
     with serve_studio(_settings(db, auth_token="s3cret-token")) as url:
+        studio.db = db
         studio.env.update(LIONAGI_STUDIO_URL=url, LIONAGI_STUDIO_DB=str(db))
-        studio.env["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"] = "python3"
         python_schedule(studio, "guarded", "pass")
         refused = studio.fail("schedule", "trigger", "guarded")
         assert "refused the request (401" in refused.error_line

@@ -119,10 +119,16 @@ async def open_db(
 
 
 @asynccontextmanager
-async def open_service(db_path: Path) -> AsyncIterator[ScheduleService]:
-    """A ``ScheduleService`` over the database, with the server's settings (one validation path)."""
-    from studio_scheduler_core import ScheduleService
+async def open_service(db_path: Path, *, validating: bool = True) -> AsyncIterator[ScheduleService]:
+    """A ``ScheduleService`` over the database.
 
-    settings = scheduler_settings()
+    ``validating`` commands (create, update, enable, preview) get the server's settings from
+    the environment, so they validate exactly as the API does. Pure reads and removals (list,
+    show, runs, run, disable, delete) do not depend on any setting: they get the library
+    defaults and skip loading studio-api (about a second of imports).
+    """
+    from studio_scheduler_core import SchedulerSettings, ScheduleService
+
+    settings = scheduler_settings() if validating else SchedulerSettings()
     async with open_db(db_path) as conn:
         yield ScheduleService(conn, settings=settings)

@@ -78,7 +78,7 @@ def _library_message(exc: BaseException) -> str | None:
             field = getattr(exc, "field", None)
             message = getattr(exc, "message", None) or str(exc)
             if field:
-                flag = FIELD_FLAGS.get(str(field))
+                flag = FIELD_FLAGS.get(str(field).split(".", 1)[0].split("[", 1)[0])
                 where = f"{flag} ({field})" if flag and flag != field else str(field)
                 return f"invalid value for {where}: {message}"
             return f"invalid schedule: {message}"

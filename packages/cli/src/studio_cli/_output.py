@@ -99,7 +99,7 @@ def fmt_value(key: str, value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key.endswith("_at") and isinstance(value, (int, float)):
-        return f"{fmt_time(value)}  ({value})"
+        return f"{fmt_time(value)}  ({value:.3f})"
     if isinstance(value, (dict, list)):
         return json.dumps(value, default=_json_default)
     return str(value)
@@ -124,7 +124,16 @@ def new_table(*columns: str, title: str | None = None) -> Table:
 
 
 def print_table(table: Table) -> None:
-    console().print(table)
+    """Print a table; off a terminal, without the padding rich leaves at line ends."""
+    out = console()
+    if out.is_terminal:
+        out.print(table)
+        return
+    with out.capture() as captured:
+        out.print(table)
+    lines = [line.rstrip() for line in captured.get().splitlines()]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
 
 
 def print_rows(

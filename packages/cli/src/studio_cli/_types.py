@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from ._errors import CliError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _DURATION = re.compile(r"(\d+)\s*([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -48,7 +51,7 @@ def duration_callback(ctx: click.Context, param: click.Parameter, value: str | N
         ) from None
 
 
-def duration_option(*names: str, help: str) -> Any:
+def duration_option(*names: str, help: str) -> Callable[[F], F]:
     """A click option taking a DURATION (seconds, or 30s / 15m / 6h / 2d / 1w / 1h30m)."""
     return click.option(*names, metavar="DURATION", callback=duration_callback, help=help)
 

@@ -69,8 +69,8 @@ def offset_option(func: F) -> F:
     )(func)
 
 
-def confirm_or_abort(prompt: str, yes: bool) -> None:
-    """Ask before a destructive step unless ``--yes``; refuse when there is no terminal."""
+def confirm_or_abort(action: str, yes: bool) -> None:
+    """Ask before a destructive ``action`` unless ``--yes``; refuse when there is no terminal."""
     if yes:
         return
     import sys
@@ -78,8 +78,8 @@ def confirm_or_abort(prompt: str, yes: bool) -> None:
     from .._errors import CliError
 
     if not sys.stdin.isatty():
-        raise CliError(f"{prompt} — refusing without confirmation: pass --yes")
-    if not click.confirm(prompt, default=False, err=True):
+        raise CliError(f"refusing to {action} without confirmation: pass --yes")
+    if not click.confirm(f"Really {action}?", default=False, err=True):
         raise CliError("aborted: nothing was changed")
 
 

@@ -44,16 +44,6 @@ def redact(row: Mapping[str, Any]) -> dict[str, Any]:
     return clean
 
 
-async def _count(conn: Any, status: str | None, kind: str | None, fallback: int) -> int:
-    import studio_outbox
-
-    counter = getattr(studio_outbox, "count_dispatches", None)
-    if counter is None:  # pragma: no cover - older outbox without count_dispatches
-        return fallback
-    total: int = await counter(conn, status=status, kind=kind)
-    return total
-
-
 @dispatch_group.command("list")
 @click.option("--status", type=click.Choice(DISPATCH_STATUSES), help="Only this status.")
 @click.option("--kind", help="Only this kind.")
@@ -73,12 +63,12 @@ def list_dispatches(
     db_path = resolve_db_path(db)
 
     async def _list() -> tuple[list[dict[str, Any]], int]:
+        from studio_outbox import count_dispatches
         from studio_outbox import list_dispatches as list_rows
 
         async with open_db(db_path, outbox_only=True) as conn:
             rows = await list_rows(conn, status=status, kind=kind, limit=limit, offset=offset)
-            total = await _count(conn, status, kind, offset + len(rows))
-            return rows, total
+            return rows, await count_dispatches(conn, status=status, kind=kind)
 
     rows, total = run_async(_list)
     rows = [redact(row) for row in rows]
@@ -197,7 +187,7 @@ def purge(dispatch_id: str, yes: bool, db: str | None, as_json: bool) -> None:
             row = await get_dispatch(conn, dispatch_id)
             if row is None:
                 raise CliError(f"dispatch not found: {dispatch_id}")
-            confirm_or_abort(f"purge dispatch {dispatch_id} ({row.get('status')})?", yes)
+            confirm_or_abort(f"purge dispatch {dispatch_id} ({row.get('status')})", yes)
             await purge_dispatch(conn, dispatch_id)
             return str(row.get("status"))
 

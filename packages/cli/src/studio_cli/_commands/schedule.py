@@ -72,7 +72,7 @@ def list_schedules(
     db_path = resolve_db_path(db)
 
     async def _list() -> tuple[list[dict[str, Any]], int]:
-        async with open_service(db_path) as service:
+        async with open_service(db_path, validating=False) as service:
             return await service.list(
                 enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
             )
@@ -100,7 +100,7 @@ def show(schedule: str, db: str | None, as_json: bool) -> None:
     db_path = resolve_db_path(db)
 
     async def _show() -> dict[str, Any]:
-        async with open_service(db_path) as service:
+        async with open_service(db_path, validating=False) as service:
             return await service.resolve(schedule)
 
     row = run_async(_show)
@@ -136,7 +136,7 @@ def disable(schedule: str, reason: str | None, db: str | None, as_json: bool) ->
     db_path = resolve_db_path(db)
 
     async def _disable() -> dict[str, Any]:
-        async with open_service(db_path) as service:
+        async with open_service(db_path, validating=False) as service:
             row = await service.resolve(schedule)
             return await service.disable(row["id"], reason)
 
@@ -153,9 +153,9 @@ def delete(schedule: str, yes: bool, db: str | None, as_json: bool) -> None:
     db_path = resolve_db_path(db)
 
     async def _delete() -> dict[str, Any]:
-        async with open_service(db_path) as service:
+        async with open_service(db_path, validating=False) as service:
             row = await service.resolve(schedule)
-            confirm_or_abort(f"delete schedule {row['id']} ({row['name']}) and its runs?", yes)
+            confirm_or_abort(f"delete schedule {row['id']} ({row['name']}) and its runs", yes)
             await service.delete(row["id"])
             return row
 
@@ -185,7 +185,7 @@ def runs(
     db_path = resolve_db_path(db)
 
     async def _runs() -> tuple[list[dict[str, Any]], int]:
-        async with open_service(db_path) as service:
+        async with open_service(db_path, validating=False) as service:
             row = await service.resolve(schedule)
             return await service.list_runs(row["id"], status=status, limit=limit, offset=offset)
 
@@ -207,7 +207,7 @@ def run(run_id: str, db: str | None, as_json: bool) -> None:
     db_path = resolve_db_path(db)
 
     async def _run() -> dict[str, Any]:
-        async with open_service(db_path) as service:
+        async with open_service(db_path, validating=False) as service:
             return await service.get_run(run_id)
 
     row = run_async(_run)
