@@ -239,9 +239,11 @@ async def ref_hops(path: Path) -> dict[str, float]:
             hops.count = 0
             for i in range(n):
                 await enqueue_dispatch(
-                    db, kind="bench", deliver_to="sink",
+                    db,
+                    kind="bench",
+                    deliver_to="sink",
                     dedup_key=None if mode == "own" else f"hop:{i}",
-                )  # fmt: skip
+                )
             out[f"enqueue_{mode}"] = hops.count / n
         hops.count = 0
         counts = await deliver_due_dispatches(
