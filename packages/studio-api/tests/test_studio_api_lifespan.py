@@ -84,21 +84,39 @@ def test_a_schedule_fires_while_served(
     assert schedule["last_fired_at"] is not None
 
 
-def test_creating_a_schedule_wakes_the_tick(
+def test_create_update_and_enable_wake_the_tick(
     serve: Callable[..., Any],
     command_schedule: Callable[..., Any],
     script: Callable[..., Path],
     wait: Any,
 ) -> None:
     # With a 30 s tick, a schedule due in 1 s runs long before the next tick only if the
-    # create woke the engine.
+    # change woke the engine (the API writes on the engine's own connection, so no
+    # cross-process change detection can stand in for the wake).
     studio = serve(tick_seconds=30)
-    time.sleep(1.5)  # let the first tick pass so the loop is asleep for ~30 s
     ok = script("ok.sh", "exit 0\n")
-    created = _create(studio, command_schedule("soon", ok, interval_sec=1))
-    started = time.monotonic()
-    wait(lambda: _runs(studio, created["id"]), timeout=25)
-    assert time.monotonic() - started < 25
+
+    def fires_soon(schedule_id: str) -> None:
+        started = time.monotonic()
+        wait(lambda: _runs(studio, schedule_id), timeout=20)
+        assert time.monotonic() - started < 20
+
+    time.sleep(1.5)  # the first tick has passed: the loop now sleeps for ~30 s
+    created = _create(studio, command_schedule("created", ok, interval_sec=1))
+    fires_soon(created["id"])
+
+    updated = _create(studio, command_schedule("updated", ok, interval_sec=3600))
+    time.sleep(1.5)
+    assert _runs(studio, updated["id"]) == []
+    patched = studio.client.patch(f"/api/schedules/{updated['id']}", json={"interval_sec": 1})
+    assert patched.status_code == 200
+    fires_soon(updated["id"])
+
+    enabled = _create(studio, {**command_schedule("enabled", ok, interval_sec=1), "enabled": False})
+    time.sleep(1.5)
+    assert _runs(studio, enabled["id"]) == []
+    assert studio.client.post(f"/api/schedules/{enabled['id']}/enable").status_code == 200
+    fires_soon(enabled["id"])
 
 
 def test_shutdown_cancels_a_running_fire(

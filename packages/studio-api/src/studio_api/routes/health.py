@@ -19,12 +19,20 @@ _STALE_SLACK_SECONDS = 60.0
 
 @router.get("/health", response_model=HealthOut)
 async def health(engine: EngineDep, settings: SettingsDep) -> HealthOut:
-    """The tick's last run, in-flight fires, due and dispatch backlogs, delivery pause."""
+    """The tick's last run, in-flight fires, due and dispatch backlogs, delivery pause.
+
+    ``status`` is ``degraded`` when the loop is not running, its last tick is older than three
+    tick intervals (plus a minute), or a concern of the last tick failed (``last_tick_error``).
+    """
     data = engine.health()
     last_tick = data.get("last_tick_at")
     age = max(0.0, time.time() - last_tick) if last_tick is not None else None
     stale_after = settings.tick_seconds * _STALE_TICKS + _STALE_SLACK_SECONDS
-    healthy = bool(data.get("running")) and (age is None or age <= stale_after)
+    healthy = (
+        bool(data.get("running"))
+        and (age is None or age <= stale_after)
+        and not data.get("last_tick_error")
+    )
     scheduler = SchedulerHealth.of(
         data,
         seconds_since_last_tick=age,
