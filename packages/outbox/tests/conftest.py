@@ -20,7 +20,8 @@ from studio_outbox import DispatchEnvelope, TransportResult
 # argument ({"argv": [...the rest...], "stdin": "...", "pid": n}), then behaves according to
 # the destination it finds in its arguments: "fail:<text>" exits 3 printing <text> on stderr,
 # "sleep:<s>" sleeps, "hang" sleeps for a minute (and starts a grandchild that does the same),
-# "window:<s>" records start and end times around a sleep of <s> seconds.
+# "window:<s>" records start and end times around a sleep of <s> seconds, "detach" exits 0
+# leaving a grandchild that holds stderr open, "detachfail:<text>" does that and fails.
 RECORDER = textwrap.dedent(
     """
     import json, os, sys, time, subprocess
@@ -28,7 +29,7 @@ RECORDER = textwrap.dedent(
     data = sys.stdin.read()
     start = time.time()
     dest = next((a for a in rest if a.split(":")[0] in
-                 ("fail", "sleep", "hang", "window", "ok")), "")
+                 ("fail", "sleep", "hang", "window", "ok", "detach", "detachfail")), "")
     if dest.startswith("sleep:") or dest.startswith("window:"):
         time.sleep(float(dest.split(":", 1)[1]))
     if dest == "hang":
@@ -42,6 +43,13 @@ RECORDER = textwrap.dedent(
     os.close(fd)
     if dest == "hang":
         time.sleep(60)
+    if dest.startswith("detach"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        with open(out + ".grandchild", "w") as fh:
+            fh.write(str(child.pid))
+    if dest.startswith("detachfail:"):
+        sys.stderr.write(dest.split(":", 1)[1])
+        sys.exit(4)
     if dest.startswith("fail:"):
         sys.stderr.write(dest.split(":", 1)[1])
         sys.exit(3)

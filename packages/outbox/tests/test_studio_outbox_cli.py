@@ -55,7 +55,9 @@ async def test_once_on_a_database_without_the_outbox_creates_its_schema(tmp_path
 
     path = tmp_path / "plain.db"
     sqlite3.connect(path).close()
-    code, out, err = await _run("deliver", "--db", str(path), "--template", '["/bin/true"]', "--once")
+    code, out, err = await _run(
+        "deliver", "--db", str(path), "--template", '["/bin/true"]', "--once"
+    )
     assert code == 0, err
     assert "attempted=0" in out
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,23 @@ async def test_timeout_through_delivery_records_the_failure(
     assert counts["retried"] == 1
     row = await probe.row(dispatch_id)
     assert "timed out after 0.5s and was killed" in row["last_error"]
+
+
+@pytest.mark.parametrize(
+    ("dest", "ok", "error"), [("detach", True, None), ("detachfail:bad", False, "bad")]
+)
+async def test_completion_is_the_exit_not_stderr_eof(
+    recorder: Any, dest: str, ok: bool, error: str | None
+) -> None:
+    transport = CommandTransport(recorder.template("{deliver_to}"), timeout=5.0)
+    try:
+        result = await transport.send(_envelope("{}", deliver_to=dest))
+    finally:
+        grandchild = int(Path(str(recorder.log) + ".grandchild").read_text())
+        os.kill(grandchild, signal.SIGKILL)
+    # The grandchild still holds the transport's stderr: waiting for EOF would time out.
+    assert result.ok is ok
+    assert result.error == error
 
 
 def test_default_transport_timeout_is_ten_seconds() -> None:

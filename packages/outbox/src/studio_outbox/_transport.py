@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Sequence
+from typing import cast
 
 from ._constants import NOTIFY_TIMEOUT_SECONDS
 from ._exceptions import InvalidNotifyTemplate
@@ -19,6 +21,7 @@ _STDERR_TAIL_BYTES = 8192
 # After the transport exits, how long to keep reading stderr: a grandchild that inherited the
 # pipe must not hold the send open (completion is the child's exit, not pipe EOF).
 _STDERR_DRAIN_SECONDS = 0.5
+_REAP_SECONDS = 5.0
 
 
 def validate_notify_template(template: object) -> list[str]:
@@ -93,66 +96,82 @@ class CommandTransport:
         """Run the template once for ``envelope``."""
         argv = render_argv(self._template, payload=envelope.payload, deliver_to=envelope.deliver_to)
         stdin_data = None if self._payload_in_argv else (envelope.payload + "\n").encode()
+        loop = asyncio.get_running_loop()
+        protocol = _Protocol(loop)
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, _ = await loop.subprocess_exec(
+                lambda: protocol,
                 *argv,
-                stdin=asyncio.subprocess.DEVNULL if stdin_data is None else asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
+                stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 start_new_session=True,
             )
         except OSError as exc:
             return TransportResult.failure(f"notify transport could not start {argv[0]!r}: {exc}")
-        tail = bytearray()
-        reader = asyncio.ensure_future(_read_tail(proc, tail))
         try:
-            async with asyncio.timeout(self.timeout):
-                if stdin_data is not None:
-                    await _feed(proc, stdin_data)
-                returncode = await proc.wait()
-        except TimeoutError:
-            await _kill_group(proc)
-            reader.cancel()
-            return TransportResult.failure(
-                f"notify transport {argv[0]!r} timed out after {self.timeout:g}s and was killed"
-            )
-        except BaseException:
-            await _kill_group(proc)
-            reader.cancel()
-            raise
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), _STDERR_DRAIN_SECONDS)
-        reader.cancel()
-        if returncode == 0:
-            return TransportResult.success()
-        text = tail.decode("utf-8", errors="replace").strip()
-        return TransportResult.failure(text or f"exit {returncode}")
+            if stdin_data is not None:
+                stdin = transport.get_pipe_transport(0)
+                if stdin is not None:
+                    # Buffered by the loop; close() flushes it. A child that exits without
+                    # reading only makes the pipe break, which is not an error here.
+                    cast(asyncio.WriteTransport, stdin).write(stdin_data)
+                    stdin.close()
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await asyncio.shield(protocol.exited)
+            except TimeoutError:
+                await _kill_group(transport, protocol)
+                return TransportResult.failure(
+                    f"notify transport {argv[0]!r} timed out after {self.timeout:g}s and was killed"
+                )
+            except BaseException:
+                await _kill_group(transport, protocol)
+                raise
+            returncode = transport.get_returncode()
+            if returncode == 0:
+                return TransportResult.success()
+            # Completion is the child's exit, not EOF on stderr: a grandchild that inherited
+            # the pipe gets a short grace to flush, then the tail read so far is the error.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.shield(protocol.stderr_closed), _STDERR_DRAIN_SECONDS
+                )
+            text = bytes(protocol.tail).decode("utf-8", errors="replace").strip()
+            return TransportResult.failure(text or f"exit {returncode}")
+        finally:
+            transport.close()
 
 
-async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
-    assert proc.stdin is not None
-    try:
-        proc.stdin.write(data)
-        await proc.stdin.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the transport exited without reading stdin: its exit code decides
-    finally:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            proc.stdin.close()
+class _Protocol(asyncio.SubprocessProtocol):
+    """Keeps the tail of the child's stderr and signals its exit (independent of the pipes)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.tail = bytearray()
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.stderr_closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd == 2:
+            self.tail += data
+            if len(self.tail) > _STDERR_TAIL_BYTES:
+                del self.tail[: len(self.tail) - _STDERR_TAIL_BYTES]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 2 and not self.stderr_closed.done():
+            self.stderr_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
 
 
-async def _read_tail(proc: asyncio.subprocess.Process, tail: bytearray) -> None:
-    assert proc.stderr is not None
-    while chunk := await proc.stderr.read(65536):
-        tail += chunk
-        if len(tail) > _STDERR_TAIL_BYTES:
-            del tail[: len(tail) - _STDERR_TAIL_BYTES]
-
-
-async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
+async def _kill_group(transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
+    """SIGKILL the transport's process group (it leads its own session) and reap it."""
+    if transport.get_returncode() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(transport.get_pid(), signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-    await asyncio.shield(proc.wait())
+            transport.kill()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(protocol.exited), _REAP_SECONDS)
