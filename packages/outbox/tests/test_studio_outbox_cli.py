@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -12,6 +14,7 @@ import aiosqlite
 import pytest
 
 import studio_outbox
+from studio_outbox import _cli as cli
 
 
 async def _run(*args: str) -> tuple[int, str, str]:
@@ -50,16 +53,29 @@ async def test_once_delivers_and_prints_counts(
     assert row is not None and row["status"] == "delivered"
 
 
-async def test_once_on_a_database_without_the_outbox_creates_its_schema(tmp_path: Path) -> None:
-    import sqlite3
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The entry point in this process (errors and usage need no child)."""
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
+
+def test_once_on_a_database_without_the_outbox_creates_its_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "plain.db"
     sqlite3.connect(path).close()
-    code, out, err = await _run(
-        "deliver", "--db", str(path), "--template", '["/bin/true"]', "--once"
+    code, out, err = _main(
+        capsys, "deliver", "--db", str(path), "--template", '["/bin/true"]', "--once"
     )
     assert code == 0, err
-    assert "attempted=0" in out
+    assert out.strip() == "deliver: attempted=0 delivered=0 retried=0 dead_letter=0 expired=0"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        tables = db.execute("SELECT name FROM sqlite_master").fetchall()
+    assert ("dispatch_outbox",) in tables
 
 
 @pytest.mark.parametrize(
@@ -71,40 +87,51 @@ async def test_once_on_a_database_without_the_outbox_creates_its_schema(tmp_path
         ('["notify", 1]', "element 1 must be a string"),
     ],
 )
-async def test_bad_template_is_one_line_and_exit_1(
-    db_path: Path, conn: aiosqlite.Connection, template: str, fragment: str
+def test_bad_template_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], template: str, fragment: str
 ) -> None:
-    code, out, err = await _run("deliver", "--db", str(db_path), "--template", template, "--once")
+    path = tmp_path / "p.db"
+    sqlite3.connect(path).close()
+    code, _, err = _main(capsys, "deliver", "--db", str(path), "--template", template, "--once")
     assert code == 1
     _one_error_line(err, fragment)
 
 
-async def test_bad_database_paths_are_one_line_and_exit_1(tmp_path: Path) -> None:
-    code, _, err = await _run(
-        "deliver", "--db", str(tmp_path / "missing.db"), "--template", '["/bin/true"]'
+def test_bad_database_paths_are_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = _main(
+        capsys, "deliver", "--db", str(tmp_path / "missing.db"), "--template", '["/bin/true"]'
     )
     assert code == 1
     _one_error_line(err, "--db: no such file")
     assert not (tmp_path / "missing.db").exists()
-    code, _, err = await _run("deliver", "--db", str(tmp_path), "--template", '["/bin/true"]')
+    code, _, err = _main(capsys, "deliver", "--db", str(tmp_path), "--template", '["/bin/true"]')
     assert code == 1
     _one_error_line(err, "not a regular file")
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite " * 100)
-    code, _, err = await _run("deliver", "--db", str(junk), "--template", '["/bin/true"]')
+    code, _, err = _main(capsys, "deliver", "--db", str(junk), "--template", '["/bin/true"]')
     assert code == 1
     _one_error_line(err, "file is not a database")
 
 
-async def test_usage_errors_exit_2(db_path: Path) -> None:
-    for args in ((), ("deliver",), ("deliver", "--db", str(db_path)), ("send",)):
-        code, _, err = await _run(*args)
+def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "p.db")
+    for args in ((), ("deliver",), ("deliver", "--db", db), ("send",)):
+        code, _, err = _main(capsys, *args)
         assert code == 2, args
         assert "usage:" in err and "Traceback" not in err
-    code, _, err = await _run(
-        "deliver", "--db", str(db_path), "--template", "[]", "--interval", "-1"
-    )
+    code, _, err = _main(capsys, "deliver", "--db", db, "--template", "[]", "--interval", "-1")
     assert code == 2 and "--interval" in err
+
+
+async def test_bad_arguments_from_a_real_process_are_one_line(tmp_path: Path) -> None:
+    code, _, err = await _run("deliver", "--db", str(tmp_path / "x.db"), "--template", "{")
+    assert code == 1
+    _one_error_line(err, "--template: not valid JSON")
+    code, _, err = await _run("deliver")
+    assert code == 2 and "usage:" in err
 
 
 async def _start_loop(db_path: Path, recorder: Any) -> asyncio.subprocess.Process:
