@@ -81,6 +81,7 @@ async def test_capacity_defers_and_records_on_1st_11th_21st(
     engine = await make_engine(clock=clock, max_scheduled_concurrent=1)
     flag = tmp_path / "release"
     holder = await engine.service.create(_blocking(h, flag, name="holder"))
+    clock.advance(1)  # due one second after the holder
     waiting = await engine.service.create(_blocking(h, flag, name="waiting"))
     due = max(holder["next_fire_at"], waiting["next_fire_at"])
     for i in range(25):

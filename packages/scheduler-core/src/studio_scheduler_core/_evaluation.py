@@ -14,13 +14,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from studio_state import Transition, fetch_all
-
 from ._fire import FireEnv, Prepared, commit, prepare
 from ._gates import Admission, Decision, Reservation
-from ._occurrence import ScheduleClaim, skipped_run, write_records, write_skip
+from ._occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
 from ._rows import decode_schedule
-from ._triggers import TriggerRegistry
+from ._triggers import CadenceTrigger, TriggerRegistry
 from .abc import Occurrence, TriggerSource
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -33,12 +31,19 @@ MISSED_FIRE = "schedule.skipped.missed_fire"
 StartFire = Callable[[Prepared, Reservation | None], None]
 
 
+DUE_COLUMNS = (
+    "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
+    "max_runs, budget_usd, budget_tokens"
+)
+"""What the due scan reads: enough to decide a plain deferral; full rows are read on demand."""
+
+
 def due_query(types: tuple[str, ...], *, after: bool) -> str:
     """The due-row query (uses ``idx_schedules_due``); ``after`` adds the keyset condition."""
     placeholders = ", ".join("?" * len(types))
     keyset = " AND (next_fire_at, id) > (?, ?)" if after else ""
     return (
-        "SELECT * FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
+        f"SELECT {DUE_COLUMNS} FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
         f"{keyset} AND trigger_type IN ({placeholders}) ORDER BY next_fire_at, id LIMIT ?"
     )
 
@@ -58,7 +63,7 @@ class Evaluator:
         self._registry = registry
         self._start_fire = start_fire
         self._deferrals: dict[str, int] = {}
-        self._pending_records: list[tuple[dict[str, Any], Transition]] = []
+        self._pending_records: list[Deferral] = []
         self.backoff: dict[str, float] = {}
         self.cursor: tuple[float, str] | None = None
         self.blocked = False
@@ -77,7 +82,10 @@ class Evaluator:
         if after is not None:
             params += list(after)
         params += [*types, limit]
-        return await fetch_all(self._env.conn, due_query(types, after=after is not None), params)
+        rows = await self._env.conn.execute_fetchall(
+            due_query(types, after=after is not None), params
+        )
+        return list(rows)
 
     async def evaluate(self, now: float) -> dict[str, int]:
         """One evaluation pass over due rows; returns counts by outcome."""
@@ -97,13 +105,13 @@ class Evaluator:
             for row in rows:
                 outcome = await self._evaluate_row(row, now)
                 counts[outcome] = counts.get(outcome, 0) + 1
-            await self._flush_records()
             if len(rows) < BATCH:
                 cursor = None
                 break
         else:
             self.more = True
         self.cursor = cursor if self.more else None
+        await self._flush_records(now)
         return counts
 
     async def _evaluate_row(self, row: Any, now: float) -> str:
@@ -113,8 +121,22 @@ class Evaluator:
         source = self._registry.get(str(row["trigger_type"]))
         if source is None:
             return "unhandled"
+        if isinstance(source, CadenceTrigger):
+            # One occurrence per row: when no gate before the slot can refuse and the slot is
+            # full, the decision is known without decoding the row (the 10k-due tick).
+            deferred = self._admission.plain_capacity_deferral(row)
+            if deferred is not None:
+                self._defer(row, deferred, now)
+                return "defer"
         try:
-            schedule = decode_schedule(row)
+            full = await self._env.conn.execute_fetchall(
+                "SELECT * FROM schedules WHERE id = ? AND enabled = 1 AND next_fire_at IS ?",
+                (sid, row["next_fire_at"]),
+            )
+            found = list(full)
+            if not found:
+                return "lost"  # changed since the scan: the next pass sees its new state
+            schedule = decode_schedule(found[0])
             occurrences = await source.occurrences(
                 self._env.conn, schedule, now=now, timezone=self.timezone
             )
@@ -224,20 +246,19 @@ class Evaluator:
         self.blocked = True
         if count % DEFERRAL_RECORD_EVERY == 1:
             self._pending_records.append(
-                skipped_run(
+                Deferral(
                     schedule_id=sid,
                     action_kind=str(schedule["action_kind"]),
                     reason_code=decision.reason_code,
                     summary=f"{decision.message}; still due, retried when a slot frees",
-                    context={"deferred": decision.reason_code, "fired_at": now},
-                    now=now,
-                    metadata={**decision.metadata, "deferral_count": count},
+                    metadata=decision.metadata,
+                    deferral_count=count,
                 )
             )
 
-    async def _flush_records(self) -> None:
+    async def _flush_records(self, now: float) -> None:
         records, self._pending_records = self._pending_records, []
-        await write_records(self._env.conn, records)
+        await write_deferrals(self._env.conn, records, now=now)
 
     async def missed_fires(self, now: float) -> dict[str, int]:
         """Startup: apply each due row's missed_fire_policy once (skip, or run_once)."""
@@ -253,14 +274,21 @@ class Evaluator:
                 if source is None or not source.missed_fire_applies:
                     continue
                 try:
-                    outcome = await self._missed(source, decode_schedule(row), now)
+                    full = list(
+                        await self._env.conn.execute_fetchall(
+                            "SELECT * FROM schedules WHERE id = ?", (row["id"],)
+                        )
+                    )
+                    if not full:
+                        continue
+                    outcome = await self._missed(source, decode_schedule(full[0]), now)
                 except Exception:
                     logger.exception("missed-fire handling of schedule %s failed", row["id"])
                     outcome = "error"
                 counts[outcome] = counts.get(outcome, 0) + 1
-            await self._flush_records()
             if len(rows) < BATCH:
                 break
+        await self._flush_records(now)
         return counts
 
     async def _missed(self, source: TriggerSource, schedule: dict[str, Any], now: float) -> str:

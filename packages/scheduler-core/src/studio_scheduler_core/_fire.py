@@ -31,7 +31,7 @@ from studio_launcher import (
     resolve_cwd,
     spawn_and_wait,
 )
-from studio_state import Clock, Transition, fetch_all, new_id, record_transitions, write_transaction
+from studio_state import Clock, Transition, new_id, record_transitions, write_transaction
 
 from ._occurrence import ScheduleClaim, commit_fire
 from ._settings import SchedulerSettings
@@ -94,6 +94,8 @@ class Prepared:
     cwd: str | None = None
     prompt: str | None = None
     setup_error: tuple[str, str] | None = None
+    run_guards: dict[str, Any] = field(default_factory=dict)
+    """Further ``column = value`` guards of the terminal run write (an ad-hoc run's lease)."""
 
     def discard(self) -> None:
         """Remove the flow_yaml temp file of a fire that will not spawn."""
@@ -284,8 +286,10 @@ async def finish(
     right after the commit, before any other task can run. Returns whether the run write won.
     """
     now = env.clock()
-    sessions = await fetch_all(
-        env.conn, "SELECT status FROM sessions WHERE invocation_id = ?", (fire.invocation_id,)
+    sessions = list(
+        await env.conn.execute_fetchall(
+            "SELECT status FROM sessions WHERE invocation_id = ?", (fire.invocation_id,)
+        )
     )
     inv_fallback = "completed" if status == "completed" else status
     inv_status, from_sessions = _resolve_invocation([s["status"] for s in sessions], inv_fallback)
@@ -296,7 +300,8 @@ async def finish(
         cursor = await env.conn.execute(
             "UPDATE schedule_runs SET status = ?, exit_code = ?, ended_at = ?, error_detail = ?, "
             "updated_at = ?, status_reason_code = ?, status_reason_summary = ?, "
-            "status_evidence_refs = ? WHERE id = ? AND status = 'running'",
+            "status_evidence_refs = ? WHERE id = ? AND status = 'running'"
+            + "".join(f" AND {column} = ?" for column in fire.run_guards),
             (
                 status,
                 exit_code,
@@ -307,17 +312,16 @@ async def finish(
                 summary[-_MAX_DETAIL:],
                 f'[{{"kind":"invocation","id":"{fire.invocation_id}"}}]',
                 fire.run_id,
+                *fire.run_guards.values(),
             ),
         )
         run_won = cursor.rowcount == 1
-        await cursor.close()
         cursor = await env.conn.execute(
             "UPDATE invocations SET status = ?, ended_at = ?, updated_at = ?, "
             "status_reason_code = ?, status_reason_summary = ? WHERE id = ? AND status = 'running'",
             (inv_status, now, now, inv_reason, summary[-_MAX_DETAIL:], fire.invocation_id),
         )
         inv_won = cursor.rowcount == 1
-        await cursor.close()
         meta = {"exit_code": exit_code}
         if run_won:
             rows.append(

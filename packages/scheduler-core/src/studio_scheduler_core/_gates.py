@@ -127,6 +127,31 @@ class Admission:
             lock = self._locks[schedule_id] = asyncio.Lock()
         return lock
 
+    def plain_capacity_deferral(self, row: Mapping[str, Any]) -> Decision | None:
+        """The capacity deferral of a row no earlier gate can refuse, when no slot is free.
+
+        A row with no threshold, budget or max_runs, and no overlap to skip, passes every gate
+        before the slot; with the slot full its decision is known without any await. ``None``
+        means: run the full gates.
+        """
+        if self.slot_free():
+            return None
+        if row["threshold_config"] is not None or row["max_runs"] is not None:
+            return None
+        if row["budget_usd"] is not None or row["budget_tokens"] is not None:
+            return None
+        if row["overlap_policy"] == "skip" and self.in_flight(str(row["id"])):
+            return None
+        return self._capacity()
+
+    def _capacity(self) -> Decision:
+        return Decision(
+            "defer",
+            CAPACITY,
+            f"global concurrent-fire cap reached ({len(self.slots)}/{self.cap})",
+            metadata={"in_flight": len(self.slots), "cap": self.cap},
+        )
+
     async def admit(
         self, schedule: Mapping[str, Any], *, now: float, manual: bool = False, path: str = ""
     ) -> Decision:
@@ -191,12 +216,7 @@ class Admission:
                 )
 
         if not self.slot_free():
-            return Decision(
-                "defer",
-                CAPACITY,
-                f"global concurrent-fire cap reached ({len(self.slots)}/{self.cap})",
-                metadata={"in_flight": len(self.slots), "cap": self.cap},
-            )
+            return self._capacity()
 
         token = next(self._tokens)
         reservation = Reservation(

@@ -64,6 +64,10 @@ TERMINAL_RUN_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 
 
 def _loads(value: Any) -> Any:
+    if value is None:
+        return None
+    if value == "[]":
+        return []
     if isinstance(value, str | bytes):
         try:
             return json.loads(value)

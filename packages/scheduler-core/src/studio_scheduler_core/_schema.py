@@ -126,7 +126,8 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_schedule
   ON schedule_runs(schedule_id, fired_at DESC);
 CREATE INDEX IF NOT EXISTS idx_schedule_runs_running
   ON schedule_runs(status) WHERE status = 'running';
-CREATE INDEX IF NOT EXISTS idx_schedule_runs_chain_parent ON schedule_runs(chain_parent_id);
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_chain_parent
+  ON schedule_runs(chain_parent_id) WHERE chain_parent_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS idx_schedule_runs_invocation
   ON schedule_runs(invocation_id) WHERE invocation_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS idx_schedule_runs_queued

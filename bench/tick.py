@@ -1,0 +1,377 @@
+"""Scheduler tick figures: studio-scheduler-core beside the reference (lionagi 0.36.0).
+
+Figures (DESIGN §9):
+  - idle tick (nothing due) with 1,000 / 10,000 / 100,000 enabled schedules, in ms: the
+    median and p95 of TICKS ticks, and the aiosqlite round trips one idle tick makes;
+  - one tick with 10,000 schedules due and the global cap at 4 (4 fire, 9,996 defer with their
+    first-deferral records written in one batched transaction), in ms, over ROUNDS rounds;
+  - due → exec latency over FIRES fires of a `true` command with the real loop running
+    (tick_seconds = 30): from each occurrence's due time to the moment its child exists;
+    also the aiosqlite round trips of one complete fire.
+The reference's idle tick and deferred tick are measured in an interpreter that can import
+`lionagi==0.36.0` (this one, or `--reference-python`), in a fresh child process per figure;
+otherwise the script says so and prints DESIGN §9's reference anchors instead.
+
+    python bench/tick.py [--ticks 50] [--rounds 3] [--fires 200] [--sizes 1000,10000,100000]
+                         [--reference-python /path/to/venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ANCHORS = {"idle_10000_ms": 358.0, "deferred_10000_ms": 55_000.0, "latency_s": "up to 30"}
+TARGETS = {"idle_ms": 5.0, "deferred_ms": 1000.0, "latency_p99_ms": 100.0}
+
+
+class HopCounter:
+    """Counts calls into aiosqlite's worker thread (every execute, fetch, commit …)."""
+
+    def __init__(self) -> None:
+        import aiosqlite
+
+        self.count = 0
+        self._cls = aiosqlite.Connection
+        self._original = self._cls._execute
+        counter = self
+
+        async def counting(conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            counter.count += 1
+            return await counter._original(conn, fn, *args, **kwargs)
+
+        self._cls._execute = counting  # type: ignore[method-assign]
+
+    def restore(self) -> None:
+        self._cls._execute = self._original  # type: ignore[method-assign]
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _settings(**overrides: Any) -> Any:
+    from studio_scheduler_core import SchedulerSettings
+
+    env = {"PATH": "/usr/bin:/bin"}
+    return SchedulerSettings(
+        command_allowlist=("true", "sleep"), child_env=env, default_cwd="/", **overrides
+    )
+
+
+async def _bulk(
+    db: Path, n: int, *, next_fire_at: float, spacing: float = 1.0, command: str = "true"
+) -> None:
+    import studio_state
+
+    from studio_scheduler_core import ensure_schema
+
+    async with studio_state.connect(db) as conn:
+        await ensure_schema(conn)
+        await conn.execute("BEGIN")
+        await conn.executemany(
+            "INSERT INTO schedules (id, name, trigger_type, interval_sec, action_kind, "
+            "action_command, action_command_args, next_fire_at, created_at, updated_at) "
+            "VALUES (?, ?, 'interval', 3600, 'command', ?, ?, ?, ?, ?)",
+            [
+                (f"{i:012x}", f"s{i}", command, args, next_fire_at + i * spacing, 1.0, 1.0)
+                for i in range(n)
+                for args in ['["60"]' if command == "sleep" else "[]"]
+            ],
+        )
+        await conn.commit()
+
+
+async def ours_idle(n: int, ticks: int) -> dict[str, float]:
+    from studio_state import ManualClock
+
+    from studio_scheduler_core import SchedulerEngine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "state.db"
+        now = time.time()
+        await _bulk(db, n, next_fire_at=now + 86400)
+        clock = ManualClock(now)
+        engine = SchedulerEngine(db, settings=_settings(), clock=clock)
+        await engine.start(loop=False)
+        try:
+            await engine.tick_once()  # first tick runs the reaper; later ones are idle
+            samples = []
+            for _ in range(ticks):
+                clock.advance(0.01)
+                started = time.perf_counter()
+                await engine.tick_once()
+                samples.append((time.perf_counter() - started) * 1000)
+            hops = HopCounter()
+            try:
+                clock.advance(0.01)
+                await engine.tick_once()
+            finally:
+                hops.restore()
+            return {
+                "median": statistics.median(samples),
+                "p95": _pct(samples, 0.95),
+                "hops": hops.count,
+            }
+        finally:
+            await engine.stop()
+
+
+async def ours_deferred(n: int) -> dict[str, float]:
+    from studio_state import ManualClock, fetch_value
+
+    from studio_scheduler_core import SchedulerEngine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "state.db"
+        now = time.time()
+        # every fire blocks (`sleep 60`): the 4 slots stay held and everything else defers
+        await _bulk(db, n, next_fire_at=now + 10, spacing=0.0001, command="sleep")
+        clock = ManualClock(now)
+        engine = SchedulerEngine(db, settings=_settings(max_scheduled_concurrent=4), clock=clock)
+        await engine.start(loop=False)
+        try:
+            await engine.tick_once()  # reaper's first pass, nothing due yet
+            clock.set(now + 20)
+            started = time.perf_counter()
+            report = await engine.tick_once()
+            elapsed = (time.perf_counter() - started) * 1000
+            records = await fetch_value(
+                engine.conn,
+                "SELECT COUNT(*) FROM schedule_runs WHERE status_reason_code = "
+                "'schedule.deferred.capacity'",
+            )
+            counts = report["schedules"]
+            return {
+                "ms": elapsed,
+                "fired": counts.get("fire", 0),
+                "deferred": counts.get("defer", 0),
+                "records": int(records or 0),
+            }
+        finally:
+            await engine.stop()
+
+
+async def ours_latency(fires: int) -> dict[str, float]:
+    import studio_scheduler_core._fire as fire_module
+    from studio_state import fetch_all
+
+    from studio_scheduler_core import SchedulerEngine
+
+    spawned: dict[str, float] = {}
+    original = fire_module.spawn_and_wait
+
+    async def timed(argv: list[str], invocation_id: str, **kwargs: Any) -> Any:
+        inner = kwargs.get("on_spawn")
+
+        async def on_spawn(pid: int) -> None:
+            spawned[invocation_id] = time.time()
+            if inner is not None:
+                await inner(pid)
+
+        kwargs["on_spawn"] = on_spawn
+        return await original(argv, invocation_id, **kwargs)
+
+    fire_module.spawn_and_wait = timed  # type: ignore[assignment]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "state.db"
+            first = time.time() + 2.0
+            await _bulk(db, fires, next_fire_at=first, spacing=0.05)
+            engine = SchedulerEngine(db, settings=_settings(tick_seconds=30.0))
+            await engine.start()
+            try:
+                deadline = time.monotonic() + fires * 0.05 + 30
+                while len(spawned) < fires and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                await engine.wait_idle()
+                rows = await fetch_all(
+                    engine.conn, "SELECT invocation_id, trigger_context FROM schedule_runs"
+                )
+                hops = HopCounter()
+                try:
+                    created = await engine.service.create(
+                        {
+                            "name": "one",
+                            "trigger_type": "interval",
+                            "interval_sec": 3600,
+                            "action_kind": "command",
+                            "action_command": "true",
+                        }
+                    )
+                    base = hops.count
+                    await engine.fire_now(created["id"])
+                    await engine.wait_idle()
+                    fire_hops = hops.count - base
+                finally:
+                    hops.restore()
+            finally:
+                await engine.stop()
+    finally:
+        fire_module.spawn_and_wait = original  # type: ignore[assignment]
+    lat = [
+        (spawned[r["invocation_id"]] - json.loads(r["trigger_context"])["due_at"]) * 1000
+        for r in rows
+        if r["invocation_id"] in spawned
+    ]
+    return {
+        "n": len(lat),
+        "p50": statistics.median(lat),
+        "p99": _pct(lat, 0.99),
+        "max": max(lat),
+        "fire_hops": fire_hops,
+    }
+
+
+# --------------------------------------------------------------------------- reference
+
+REF_SCRIPT = r"""
+import asyncio, json, os, sys, tempfile, time
+from pathlib import Path
+
+async def main(mode, n):
+    tmp = tempfile.mkdtemp()
+    db_path = Path(tmp) / "state.db"
+    os.environ["LIONAGI_STATE_DB_URL"] = f"sqlite+aiosqlite:///{db_path}"
+    os.environ["LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT"] = "4"
+    from lionagi.state.db import StateDB
+    db = StateDB(db_path)
+    await db.open()
+    now = time.time()
+    due = now - 10 if mode == "deferred" else now + 86400
+    for i in range(n):
+        await db.create_schedule(
+            name=f"s{i}", trigger_type="interval", interval_sec=3600, action_kind="command",
+            action_command="true", next_fire_at=due + i * (0.0001 if mode == "deferred" else 1),
+            enabled=True,
+        )
+    await db.close()
+    from lionagi.studio.scheduler.engine import SchedulerEngine
+    engine = SchedulerEngine()
+    engine._last_reaper_run = time.time()
+    engine._last_checkpoint_run = time.time()
+    engine._last_retention_run = time.time()
+    samples = []
+    for _ in range(1 if mode == "deferred" else 5):
+        started = time.perf_counter()
+        await engine._tick()
+        samples.append((time.perf_counter() - started) * 1000)
+    for task in list(engine._fire_tasks):
+        task.cancel()
+    await asyncio.gather(*engine._fire_tasks, return_exceptions=True)
+    print("RESULT " + json.dumps({"ms": sorted(samples)[len(samples) // 2]}))
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def _reference_python(args: argparse.Namespace) -> tuple[str | None, str]:
+    candidates = [sys.executable] + ([args.reference_python] if args.reference_python else [])
+    reasons = []
+    for python in candidates:
+        probe = subprocess.run(
+            [python, "-c", "import lionagi.studio.scheduler.engine as e, lionagi; "
+             "print(lionagi.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == "0.36.0":
+            return python, "0.36.0"
+        last = (probe.stderr.strip().splitlines() or [probe.stdout.strip() or "?"])[-1]
+        reasons.append(f"{python}: {last}")
+    return None, "; ".join(reasons)
+
+
+def reference(python: str, mode: str, n: int, timeout: float) -> tuple[float | None, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "ref_tick.py"
+        script.write_text(REF_SCRIPT, encoding="utf-8")
+        try:
+            proc = subprocess.run(
+                [python, str(script), mode, str(n)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=tmp,
+            )
+        except subprocess.TimeoutExpired:
+            return None, f"did not finish in {timeout:.0f} s"
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return float(json.loads(line[7:])["ms"]), ""
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
+    return None, f"failed: {tail[0][:160]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ticks", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fires", type=int, default=200)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--reference-python", help="an interpreter with lionagi==0.36.0")
+    parser.add_argument("--no-reference", action="store_true")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if shutil.which("true") is None:
+        sys.exit("a `true` executable on PATH is required")
+    print(f"bench/tick.py — {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    ref_python, ref_note = (None, "skipped") if args.no_reference else _reference_python(args)
+    if ref_python:
+        print(f"  reference: lionagi {ref_note} via {ref_python}")
+    else:
+        print(f"  reference: NOT MEASURED ({ref_note}); DESIGN §9 anchors shown instead")
+
+    print("\nidle tick (nothing due)               ours median / p95 (round trips)   reference")
+    for n in sizes:
+        ours = asyncio.run(ours_idle(n, args.ticks))
+        ref = "—"
+        if ref_python and n <= 10_000:
+            value, why = reference(ref_python, "idle", n, timeout=900)
+            ref = f"{value:8.1f} ms" if value is not None else why
+        elif n == 10_000:
+            ref = f"{ANCHORS['idle_10000_ms']:.0f} ms (anchor)"
+        print(
+            f"  {n:>7,} enabled schedules      {ours['median']:7.2f} / {ours['p95']:6.2f} ms "
+            f"({ours['hops']:.0f})        {ref}"
+        )
+    print(f"  target: <= {TARGETS['idle_ms']:.0f} ms, flat in N")
+
+    print("\ntick with 10,000 due, global cap 4    ours (fired / deferred / records)")
+    results = [asyncio.run(ours_deferred(10_000)) for _ in range(args.rounds)]
+    ms = [r["ms"] for r in results]
+    last = results[-1]
+    ref = f"{ANCHORS['deferred_10000_ms'] / 1000:.0f} s (anchor)"
+    if ref_python:
+        value, why = reference(ref_python, "deferred", 10_000, timeout=900)
+        ref = f"{value:8.0f} ms" if value is not None else why
+    print(
+        f"  median {statistics.median(ms):7.0f} ms ({min(ms):.0f}–{max(ms):.0f})   "
+        f"{last['fired']:.0f} / {last['deferred']:.0f} / {last['records']:.0f}   reference: {ref}"
+    )
+    print(f"  target: <= {TARGETS['deferred_ms']:.0f} ms")
+
+    print(f"\ndue -> exec latency, {args.fires} fires of `true`, loop running (tick 30 s)")
+    lat = asyncio.run(ours_latency(args.fires))
+    print(
+        f"  p50 {lat['p50']:6.1f} ms   p99 {lat['p99']:6.1f} ms   max {lat['max']:6.1f} ms   "
+        f"(n={lat['n']:.0f}; one fire = {lat['fire_hops']:.0f} round trips)   "
+        f"reference: {ANCHORS['latency_s']} s (the 30 s tick)"
+    )
+    print(f"  target: p99 <= {TARGETS['latency_p99_ms']:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
