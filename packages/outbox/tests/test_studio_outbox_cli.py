@@ -85,6 +85,8 @@ def test_once_on_a_database_without_the_outbox_creates_its_schema(
         ('"notify"', "--template: notify_template: must be a JSON list"),
         ("[]", "must name at least the program"),
         ('["notify", 1]', "element 1 must be a string"),
+        ('["/no/such/notifier", "{payload}"]', "'/no/such/notifier' is not an executable"),
+        ('["no-such-notifier-on-path"]', "is not an executable file or on PATH"),
     ],
 )
 def test_bad_template_is_one_line_and_exit_1(

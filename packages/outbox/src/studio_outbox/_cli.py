@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import math
+import shutil
 import signal
 import sqlite3
 import sys
@@ -93,9 +94,13 @@ def _template(text: str) -> list[str]:
     except json.JSONDecodeError as exc:
         raise CliError(f"--template: not valid JSON ({exc})") from None
     try:
-        return validate_notify_template(value)
+        template = validate_notify_template(value)
     except OutboxError as exc:
         raise CliError(f"--template: {exc}") from None
+    # Checked once here: a program that cannot be found would fail, and spend, every attempt.
+    if shutil.which(template[0]) is None:
+        raise CliError(f"--template: program {template[0]!r} is not an executable file or on PATH")
+    return template
 
 
 def _database(text: str) -> Path:
