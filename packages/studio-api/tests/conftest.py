@@ -60,6 +60,20 @@ def wait() -> Callable[..., Any]:
     return wait_for
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def alive() -> Callable[[int], bool]:
+    return process_alive
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     path = tmp_path / "work"

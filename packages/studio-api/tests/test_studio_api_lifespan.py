@@ -18,15 +18,6 @@ from studio_api.__main__ import main as studio_main
 from studio_api.testing import StudioServer
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _create(studio: Any, body: dict[str, Any]) -> dict[str, Any]:
     answer = studio.client.post("/api/schedules", json=body)
     assert answer.status_code == 201, answer.text
@@ -120,6 +111,7 @@ def test_create_update_and_enable_wake_the_tick(
 
 
 def test_shutdown_cancels_a_running_fire(
+    alive: Callable[[int], bool],
     serve: Callable[..., Any],
     command_schedule: Callable[..., Any],
     script: Callable[..., Path],

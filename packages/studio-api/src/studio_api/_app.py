@@ -19,7 +19,7 @@ from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
 from ._errors import LastResortMiddleware, install_error_handlers
 from ._models import ErrorOut
 from ._settings import StudioSettings
-from .routes import dispatch, health, schedules
+from .routes import dispatch, health, runs, schedules
 
 logger = logging.getLogger("studio_api")
 
@@ -71,6 +71,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(schedules.router)
+    app.include_router(runs.router)
     app.include_router(dispatch.router)
     app.add_middleware(LastResortMiddleware)
     if settings.auth_token is not None:

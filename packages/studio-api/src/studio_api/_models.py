@@ -145,6 +145,23 @@ class ScheduleUpdate(_ScheduleFields):
     overlap_policy: OverlapPolicy | None = None
 
 
+class RunCreate(RequestModel):
+    """Body of ``POST /api/runs``: an ad-hoc run (a schedule's action fields, no trigger)."""
+
+    action_kind: ActionKind
+    action_model: str | None = None
+    action_prompt: str | None = None
+    action_agent: str | None = None
+    action_playbook: str | None = None
+    action_flow_yaml: str | None = None
+    action_project: str | None = None
+    action_cwd: str | None = None
+    action_extra_args: list[str] | None = None
+    action_command: str | None = None
+    action_command_args: list[str] | None = None
+    concurrency_key: str | None = None
+
+
 class DisableRequest(RequestModel):
     """Optional body of ``POST /api/schedules/{id}/disable``."""
 

@@ -1,0 +1,42 @@
+"""``/api/runs``: ad-hoc runs (DESIGN §5.8) the host task worker claims and executes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from .._deps import EngineDep, responses
+from .._models import SQLITE_INT_MAX, RunCreate, RunList, RunOut, RunStatus
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+
+
+@router.post("", status_code=201, response_model=RunOut, responses=responses())
+async def enqueue_run(engine: EngineDep, body: RunCreate) -> RunOut:
+    """Queue an ad-hoc run (same action fields as a schedule); 422 names an invalid field."""
+    return RunOut.of(await engine.runs.enqueue(body.model_dump(exclude_none=True)))
+
+
+@router.get("", response_model=RunList, responses=responses())
+async def list_runs(
+    engine: EngineDep,
+    status: RunStatus | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Page size (1-1000)")] = 100,
+    offset: Annotated[int, Query(ge=0, le=SQLITE_INT_MAX, description="Rows to skip")] = 0,
+) -> RunList:
+    """One page of ad-hoc runs (newest first) and the ``total`` that match."""
+    rows, total = await engine.runs.list(status=status, limit=limit, offset=offset)
+    return RunList(runs=[RunOut.of(row) for row in rows], total=total, limit=limit, offset=offset)
+
+
+@router.get("/{run_id}", response_model=RunOut, responses=responses(404))
+async def get_run(engine: EngineDep, run_id: str) -> RunOut:
+    """One ad-hoc run."""
+    return RunOut.of(await engine.runs.get(run_id))
+
+
+@router.post("/{run_id}/cancel", response_model=RunOut, responses=responses(404, 409))
+async def cancel_run(engine: EngineDep, run_id: str) -> RunOut:
+    """Cancel a queued or running ad-hoc run (its child is stopped); 409 once it has ended."""
+    return RunOut.of(await engine.runs.cancel(run_id))
