@@ -9,12 +9,14 @@ table Studio needs.
 from __future__ import annotations
 
 from .__about__ import __version__
+from ._adhoc import AdhocRunService
 from ._cadence import preview_fire_times
 from ._engine import SchedulerEngine
 from ._exceptions import (
     EngineLocked,
     FireRefused,
     InvalidSettings,
+    RunNotCancellable,
     RunNotFound,
     ScheduleNameTaken,
     ScheduleNotFound,
@@ -27,14 +29,18 @@ from ._service import ScheduleService
 from ._settings import SchedulerSettings
 from ._triggers import CadenceTrigger, TriggerRegistry
 from ._usage import report_usage
+from ._worker import AdhocWorker
 
 __all__ = [
+    "AdhocRunService",
+    "AdhocWorker",
     "CadenceTrigger",
     "EngineLocked",
     "FireRefused",
     "InvalidSettings",
     "MAX_CHAIN_DEPTH",
     "OVERLAY_KEYS",
+    "RunNotCancellable",
     "RunNotFound",
     "ScheduleNameTaken",
     "ScheduleNotFound",

@@ -15,6 +15,7 @@ import aiosqlite
 from studio_outbox import deliver_due_dispatches, dispatch_backlog, next_due_at
 from studio_state import Clock, fetch_all, fetch_value, open_connection, write_transaction
 
+from ._adhoc import AdhocRunService
 from ._cadence import first_fire_at
 from ._cron import CronError, next_after
 from ._evaluation import Evaluator
@@ -29,7 +30,8 @@ from ._schema import ensure_schema
 from ._service import ScheduleService
 from ._settings import SchedulerSettings
 from ._store import load_schedule
-from ._triggers import NoThreshold, NoWorker, default_registry
+from ._triggers import NoThreshold, default_registry
+from ._worker import AdhocWorker
 from .abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -65,7 +67,9 @@ class SchedulerEngine:
         for source in triggers:
             self.registry.register(source)
         self._threshold = threshold or NoThreshold()
-        self._worker: WorkerPass = worker or NoWorker()
+        self._worker: WorkerPass = worker or AdhocWorker(
+            settings=settings, db_path=self.db_path, clock=clock, wake=self.wake
+        )
         self._on_run_terminal = on_run_terminal
         self._lock = EngineLock(self.db_path)
         self._conn: aiosqlite.Connection | None = None
@@ -102,6 +106,15 @@ class SchedulerEngine:
         if self._service is None:
             raise SchedulerError("the engine is not started")
         return self._service
+
+    @property
+    def runs(self) -> AdhocRunService:
+        """An :class:`AdhocRunService` on the engine's connection (wakes the engine; a cancel
+        stops a run the engine's worker executes at once)."""
+        worker = self._worker if isinstance(self._worker, AdhocWorker) else None
+        return AdhocRunService(
+            self.conn, settings=self.settings, clock=self.clock, on_change=self.wake, worker=worker
+        )
 
     def _parts(self) -> tuple[FireEnv, Admission, Evaluator, FireRunner]:
         if self._env is None or self._admission is None or self._evaluator is None:

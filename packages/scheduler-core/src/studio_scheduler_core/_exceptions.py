@@ -6,6 +6,7 @@ SchedulerError
  ├── ScheduleNotFound (LookupError)         no schedule with that id (or name)
  ├── ScheduleNameTaken                      another schedule already has that name
  ├── RunNotFound (LookupError)              no schedule run with that id
+ ├── RunNotCancellable                      cancel of a run already terminal; ``.status``
  ├── FireRefused                            a manual fire was refused; ``.reason_code`` says why
  └── EngineLocked                           another engine holds the database's lock
 """
@@ -57,6 +58,15 @@ class RunNotFound(SchedulerError, LookupError):
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"schedule run {run_id!r} not found")
+
+
+class RunNotCancellable(SchedulerError):
+    """The run cannot be cancelled: it is already terminal (``.status``)."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"run {run_id!r} is already {status}; only queued or running runs cancel")
 
 
 class FireRefused(SchedulerError):

@@ -166,8 +166,16 @@ CREATE TABLE IF NOT EXISTS sessions (
 CREATE INDEX IF NOT EXISTS idx_sessions_invocation ON sessions(invocation_id);
 """
 
+# The ad-hoc queue's claim picks the oldest queued row per concurrency_key (DESIGN §5.8).
+_V2 = """
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_queued_key
+  ON schedule_runs(concurrency_key, queued_at)
+  WHERE status = 'queued' AND concurrency_key IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
+    Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
 )
 
 

@@ -1,0 +1,299 @@
+"""Ad-hoc queued runs (DESIGN §5.8): enqueue, read, list and cancel.
+
+An ad-hoc run is a ``schedule_runs`` row with ``schedule_id`` NULL that starts ``queued``
+(``queued_at`` set, optional ``concurrency_key``); the host task worker
+(:class:`~studio_scheduler_core.AdhocWorker`) claims and launches it. Its action fields are
+validated by the same path as a schedule's (the schedule validation, so the launcher's
+:func:`~studio_launcher.validate_action` too), and ``action_args`` stores the validated action
+(``action_kind`` + fields) so the worker launches exactly what was accepted.
+
+Cancelling a ``queued`` row makes it ``cancelled``. Cancelling a ``running`` row makes it (and
+its invocation) ``cancelled`` in one guarded transaction, then stops its child: through the
+in-process worker when it owns the run, else by terminating the recorded process group
+(verified by pid and start time). The owning worker, in whatever process, sees the row is no
+longer its own at its next lease check (about a second) and stops its child too, which covers
+a child not yet recorded when the cancel was made.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+
+from studio_launcher import LaunchError, is_same_process, terminate_process_group
+from studio_state import (
+    Clock,
+    fetch_all,
+    fetch_one,
+    fetch_value,
+    new_id,
+    record_transition,
+    transition,
+    write_transaction,
+)
+
+from ._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
+from ._rows import decode_run, dumps
+from ._schema import RUN_STATUSES
+from ._settings import SchedulerSettings
+from ._validation import normalize
+
+if TYPE_CHECKING:
+    from ._worker import AdhocWorker
+
+logger = logging.getLogger("studio_scheduler_core")
+
+ACTION_FIELDS = (
+    "action_kind",
+    "action_model",
+    "action_prompt",
+    "action_agent",
+    "action_playbook",
+    "action_flow_yaml",
+    "action_project",
+    "action_cwd",
+    "action_extra_args",
+    "action_command",
+    "action_command_args",
+)
+"""The schedule action fields an ad-hoc run takes (no trigger, no follow-ups)."""
+
+ENQUEUE_FIELDS = (*ACTION_FIELDS, "concurrency_key")
+"""Every key :meth:`AdhocRunService.enqueue` accepts."""
+
+ENQUEUED = "run.queued.enqueued"
+CANCELLED = "run.cancelled.operator"
+MAX_CONCURRENCY_KEY = 200
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
+# A stand-in trigger so the schedule validation can be reused as is: never stored.
+_SYNTHETIC = {"name": "adhoc", "trigger_type": "interval", "interval_sec": 60}
+
+Rows = list[dict[str, Any]]
+
+
+def _check_concurrency_key(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ScheduleValidationError("concurrency_key", "must be a non-blank string or null")
+    if value != value.strip():
+        raise ScheduleValidationError("concurrency_key", "must not start or end with whitespace")
+    if len(value) > MAX_CONCURRENCY_KEY:
+        raise ScheduleValidationError(
+            "concurrency_key", f"must be at most {MAX_CONCURRENCY_KEY} characters"
+        )
+    if _CONTROL.search(value):
+        raise ScheduleValidationError("concurrency_key", "must not contain control characters")
+    return value
+
+
+def normalize_adhoc(
+    data: Mapping[str, Any], *, settings: SchedulerSettings, now: float
+) -> dict[str, Any]:
+    """Validate ad-hoc input into ``{"action": {...}, "concurrency_key": ...}``; nothing written.
+
+    The action fields go through the schedule validation (types, enums, launcher rules,
+    flow_yaml, cwd snapshot from a registered project); ``playbook`` is stored as ``play``.
+    Raises :class:`ScheduleValidationError` naming the field.
+    """
+    if not isinstance(data, Mapping):
+        raise ScheduleValidationError("run", f"must be an object, got {type(data).__name__}")
+    for key in data:
+        if key not in ENQUEUE_FIELDS:
+            raise ScheduleValidationError(
+                str(key), "unknown field (an ad-hoc run takes the action fields only)"
+            )
+    action_input = {k: v for k, v in data.items() if k in ACTION_FIELDS}
+    row = normalize({**_SYNTHETIC, **action_input}, settings=settings, now=now)
+    return {
+        "action": {field: row.get(field) for field in ACTION_FIELDS},
+        "concurrency_key": _check_concurrency_key(data.get("concurrency_key")),
+    }
+
+
+class AdhocRunService:
+    """Enqueue, read, list and cancel ad-hoc runs on any connection (API and CLI alike).
+
+    ``on_change`` (the engine's ``wake``) is called after an enqueue or a cancel. ``worker``,
+    when given, is the in-process worker: cancelling a run it executes stops the run at once.
+    """
+
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        *,
+        settings: SchedulerSettings,
+        clock: Clock = time.time,
+        on_change: Callable[[], None] | None = None,
+        worker: AdhocWorker | None = None,
+    ) -> None:
+        self._conn = conn
+        self._settings = settings
+        self._clock = clock
+        self._on_change = on_change
+        self._worker = worker
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+    async def validate(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The validated ``{"action", "concurrency_key"}`` ``enqueue`` would store."""
+        return normalize_adhoc(data, settings=self._settings, now=self._clock())
+
+    async def enqueue(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate and insert a ``queued`` run; return the run dict.
+
+        ``data`` holds the schedule action fields (``action_kind``, ``action_model``, …) and
+        optionally ``concurrency_key``. Raises :class:`ScheduleValidationError` (nothing
+        written).
+        """
+        now = self._clock()
+        accepted = normalize_adhoc(data, settings=self._settings, now=now)
+        action = accepted["action"]
+        run_id = new_id()
+        context = {"adhoc": True, "run_id": run_id, "queued_at": now}
+        summary = f"ad-hoc {action['action_kind']} run queued"
+        async with write_transaction(self._conn):
+            await self._conn.execute(
+                "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
+                "action_args, status, chain_depth, fired_at, created_at, updated_at, "
+                "status_reason_code, status_reason_summary, queued_at, concurrency_key, "
+                "lease_attempts) VALUES (?, NULL, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, 0)",
+                (
+                    run_id,
+                    dumps(context),
+                    action["action_kind"],
+                    dumps(action),
+                    now,
+                    now,
+                    now,
+                    ENQUEUED,
+                    summary,
+                    now,
+                    accepted["concurrency_key"],
+                ),
+            )
+            await record_transition(
+                self._conn,
+                entity_type="schedule_run",
+                entity_id=run_id,
+                status="queued",
+                reason_code=ENQUEUED,
+                reason_summary=summary,
+                actor="adhoc_service",
+                metadata={"concurrency_key": accepted["concurrency_key"]},
+                now=now,
+            )
+        self._changed()
+        return await self.get(run_id)
+
+    async def _row(self, run_id: str) -> dict[str, Any]:
+        row = await fetch_one(
+            self._conn, f"SELECT * FROM schedule_runs WHERE id = ? AND {_ADHOC_WHERE}", (run_id,)
+        )
+        if row is None:
+            raise RunNotFound(run_id)
+        return row
+
+    async def get(self, run_id: str) -> dict[str, Any]:
+        """One ad-hoc run (:class:`RunNotFound` for an unknown id or a scheduled run)."""
+        return decode_run(await self._row(run_id))
+
+    async def list(
+        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+    ) -> tuple[Rows, int]:
+        """``(runs, total)`` of ad-hoc runs, newest first, optionally of one status."""
+        where, params = _ADHOC_WHERE, []
+        if status is not None:
+            if status not in RUN_STATUSES:
+                raise ScheduleValidationError("status", f"must be one of {', '.join(RUN_STATUSES)}")
+            where += " AND status = ?"
+            params.append(status)
+        total = await fetch_value(
+            self._conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params
+        )
+        rows = await fetch_all(
+            self._conn,
+            f"SELECT * FROM schedule_runs WHERE {where} ORDER BY queued_at DESC, rowid DESC "
+            "LIMIT ? OFFSET ?",
+            [*params, max(0, int(limit)), max(0, int(offset))],
+        )
+        return [decode_run(r) for r in rows], int(total or 0)
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        """Cancel a queued or running ad-hoc run; return the run (now ``cancelled``).
+
+        A running run's child process group is terminated before this returns when this
+        process can reach it (the in-process worker, or the recorded pid + start time).
+        Raises :class:`RunNotFound`, or :class:`RunNotCancellable` for a terminal run.
+        """
+        now = self._clock()
+        async with write_transaction(self._conn):
+            row = await self._row(run_id)
+            status = row["status"]
+            if status not in ("queued", "running"):
+                raise RunNotCancellable(run_id, status)
+            summary = f"cancelled by the operator while {status}"
+            fields = {
+                "ended_at": now,
+                "status_reason_code": CANCELLED,
+                "status_reason_summary": summary,
+            }
+            guards = {}
+            if status == "running":
+                guards = {"leased_by": row["leased_by"], "lease_attempts": row["lease_attempts"]}
+            await transition(
+                self._conn,
+                table="schedule_runs",
+                entity_type="schedule_run",
+                entity_id=run_id,
+                from_statuses=(status,),
+                to_status="cancelled",
+                reason_code=CANCELLED,
+                reason_summary=summary,
+                set_fields=fields,
+                guards=guards,
+                actor="operator",
+                metadata={"leased_by": row["leased_by"], "child_pid": row["child_pid"]},
+                now=now,
+            )
+            if status == "running" and row["invocation_id"]:
+                await transition(
+                    self._conn,
+                    table="invocations",
+                    entity_type="invocation",
+                    entity_id=row["invocation_id"],
+                    from_statuses=("running",),
+                    to_status="cancelled",
+                    reason_code=CANCELLED,
+                    reason_summary=summary,
+                    set_fields={"ended_at": now, **fields},
+                    evidence_refs=[{"kind": "schedule_run", "id": run_id}],
+                    actor="operator",
+                    now=now,
+                )
+        if status == "running":
+            await self._stop_child(row)
+        self._changed()
+        return await self.get(run_id)
+
+    async def _stop_child(self, row: Mapping[str, Any]) -> None:
+        if self._worker is not None and await self._worker.revoke(str(row["id"])):
+            return
+        pid, started = row.get("child_pid"), row.get("child_started_at")
+        if not pid or started is None or not is_same_process(int(pid), float(started)):
+            return
+        try:
+            await terminate_process_group(int(pid))
+        except (LaunchError, OSError) as exc:
+            logger.warning(
+                "could not terminate process group %s of run %s: %s", pid, row["id"], exc
+            )

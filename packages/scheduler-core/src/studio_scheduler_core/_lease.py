@@ -1,0 +1,254 @@
+"""Leases of ad-hoc runs (DESIGN §5.8): worker ids, renewal, and recovery of abandoned rows.
+
+A claimed row carries ``leased_by`` (``host:pid:random``), ``lease_expires_at`` and
+``lease_attempts``. A row is abandoned when its lease expired, or at once when its owner is a
+process on this host that no longer runs (a restarted engine then need not wait out the lease
+of the one that was killed). Recovery of an abandoned row:
+
+- the child was launched (``child_pid`` recorded): DESIGN §5.1 applies — a live orphan group is
+  terminated and the run and invocation become ``failed`` (``run.failed.daemon_restart``);
+  it is never re-run (executing it twice is reference defect D25);
+- no child was launched: back to ``queued`` (``run.queued.lease_expired``, the attempt's
+  invocation ``aborted``) until ``max_attempts`` claims, then ``failed``
+  (``run.failed.lease_exhausted``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import aiosqlite
+
+from studio_launcher import (
+    LaunchError,
+    is_same_process,
+    process_start_time,
+    terminate_process_group,
+)
+from studio_state import Transition, fetch_all, fetch_value, record_transitions, write_transaction
+
+from ._reconcile import DAEMON_RESTART
+
+logger = logging.getLogger("studio_scheduler_core")
+
+LEASE_SECONDS = 60.0
+"""How long a claim is valid without renewal."""
+RENEW_SECONDS = 20.0
+"""How often a running claim's lease is renewed."""
+WATCH_SECONDS = 1.0
+"""How often a running claim checks that its row is still its own."""
+MAX_LEASE_ATTEMPTS = 3
+"""Claims of a row whose child never started before it fails (lease exhausted)."""
+
+CLAIMED = "run.running.claimed"
+LEASE_EXPIRED = "run.queued.lease_expired"
+LEASE_EXHAUSTED = "run.failed.lease_exhausted"
+
+_MAX_DETAIL = 2000
+
+
+def new_worker_id() -> str:
+    """``host:pid:random`` — unique per worker object, and tells a same-host peer our pid."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def owner_is_dead(worker_id: str | None) -> bool:
+    """Whether ``worker_id`` names a process on this host that no longer runs.
+
+    Only a provably dead owner counts (another host, this process, or an unparsable id: not
+    dead; its lease must expire instead). A reused pid reads as alive, the safe direction.
+    """
+    parts = (worker_id or "").rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid() or pid <= 1:
+        return False
+    started = process_start_time(pid)
+    return started is None or not is_same_process(pid, started)
+
+
+def child_alive(row: Mapping[str, Any]) -> bool:
+    """Whether the row's recorded child (pid + start time) is still running."""
+    pid, started = row.get("child_pid"), row.get("child_started_at")
+    if not pid or started is None:
+        return False
+    return is_same_process(int(pid), float(started))
+
+
+def lease_transition(
+    entity_type: str,
+    entity_id: str,
+    previous: str | None,
+    status: str,
+    reason: str,
+    summary: str,
+    now: float,
+    *,
+    actor: str,
+    metadata: Mapping[str, Any] | None = None,
+    refs: list[dict[str, str]] | None = None,
+) -> Transition:
+    """A ``status_transitions`` row of the lease machinery (summary bounded)."""
+    return Transition(
+        entity_type=entity_type,
+        entity_id=entity_id,
+        previous_status=previous,
+        status=status,
+        reason_code=reason,
+        reason_summary=summary[-_MAX_DETAIL:],
+        evidence_refs=refs,
+        actor=actor,
+        metadata=metadata,
+        created_at=now,
+    )
+
+
+async def recover_abandoned(
+    conn: aiosqlite.Connection, *, worker_id: str, now: float, max_attempts: int
+) -> dict[str, int]:
+    """Requeue or fail the running rows of other workers that are gone; counts per outcome."""
+    rows = await fetch_all(
+        conn,
+        "SELECT id, invocation_id, leased_by, lease_expires_at, lease_attempts, child_pid, "
+        "child_started_at FROM schedule_runs WHERE status = 'running' AND leased_by IS NOT NULL",
+    )
+    counts = {"requeued": 0, "exhausted": 0, "orphaned": 0}
+    for row in rows:
+        owner = row["leased_by"]
+        if owner == worker_id:
+            continue
+        expires = row["lease_expires_at"]
+        if (expires is not None and float(expires) > now) and not owner_is_dead(owner):
+            continue
+        outcome = await _recover_row(conn, row, now=now, max_attempts=max_attempts)
+        if outcome is not None:
+            counts[outcome] += 1
+    return counts
+
+
+async def _recover_row(
+    conn: aiosqlite.Connection, row: Mapping[str, Any], *, now: float, max_attempts: int
+) -> str | None:
+    run_id, attempts = str(row["id"]), int(row["lease_attempts"])
+    launched = row["child_pid"] is not None
+    if launched:
+        if child_alive(row):
+            pid = int(row["child_pid"])
+            logger.warning("terminating orphaned process group %d of ad-hoc run %s", pid, run_id)
+            try:
+                await terminate_process_group(pid)
+            except (LaunchError, OSError) as exc:
+                logger.warning("could not terminate process group %d: %s", pid, exc)
+        outcome, status, reason, inv_status = "orphaned", "failed", DAEMON_RESTART, "failed"
+        summary = (
+            f"worker {row['leased_by']} is gone while this run's child was running; "
+            "it is not re-run"
+        )
+    elif attempts >= max_attempts:
+        outcome, status, reason, inv_status = "exhausted", "failed", LEASE_EXHAUSTED, "failed"
+        summary = f"{attempts} lease attempts ended without the child starting"
+    else:
+        outcome, status, reason, inv_status = "requeued", "queued", LEASE_EXPIRED, "aborted"
+        summary = f"the lease of worker {row['leased_by']} expired before the child started"
+    if status == "queued":
+        sets: dict[str, Any] = {
+            "leased_by": None,
+            "lease_expires_at": None,
+            "invocation_id": None,
+            "child_pid": None,
+            "child_started_at": None,
+        }
+    else:
+        sets = {"ended_at": now, "error_detail": summary}
+    sets.update(status=status, updated_at=now, status_reason_code=reason)
+    sets["status_reason_summary"] = summary
+    guard_sql = "id = ? AND status = 'running' AND leased_by = ? AND lease_attempts = ?"
+    params: list[Any] = [run_id, row["leased_by"], attempts]
+    if row["lease_expires_at"] is None:
+        guard_sql += " AND lease_expires_at IS NULL"
+    else:
+        guard_sql += " AND lease_expires_at = ?"
+        params.append(row["lease_expires_at"])
+    meta = {"leased_by": row["leased_by"], "lease_attempts": attempts}
+    invocation_id = row["invocation_id"]
+    async with write_transaction(conn):
+        cursor = await conn.execute(
+            f"UPDATE schedule_runs SET {', '.join(f'{k} = ?' for k in sets)} WHERE {guard_sql}",
+            [*sets.values(), *params],
+        )
+        won = cursor.rowcount == 1
+        await cursor.close()
+        if not won:
+            return None
+        rows = [
+            lease_transition(
+                "schedule_run",
+                run_id,
+                "running",
+                status,
+                reason,
+                summary,
+                now,
+                actor="adhoc_worker",
+                metadata=meta,
+            )
+        ]
+        if invocation_id:
+            cursor = await conn.execute(
+                "UPDATE invocations SET status = ?, ended_at = ?, updated_at = ?, "
+                "status_reason_code = ?, status_reason_summary = ? "
+                "WHERE id = ? AND status = 'running'",
+                (inv_status, now, now, reason, summary, invocation_id),
+            )
+            if cursor.rowcount == 1:
+                rows.append(
+                    lease_transition(
+                        "invocation",
+                        invocation_id,
+                        "running",
+                        inv_status,
+                        reason,
+                        summary,
+                        now,
+                        actor="adhoc_worker",
+                        refs=[{"kind": "schedule_run", "id": run_id}],
+                    )
+                )
+            await cursor.close()
+        await record_transitions(conn, rows)
+    logger.warning("ad-hoc run %s: %s (%s)", run_id, reason, summary)
+    return outcome
+
+
+async def renew_lease(
+    conn: aiosqlite.Connection, run_id: str, *, worker_id: str, attempt: int, expires_at: float
+) -> bool:
+    """Extend the lease of a running row this worker holds; ``False``: it is not ours any more."""
+    async with write_transaction(conn):
+        cursor = await conn.execute(
+            "UPDATE schedule_runs SET lease_expires_at = ? WHERE id = ? "
+            "AND status = 'running' AND leased_by = ? AND lease_attempts = ?",
+            (expires_at, run_id, worker_id, attempt),
+        )
+        renewed = cursor.rowcount == 1
+        await cursor.close()
+    return renewed
+
+
+async def holds_lease(
+    conn: aiosqlite.Connection, run_id: str, *, worker_id: str, attempt: int
+) -> bool:
+    """Whether the row is still ``running`` under this worker's claim (a read, no write)."""
+    found = await fetch_value(
+        conn,
+        "SELECT 1 FROM schedule_runs WHERE id = ? AND status = 'running' "
+        "AND leased_by = ? AND lease_attempts = ?",
+        (run_id, worker_id, attempt),
+    )
+    return found is not None
