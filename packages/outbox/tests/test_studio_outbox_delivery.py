@@ -214,7 +214,7 @@ async def test_at_most_concurrency_transports_in_flight(
     conn: aiosqlite.Connection, clock: studio_state.ManualClock, recorder: Any
 ) -> None:
     for _ in range(8):
-        await _enqueue(conn, clock, deliver_to="window:0.4")
+        await _enqueue(conn, clock, deliver_to="window:0.8")
     counts = await studio_outbox.deliver_due_dispatches(
         conn, notify_template=recorder.template(), concurrency=3
     )
