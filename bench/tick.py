@@ -74,7 +74,6 @@ async def _bulk(
     db: Path, n: int, *, next_fire_at: float, spacing: float = 1.0, command: str = "true"
 ) -> None:
     import studio_state
-
     from studio_scheduler_core import ensure_schema
 
     async with studio_state.connect(db) as conn:
@@ -94,9 +93,8 @@ async def _bulk(
 
 
 async def ours_idle(n: int, ticks: int) -> dict[str, float]:
-    from studio_state import ManualClock
-
     from studio_scheduler_core import SchedulerEngine
+    from studio_state import ManualClock
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "state.db"
@@ -129,9 +127,8 @@ async def ours_idle(n: int, ticks: int) -> dict[str, float]:
 
 
 async def ours_deferred(n: int) -> dict[str, float]:
-    from studio_state import ManualClock, fetch_value
-
     from studio_scheduler_core import SchedulerEngine
+    from studio_state import ManualClock, fetch_value
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "state.db"
@@ -165,9 +162,8 @@ async def ours_deferred(n: int) -> dict[str, float]:
 
 async def ours_latency(fires: int) -> dict[str, float]:
     import studio_scheduler_core._fire as fire_module
-    from studio_state import fetch_all
-
     from studio_scheduler_core import SchedulerEngine
+    from studio_state import fetch_all
 
     spawned: dict[str, float] = {}
     original = fire_module.spawn_and_wait
@@ -199,25 +195,9 @@ async def ours_latency(fires: int) -> dict[str, float]:
                 rows = await fetch_all(
                     engine.conn, "SELECT invocation_id, trigger_context FROM schedule_runs"
                 )
-                hops = HopCounter()
-                try:
-                    created = await engine.service.create(
-                        {
-                            "name": "one",
-                            "trigger_type": "interval",
-                            "interval_sec": 3600,
-                            "action_kind": "command",
-                            "action_command": "true",
-                        }
-                    )
-                    base = hops.count
-                    await engine.fire_now(created["id"])
-                    await engine.wait_idle()
-                    fire_hops = hops.count - base
-                finally:
-                    hops.restore()
             finally:
                 await engine.stop()
+            fire_hops = await _fire_round_trips(Path(tmp) / "hops.db")
     finally:
         fire_module.spawn_and_wait = original  # type: ignore[assignment]
     lat = [
@@ -234,29 +214,70 @@ async def ours_latency(fires: int) -> dict[str, float]:
     }
 
 
+async def _fire_round_trips(db: Path) -> int:
+    """aiosqlite round trips of one complete fire (admission, commit, spawn, terminal write)."""
+    from studio_scheduler_core import SchedulerEngine
+    from studio_state import ManualClock
+
+    engine = SchedulerEngine(db, settings=_settings(), clock=ManualClock(time.time()))
+    await engine.start(loop=False)
+    try:
+        created = await engine.service.create(
+            {
+                "name": "one",
+                "trigger_type": "interval",
+                "interval_sec": 3600,
+                "action_kind": "command",
+                "action_command": "true",
+            }
+        )
+        hops = HopCounter()
+        try:
+            await engine.fire_now(created["id"])
+            await engine.wait_idle()
+        finally:
+            hops.restore()
+        return hops.count
+    finally:
+        await engine.stop()
+
+
 # --------------------------------------------------------------------------- reference
 
 REF_SCRIPT = r"""
-import asyncio, json, os, sys, tempfile, time
+import asyncio, json, os, sqlite3, sys, tempfile, time
 from pathlib import Path
 
 async def main(mode, n):
     tmp = tempfile.mkdtemp()
     db_path = Path(tmp) / "state.db"
+    os.environ["HOME"] = tmp
     os.environ["LIONAGI_STATE_DB_URL"] = f"sqlite+aiosqlite:///{db_path}"
     os.environ["LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT"] = "4"
+    os.environ["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"] = "sleep"
+    os.environ["LIONAGI_SCHEDULER_TZ"] = "UTC"
     from lionagi.state.db import StateDB
     db = StateDB(db_path)
     await db.open()
     now = time.time()
     due = now - 10 if mode == "deferred" else now + 86400
-    for i in range(n):
-        await db.create_schedule(
-            name=f"s{i}", trigger_type="interval", interval_sec=3600, action_kind="command",
-            action_command="true", next_fire_at=due + i * (0.0001 if mode == "deferred" else 1),
-            enabled=True,
-        )
+    await db.create_schedule({
+        "id": "000000000000", "name": "s0", "trigger_type": "interval", "interval_sec": 3600,
+        "action_kind": "command", "action_command": "sleep", "action_command_args": ["60"],
+        "next_fire_at": due, "enabled": 1, "action_cwd": tmp,
+    })
     await db.close()
+    conn = sqlite3.connect(db_path)
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(schedules)")]
+    row = dict(zip(cols, conn.execute("SELECT * FROM schedules").fetchone()))
+    rows = []
+    for i in range(1, n):
+        r = dict(row, id=f"{i:012x}", name=f"s{i}",
+                 next_fire_at=due + i * (0.0001 if mode == "deferred" else 1))
+        rows.append([r[c] for c in cols])
+    marks = ",".join("?" * len(cols))
+    conn.executemany(f"INSERT INTO schedules ({','.join(cols)}) VALUES ({marks})", rows)
+    conn.commit(); conn.close()
     from lionagi.studio.scheduler.engine import SchedulerEngine
     engine = SchedulerEngine()
     engine._last_reaper_run = time.time()
@@ -267,10 +288,12 @@ async def main(mode, n):
         started = time.perf_counter()
         await engine._tick()
         samples.append((time.perf_counter() - started) * 1000)
-    for task in list(engine._fire_tasks):
+    tasks = list(engine._fire_tasks)
+    for task in tasks:
         task.cancel()
-    await asyncio.gather(*engine._fire_tasks, return_exceptions=True)
-    print("RESULT " + json.dumps({"ms": sorted(samples)[len(samples) // 2]}))
+    await asyncio.gather(*tasks, return_exceptions=True)
+    median = sorted(samples)[len(samples) // 2]
+    print("RESULT " + json.dumps({"ms": median, "fire_tasks": len(tasks)}))
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
@@ -281,8 +304,11 @@ def _reference_python(args: argparse.Namespace) -> tuple[str | None, str]:
     reasons = []
     for python in candidates:
         probe = subprocess.run(
-            [python, "-c", "import lionagi.studio.scheduler.engine as e, lionagi; "
-             "print(lionagi.__version__)"],
+            [
+                python,
+                "-c",
+                "import lionagi.studio.scheduler.engine, lionagi; print(lionagi.__version__)",
+            ],
             capture_output=True,
             text=True,
             timeout=180,
@@ -338,11 +364,12 @@ def main() -> None:
     for n in sizes:
         ours = asyncio.run(ours_idle(n, args.ticks))
         ref = "—"
+        anchor = f"{ANCHORS['idle_10000_ms']:.0f} ms (DESIGN §9 anchor)" if n == 10_000 else ""
         if ref_python and n <= 10_000:
             value, why = reference(ref_python, "idle", n, timeout=900)
-            ref = f"{value:8.1f} ms" if value is not None else why
-        elif n == 10_000:
-            ref = f"{ANCHORS['idle_10000_ms']:.0f} ms (anchor)"
+            ref = f"{value:8.1f} ms" if value is not None else f"not run: {why[8:60]} {anchor}"
+        elif anchor:
+            ref = anchor
         print(
             f"  {n:>7,} enabled schedules      {ours['median']:7.2f} / {ours['p95']:6.2f} ms "
             f"({ours['hops']:.0f})        {ref}"
@@ -353,10 +380,11 @@ def main() -> None:
     results = [asyncio.run(ours_deferred(10_000)) for _ in range(args.rounds)]
     ms = [r["ms"] for r in results]
     last = results[-1]
-    ref = f"{ANCHORS['deferred_10000_ms'] / 1000:.0f} s (anchor)"
+    anchor = f"{ANCHORS['deferred_10000_ms'] / 1000:.0f} s (DESIGN §9 anchor)"
+    ref = anchor
     if ref_python:
         value, why = reference(ref_python, "deferred", 10_000, timeout=900)
-        ref = f"{value:8.0f} ms" if value is not None else why
+        ref = f"{value:8.0f} ms" if value is not None else f"not run: {why[8:60]} {anchor}"
     print(
         f"  median {statistics.median(ms):7.0f} ms ({min(ms):.0f}–{max(ms):.0f})   "
         f"{last['fired']:.0f} / {last['deferred']:.0f} / {last['records']:.0f}   reference: {ref}"

@@ -64,6 +64,7 @@ class Evaluator:
         self._start_fire = start_fire
         self._deferrals: dict[str, int] = {}
         self._pending_records: list[Deferral] = []
+        self._summaries: dict[str, str] = {}
         self.backoff: dict[str, float] = {}
         self.cursor: tuple[float, str] | None = None
         self.blocked = False
@@ -205,8 +206,9 @@ class Evaluator:
                 self._env.conn, claim=claim, run=run, transitions=[transition], now=now
             )
             return "skip" if won else "lost"
-        # disable: budget exhausted writes a skipped run; max_runs writes none.
-        claim = self._claim(source, occ, now, advance=False)
+        # disable: budget exhausted writes a skipped run; max_runs writes none. The refused
+        # occurrence's own updates (a github cursor) stay unwritten: re-enabled, it fires.
+        claim = replace(self._claim(source, occ, now, advance=False), updates={})
         with_run = decision.reason_code == "schedule.budget.exhausted"
         won = await write_skip(
             self._env.conn,
@@ -228,7 +230,9 @@ class Evaluator:
             fire = prepare(self._env, occ.schedule, context, kind=kind)
             reservation.run_id = fire.run_id
             claim = self._claim(source, occ, now, advance=True)
-            claim = replace(claim, stamp_fired=True)
+            claim = replace(
+                claim, stamp_fired=True, updates={**claim.updates, **decision.schedule_updates}
+            )
             won = await commit(self._env, fire, claim)
         except BaseException:
             reservation.release()
@@ -250,11 +254,17 @@ class Evaluator:
                     schedule_id=sid,
                     action_kind=str(schedule["action_kind"]),
                     reason_code=decision.reason_code,
-                    summary=f"{decision.message}; still due, retried when a slot frees",
+                    summary=self._summary(decision.message),
                     metadata=decision.metadata,
                     deferral_count=count,
                 )
             )
+
+    def _summary(self, message: str) -> str:
+        summary = self._summaries.get(message)
+        if summary is None:
+            summary = self._summaries[message] = f"{message}; still due, retried when a slot frees"
+        return summary
 
     async def _flush_records(self, now: float) -> None:
         records, self._pending_records = self._pending_records, []
@@ -298,6 +308,12 @@ class Evaluator:
             occ = Occurrence(schedule=schedule, due_at=due, trigger_context=context)
             return await self.handle(source, occ, now, kind="missed_fire")
         occ = Occurrence(schedule=schedule, due_at=due, trigger_context={})
+        if schedule.get("threshold_config"):
+            # A threshold row's occurrence is a check, not a run: a missed check leaves no
+            # skipped row (reference D9); the next occurrence measures again.
+            claim = self._claim(source, occ, now, advance=True)
+            won = await write_skip(self._env.conn, claim=claim, run=None, transitions=(), now=now)
+            return "advance" if won else "lost"
         run, transition = skipped_run(
             schedule_id=str(schedule["id"]),
             action_kind=str(schedule["action_kind"]),

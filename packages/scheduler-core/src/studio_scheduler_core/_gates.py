@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,11 +18,12 @@ import aiosqlite
 from ._settings import SchedulerSettings
 from ._store import fired_run_count
 from ._usage import schedule_spend
-from .abc import ThresholdGate
+from .abc import ThresholdDecision, ThresholdGate
 
 Outcome = Literal["fire", "skip", "defer", "advance", "disable"]
 
 OVERLAP = "schedule.skipped.overlap"
+OVERLAP_HELD = "schedule.deferred.overlap"
 BUDGET_EXHAUSTED = "schedule.budget.exhausted"
 BUDGET_PENDING = "schedule.deferred.budget_pending"
 MAX_RUNS = "schedule.disabled.max_runs"
@@ -44,6 +45,7 @@ class Reservation:
     run_id: str | None = None
     released_claim: bool = False
     released: bool = False
+    on_release: Callable[[], None] | None = None
 
     def release_max_runs(self) -> None:
         """Drop the max_runs claim (once the terminal run row counts instead). Idempotent."""
@@ -57,6 +59,8 @@ class Reservation:
         if not self.released:
             self.released = True
             self.admission._drop(self)
+            if self.on_release is not None:
+                self.on_release()
 
 
 @dataclass
@@ -69,6 +73,7 @@ class Decision:
     reservation: Reservation | None = None
     context: Mapping[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    schedule_updates: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Admission:
@@ -85,6 +90,7 @@ class Admission:
         self.running: dict[str, dict[int, Reservation]] = {}
         self._claims: dict[str, int] = {}
         self.slots: dict[int, Reservation] = {}
+        self._capacity_cache: Decision | None = None
 
     @property
     def cap(self) -> int:
@@ -145,12 +151,18 @@ class Admission:
         return self._capacity()
 
     def _capacity(self) -> Decision:
-        return Decision(
+        # One shared (read-only) decision while the slot count stays the same: a tick may
+        # defer thousands of rows.
+        cached = self._capacity_cache
+        if cached is not None and cached.metadata["in_flight"] == len(self.slots):
+            return cached
+        self._capacity_cache = Decision(
             "defer",
             CAPACITY,
             f"global concurrent-fire cap reached ({len(self.slots)}/{self.cap})",
             metadata={"in_flight": len(self.slots), "cap": self.cap},
         )
+        return self._capacity_cache
 
     async def admit(
         self, schedule: Mapping[str, Any], *, now: float, manual: bool = False, path: str = ""
@@ -158,20 +170,39 @@ class Admission:
         """Run the gates in order for one occurrence (or a manual fire) of ``schedule``."""
         sid = str(schedule["id"])
         async with self._lock(sid):
-            return await self._gates(schedule, now=now, manual=manual, path=path)
+            verdict: ThresholdDecision | None = None
+            if not manual and schedule.get("threshold_config"):
+                verdict = await self._threshold.evaluate(self._conn, schedule, now=now)
+                if not verdict.fire:
+                    return Decision("advance", THRESHOLD, verdict.reason)
+            decision = await self._gates(schedule, now=now, manual=manual, path=path)
+            if verdict is None:
+                return decision
+            if decision.outcome == "fire" and decision.reservation is not None:
+                # The threshold's reservation lives as long as the fire's; the occurrence
+                # transaction writes its updates (last_alert_at).
+                decision.reservation.on_release = verdict.release
+                decision.context = verdict.context
+                decision.schedule_updates = verdict.schedule_updates
+            elif verdict.release is not None:
+                verdict.release()  # a later gate refused: no alert, no cooldown
+            return decision
 
     async def _gates(
         self, schedule: Mapping[str, Any], *, now: float, manual: bool, path: str
     ) -> Decision:
         sid = str(schedule["id"])
         context: Mapping[str, Any] = {}
-        if not manual and schedule.get("threshold_config"):
-            verdict = await self._threshold.evaluate(self._conn, schedule, now=now)
-            if not verdict.fire:
-                return Decision("advance", THRESHOLD, verdict.reason)
-            context = verdict.context
-
         if not manual and schedule.get("overlap_policy") == "skip" and self.in_flight(sid):
+            if schedule.get("trigger_type") == "github_poll":
+                # A PR event does not recur like a cron slot: skipping it would lose it, so
+                # overlap=skip makes a github schedule's events wait their turn instead.
+                return Decision(
+                    "defer",
+                    OVERLAP_HELD,
+                    "a run of this schedule is still in flight; the event waits for it",
+                    metadata={"overlap_policy": "skip"},
+                )
             return Decision(
                 "skip",
                 OVERLAP,

@@ -276,7 +276,7 @@ async def write_deferrals(
     runs: list[tuple[Any, ...]] = []
     transitions: list[tuple[Any, ...]] = []
     contexts: dict[str, str] = {}
-    metas: dict[tuple[Any, ...], str] = {}
+    metas: dict[int, str] = {}
     # 2 ids of 12 hex characters per record, from one urandom call.
     ids = os.urandom(12 * len(items)).hex()
     for index, record in enumerate(items):
@@ -287,7 +287,7 @@ async def write_deferrals(
             context = contexts[record.reason_code] = (
                 dumps({"deferred": record.reason_code, "fired_at": now}) or "{}"
             )
-        key = tuple(sorted(record.metadata.items()))
+        key = id(record.metadata)  # records of one decision share its metadata dict
         meta = metas.get(key)
         if meta is None:
             meta = metas[key] = dumps(dict(record.metadata)) or "{}"
