@@ -106,6 +106,7 @@ OPERATIONS = [
     ("POST", "/api/runs"),
     ("GET", "/api/runs"),
     ("GET", "/api/runs/{run_id}"),
+    ("DELETE", "/api/runs/{run_id}"),
     ("POST", "/api/runs/{run_id}/cancel"),
     ("GET", "/api/dispatch"),
     ("GET", "/api/dispatch/{dispatch_id}"),

@@ -22,8 +22,9 @@ def test_an_ad_hoc_run_is_queued_then_executed(
 ) -> None:
     ok = script("adhoc.sh", "echo ran > adhoc.txt\n")
     answer = studio.client.post("/api/runs", json=_body(workdir, ok, concurrency_key="k1"))
-    assert answer.status_code == 201, answer.text
-    run = answer.json()
+    assert answer.status_code == 202, answer.text
+    assert set(answer.json()) == {"run_id"}
+    run = studio.client.get(f"/api/runs/{answer.json()['run_id']}").json()
     assert run["schedule_id"] is None and run["queued_at"] is not None
     assert run["concurrency_key"] == "k1"
 
@@ -40,13 +41,15 @@ def test_an_ad_hoc_run_is_queued_then_executed(
     assert studio.client.get("/api/runs", params={"status": "queued"}).json()["total"] == 0
     again = studio.client.post(f"/api/runs/{run['id']}/cancel")
     assert again.status_code == 409 and "completed" in again.json()["detail"]
+    deleted = studio.client.delete(f"/api/runs/{run['id']}")
+    assert deleted.status_code == 409 and "completed" in deleted.json()["detail"]
 
 
 def test_cancel_stops_a_running_ad_hoc_run(
     alive: Callable[[int], bool], studio: Any, script: Callable[..., Path], workdir: Path, wait: Any
 ) -> None:
     slow = script("slow.sh", "sleep 60 &\necho $! > adhoc-sleep.pid\nwait\n")
-    run = studio.client.post("/api/runs", json=_body(workdir, slow)).json()
+    run = {"id": studio.client.post("/api/runs", json=_body(workdir, slow)).json()["run_id"]}
 
     def running() -> dict[str, Any] | None:
         current = studio.client.get(f"/api/runs/{run['id']}").json()
@@ -82,6 +85,7 @@ def test_ad_hoc_errors(
     assert studio.client.get("/api/runs").json()["total"] == 0
     assert studio.client.get("/api/runs/000000000000").status_code == 404
     assert studio.client.post("/api/runs/000000000000/cancel").status_code == 404
+    assert studio.client.delete("/api/runs/000000000000").status_code == 404
     bad = studio.client.get("/api/runs", params={"status": "nope"})
     assert bad.status_code == 422 and bad.json()["field"] == "status"
     # a scheduled run is not an ad-hoc run
@@ -89,3 +93,33 @@ def test_ad_hoc_errors(
     run_id = studio.client.post(f"/api/schedules/{created['id']}/trigger").json()["run_id"]
     assert studio.client.get(f"/api/runs/{run_id}").status_code == 404
     assert studio.client.get(f"/api/schedules/runs/{run_id}").status_code == 200
+
+
+def test_delete_cancels_queued_and_running_runs(
+    alive: Callable[[int], bool], serve: Any, script: Callable[..., Path], workdir: Path, wait: Any
+) -> None:
+    studio = serve(max_adhoc_concurrent=1)
+    slow = script("slow.sh", "sleep 60 &\necho $! > adhoc-sleep.pid\nwait\n")
+    first = studio.client.post("/api/runs", json=_body(workdir, slow)).json()["run_id"]
+    second = studio.client.post("/api/runs", json=_body(workdir, slow)).json()["run_id"]
+    pid_file = workdir / "adhoc-sleep.pid"
+
+    def running() -> bool:
+        status = studio.client.get(f"/api/runs/{first}").json()["status"]
+        return status == "running" and pid_file.exists() and bool(pid_file.read_text().strip())
+
+    wait(running)
+    assert studio.client.get(f"/api/runs/{second}").json()["status"] == "queued"  # pool of 1
+    queued = studio.client.delete(f"/api/runs/{second}")
+    assert queued.status_code == 200, queued.text
+    assert (queued.json()["status"], queued.json()["status_reason_code"]) == (
+        "cancelled",
+        "run.cancelled.operator",
+    )
+    sleep_pid = int(pid_file.read_text())
+    answer = studio.client.delete(f"/api/runs/{first}")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "cancelled" and answer.json()["ended_at"] is not None
+    assert not alive(sleep_pid)  # the whole process group is gone when the answer comes
+    page = studio.client.get("/api/runs", params={"status": "cancelled"}).json()
+    assert page["total"] == 2

@@ -7,15 +7,19 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from .._deps import EngineDep, responses
-from .._models import SQLITE_INT_MAX, RunCreate, RunList, RunOut, RunStatus
+from .._models import SQLITE_INT_MAX, RunCreate, RunList, RunOut, RunStatus, TriggerOut
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
 
-@router.post("", status_code=201, response_model=RunOut, responses=responses())
-async def enqueue_run(engine: EngineDep, body: RunCreate) -> RunOut:
-    """Queue an ad-hoc run (same action fields as a schedule); 422 names an invalid field."""
-    return RunOut.of(await engine.runs.enqueue(body.model_dump(exclude_none=True)))
+@router.post("", status_code=202, response_model=TriggerOut, responses=responses())
+async def enqueue_run(engine: EngineDep, body: RunCreate) -> TriggerOut:
+    """Queue an ad-hoc run (same action fields as a schedule, no trigger): 202 with its id.
+
+    The host task worker claims it on the next tick; 422 names an invalid field.
+    """
+    run = await engine.runs.enqueue(body.model_dump(exclude_none=True))
+    return TriggerOut(run_id=run["id"])
 
 
 @router.get("", response_model=RunList, responses=responses())
@@ -34,6 +38,13 @@ async def list_runs(
 async def get_run(engine: EngineDep, run_id: str) -> RunOut:
     """One ad-hoc run."""
     return RunOut.of(await engine.runs.get(run_id))
+
+
+@router.delete("/{run_id}", response_model=RunOut, responses=responses(404, 409))
+async def delete_run(engine: EngineDep, run_id: str) -> RunOut:
+    """Cancel a queued or running ad-hoc run (a running one's process group is terminated);
+    the run, ``cancelled``; 409 once it has ended."""
+    return RunOut.of(await engine.runs.cancel(run_id))
 
 
 @router.post("/{run_id}/cancel", response_model=RunOut, responses=responses(404, 409))
