@@ -69,6 +69,14 @@ def base_env(home: Path) -> dict[str, str]:
     return env
 
 
+@dataclass
+class Call:
+    """One invocation for :meth:`Studio.run_many` with its own ``run`` options."""
+
+    args: Sequence[str]
+    options: dict[str, Any]
+
+
 class Studio:
     """Runs ``studio …`` against one temp database."""
 
@@ -115,10 +123,22 @@ class Studio:
             )
         return result
 
-    def run_many(self, calls: Sequence[Sequence[str]], *, expect: int | None = 0) -> list[Result]:
-        """Run independent invocations side by side (results in the order given)."""
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = [pool.submit(self.run, *call, expect=expect) for call in calls]
+    def run_many(
+        self, calls: Sequence[Sequence[str] | Call], *, expect: int | None = 0
+    ) -> list[Result]:
+        """Run independent invocations side by side; results in the order given.
+
+        A call is the argument list, or ``Call(args, kwargs)`` for per-call ``run`` options
+        (``input``, ``env``, ``cwd``, ``expect``).
+        """
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            futures = []
+            for call in calls:
+                if isinstance(call, Call):
+                    options = {"expect": expect, **call.options}
+                    futures.append(pool.submit(self.run, *call.args, **options))
+                else:
+                    futures.append(pool.submit(self.run, *call, expect=expect))
             return [future.result() for future in futures]
 
     def ok_json(self, *args: str, **kwargs: Any) -> Any:
