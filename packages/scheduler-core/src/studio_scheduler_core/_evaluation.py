@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from ._fire import FireEnv, Prepared, commit, prepare
 from ._gates import Admission, Decision, Reservation
@@ -134,7 +134,7 @@ class Evaluator:
                 "SELECT * FROM schedules WHERE id = ? AND enabled = 1 AND next_fire_at IS ?",
                 (sid, row["next_fire_at"]),
             )
-            found = list(full)
+            found = cast("list[dict[str, Any]]", list(full))
             if not found:
                 return "lost"  # changed since the scan: the next pass sees its new state
             schedule = decode_schedule(found[0])
@@ -284,10 +284,13 @@ class Evaluator:
                 if source is None or not source.missed_fire_applies:
                     continue
                 try:
-                    full = list(
-                        await self._env.conn.execute_fetchall(
-                            "SELECT * FROM schedules WHERE id = ?", (row["id"],)
-                        )
+                    full = cast(
+                        "list[dict[str, Any]]",
+                        list(
+                            await self._env.conn.execute_fetchall(
+                                "SELECT * FROM schedules WHERE id = ?", (row["id"],)
+                            )
+                        ),
                     )
                     if not full:
                         continue
