@@ -55,7 +55,10 @@ def main() -> None:
     command = [studio, "--help"] if studio else [sys.executable, "-m", "studio_cli", "--help"]
     report("python -c pass", measure([sys.executable, "-c", "pass"], runs))
     report("studio --help", measure(command, runs))
-    report("studio schedule create --help", measure([*command[:-1], "schedule", "create", "--help"], runs))
+    report(
+        "studio schedule create --help",
+        measure([*command[:-1], "schedule", "create", "--help"], runs),
+    )
     li = _script("li")
     if li:
         report("reference: li --help", measure([li, "--help"], runs))
