@@ -136,7 +136,13 @@ class FakeGithub:
             page = int(query.get("page", "1"))
             chunk = rows[(page - 1) * per_page : page * per_page]
             body = json.dumps(chunk).encode()
-            etag = '"' + hashlib.sha256(path.encode() + repr(sorted(query.items())).encode() + body).hexdigest()[:20] + '"'
+            etag = (
+                '"'
+                + hashlib.sha256(
+                    path.encode() + repr(sorted(query.items())).encode() + body
+                ).hexdigest()[:20]
+                + '"'
+            )
             out = {"ETag": etag, "Content-Type": "application/json"}
             if page * per_page < len(rows):
                 nxt = dict(query, page=str(page + 1))
@@ -149,7 +155,7 @@ class FakeGithub:
 
 def _handler(fake: FakeGithub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:
             split = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(split.query).items()}
             headers = {k.lower(): v for k, v in self.headers.items()}
@@ -162,7 +168,7 @@ def _handler(fake: FakeGithub) -> type[BaseHTTPRequestHandler]:
             if body:
                 self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     return Handler
@@ -185,3 +191,65 @@ def github() -> Iterator[FakeGithub]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+# -- engine-side helpers shared by the github test modules ----------------------------------
+REPO = "acme/widgets"
+
+
+def github_schedule(name: str, *, args: list[str] | None = None, **fields: Any) -> dict[str, Any]:
+    """Create data for a github_poll schedule running ``true {{pr_number}} …``."""
+    data: dict[str, Any] = {
+        "name": name,
+        "trigger_type": "github_poll",
+        "github_repo": REPO,
+        "poll_interval_sec": 60,
+        "overlap_policy": "allow",
+        "action_kind": "command",
+        "action_command": "true",
+        "action_command_args": args if args is not None else ["{{pr_number}}", "{{pr_title}}"],
+    }
+    data.update(fields)
+    return data
+
+
+async def poll(engine: Any) -> None:
+    """One poll and the fires it leads to: tick (starts the poll), wait for it, then tick until
+    no github row is due (capacity deferrals take several passes)."""
+    from studio_state import fetch_value
+
+    source = engine.registry.get("github_poll")
+    await engine.tick_once()
+    await source.wait_polls()
+    for _ in range(100):  # capacity deferrals: tick until no github row is due any more
+        await engine.tick_once()
+        await engine.wait_idle()
+        due = await fetch_value(
+            engine.conn,
+            "SELECT COUNT(*) FROM schedules WHERE enabled = 1 AND trigger_type = 'github_poll' "
+            "AND next_fire_at <= ?",
+            (engine.clock(),),
+        )
+        if not due:
+            return
+
+
+async def fired(conn: Any, schedule_id: str) -> list[dict[str, Any]]:
+    """The schedule's runs that fired (not skipped), oldest first, with decoded contexts."""
+    from studio_state import fetch_all
+
+    rows = await fetch_all(
+        conn,
+        "SELECT * FROM schedule_runs WHERE schedule_id = ? AND status != 'skipped' "
+        "ORDER BY created_at, rowid",
+        (schedule_id,),
+    )
+    for row in rows:
+        row["trigger_context"] = json.loads(row["trigger_context"])
+        row["action_args"] = json.loads(row["action_args"])
+    return rows
+
+
+def numbers(runs: list[dict[str, Any]]) -> list[int]:
+    """The PR number each run fired for."""
+    return [r["trigger_context"]["github_events"][0]["pr_number"] for r in runs]

@@ -117,11 +117,21 @@ async def test_headers_token_and_etag_304(github, client) -> None:
     ("status", "headers", "expected", "retry"),
     [
         (401, {}, "auth", None),
-        (403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(T0) + 900)}, "rate_limited", T0 + 900),
+        (
+            403,
+            {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(T0) + 900)},
+            "rate_limited",
+            T0 + 900,
+        ),
         (403, {"retry-after": "120"}, "rate_limited", T0 + 120),
         (429, {"retry-after": "30"}, "rate_limited", T0 + 30),
         (429, {}, "rate_limited", T0 + 60),
-        (403, {"x-ratelimit-remaining": "42", "x-ratelimit-reset": str(int(T0) + 900)}, "error", None),
+        (
+            403,
+            {"x-ratelimit-remaining": "42", "x-ratelimit-reset": str(int(T0) + 900)},
+            "error",
+            None,
+        ),
         (500, {}, "error", None),
     ],
 )
@@ -148,9 +158,7 @@ async def test_transport_error_is_an_error_page() -> None:
 
 async def test_link_off_origin_is_not_followed(github, client) -> None:
     # A Link to another host would carry the token away: it is dropped.
-    github.scripted.append(
-        (200, {"Link": '<http://evil.example/steal?page=2>; rel="next"'}, [])
-    )
+    github.scripted.append((200, {"Link": '<http://evil.example/steal?page=2>; rel="next"'}, []))
     page = await client.get_pulls(client.pulls_url(REPO), params={}, now=T0)
     assert page.status == "ok" and page.next_url is None
 
@@ -160,16 +168,28 @@ async def test_scan_follows_pages_until_past_the_cursor(github, client) -> None:
         github.add_pr(REPO, n, updated=T0 + n)
     cursor = (gh.iso(T0 + 20), 20)
     result = await scan(
-        client, repo=REPO, github_filter=None, cursor=cursor, etag=None,
-        fingerprint="fp", deep=None, now=T0,
+        client,
+        repo=REPO,
+        github_filter=None,
+        cursor=cursor,
+        etag=None,
+        fingerprint="fp",
+        deep=None,
+        now=T0,
     )
     assert result.status == "ok" and result.pages == 3 and result.deep is None
     assert [e.number for e in result.events] == list(range(21, 251))
     # Stops as soon as a page reaches the cursor: a cursor on page 1 reads one page.
     github.clear_requests()
     result = await scan(
-        client, repo=REPO, github_filter=None, cursor=(gh.iso(T0 + 200), 200), etag=None,
-        fingerprint="fp", deep=None, now=T0,
+        client,
+        repo=REPO,
+        github_filter=None,
+        cursor=(gh.iso(T0 + 200), 200),
+        etag=None,
+        fingerprint="fp",
+        deep=None,
+        now=T0,
     )
     assert result.pages == 1 and len(github.pull_requests()) == 1
     assert [e.number for e in result.events] == list(range(201, 251))
@@ -180,8 +200,14 @@ async def test_partial_scan_is_carried_over_and_skips_nothing(github, client) ->
         github.add_pr(REPO, n, updated=T0 + n)
     cursor = (gh.iso(T0 + 10), 10)
     first = await scan(
-        client, repo=REPO, github_filter=None, cursor=cursor, etag=None,
-        fingerprint="fp", deep=None, now=T0,
+        client,
+        repo=REPO,
+        github_filter=None,
+        cursor=cursor,
+        etag=None,
+        fingerprint="fp",
+        deep=None,
+        now=T0,
     )
     assert first.status == "ok" and first.pages == 5
     assert first.events is None and first.deep is not None  # nothing fired from a partial scan
@@ -189,8 +215,14 @@ async def test_partial_scan_is_carried_over_and_skips_nothing(github, client) ->
     github.update_pr(REPO, 5, updated=T0 + 1000)
     github.add_pr(REPO, 751, updated=T0 + 1001)
     second = await scan(
-        client, repo=REPO, github_filter=None, cursor=cursor, etag=None,
-        fingerprint="fp", deep=first.deep, now=T0,
+        client,
+        repo=REPO,
+        github_filter=None,
+        cursor=cursor,
+        etag=None,
+        fingerprint="fp",
+        deep=first.deep,
+        now=T0,
     )
     assert second.status == "ok" and second.deep is None
     numbers = [e.number for e in second.events]
@@ -204,8 +236,14 @@ async def test_first_poll_without_cursor_takes_five_pages_as_baseline(github, cl
     for n in range(1, 601):
         github.add_pr(REPO, n, updated=T0 + n)
     result = await scan(
-        client, repo=REPO, github_filter=None, cursor=None, etag=None,
-        fingerprint="fp", deep=None, now=T0,
+        client,
+        repo=REPO,
+        github_filter=None,
+        cursor=None,
+        etag=None,
+        fingerprint="fp",
+        deep=None,
+        now=T0,
     )
     assert result.pages == 5 and result.baseline
     assert [e.number for e in result.events] == list(range(101, 601))
@@ -224,7 +262,13 @@ async def test_page_error_fails_the_whole_scan(github, client) -> None:
 
     github.answer = answer
     result = await scan(
-        client, repo=REPO, github_filter=None, cursor=(gh.iso(T0), 0), etag=None,
-        fingerprint="fp", deep=None, now=T0,
+        client,
+        repo=REPO,
+        github_filter=None,
+        cursor=(gh.iso(T0), 0),
+        etag=None,
+        fingerprint="fp",
+        deep=None,
+        now=T0,
     )
     assert result.status == "auth" and result.events is None and result.deep is None

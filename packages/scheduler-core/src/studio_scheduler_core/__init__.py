@@ -24,9 +24,11 @@ from ._exceptions import (
     ScheduleValidationError,
 )
 from ._followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
+from ._github import GithubPollSource
 from ._schema import ensure_schema
 from ._service import ScheduleService
 from ._settings import SchedulerSettings
+from ._threshold import MetricThreshold
 from ._triggers import CadenceTrigger, TriggerRegistry
 from ._usage import report_usage
 from ._worker import AdhocWorker
@@ -37,8 +39,10 @@ __all__ = [
     "CadenceTrigger",
     "EngineLocked",
     "FireRefused",
+    "GithubPollSource",
     "InvalidSettings",
     "MAX_CHAIN_DEPTH",
+    "MetricThreshold",
     "OVERLAY_KEYS",
     "RunNotCancellable",
     "RunNotFound",

@@ -22,6 +22,7 @@ from ._evaluation import Evaluator
 from ._exceptions import FireRefused, ScheduleNotFound, SchedulerError
 from ._fire import FireEnv, commit, prepare
 from ._gates import Admission, Reservation
+from ._github import GithubPollSource
 from ._lock import EngineLock
 from ._occurrence import ScheduleClaim
 from ._reconcile import checkpoint, reap_stale, reconcile_startup
@@ -30,7 +31,8 @@ from ._schema import ensure_schema
 from ._service import ScheduleService
 from ._settings import SchedulerSettings
 from ._store import load_schedule
-from ._triggers import NoThreshold, default_registry
+from ._threshold import MetricThreshold
+from ._triggers import default_registry
 from ._worker import AdhocWorker
 from .abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 
@@ -64,9 +66,10 @@ class SchedulerEngine:
         self.settings = settings
         self.clock = clock
         self.registry = default_registry()
+        self.registry.register(GithubPollSource(settings, wake=self.wake))
         for source in triggers:
             self.registry.register(source)
-        self._threshold = threshold or NoThreshold()
+        self._threshold = threshold or MetricThreshold()
         self._worker: WorkerPass = worker or AdhocWorker(
             settings=settings, db_path=self.db_path, clock=clock, wake=self.wake
         )
@@ -174,6 +177,11 @@ class SchedulerEngine:
                     await task
         with contextlib.suppress(Exception):
             await self._worker.stop()
+        for trigger_type in self.registry.types():
+            closer = getattr(self.registry.get(trigger_type), "aclose", None)
+            if closer is not None:  # github_poll: running polls, the HTTP client
+                with contextlib.suppress(Exception):
+                    await closer()
         if self._runner is not None:
             await self._runner.cancel_all()
         await self._close()

@@ -38,8 +38,8 @@ from ._github_events import (
     parse_cursor,
 )
 from ._github_scan import MAX_PAGES, DeepScan, ScanResult, scan
-from ._settings import SchedulerSettings
 from ._github_store import arm, count_401, move_next, quiet, stamp_healthy
+from ._settings import SchedulerSettings
 from .abc import Occurrence
 
 logger = logging.getLogger("studio_scheduler_core")

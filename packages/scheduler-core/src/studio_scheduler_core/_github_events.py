@@ -14,7 +14,7 @@ scan of the ``sort=updated`` listing down to the cursor's timestamp sees every n
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -185,7 +185,7 @@ def to_event(
 
 
 def collect(
-    pulls: Iterable[Mapping[str, Any]],
+    pulls: Iterable[Any],
     *,
     event: str,
     repo: str,
@@ -208,12 +208,10 @@ def collect(
 
 def after_cursor(events: Iterable[PullEvent], cursor: Key | None) -> list[PullEvent]:
     """Events newer than the cursor, oldest first."""
-    return sorted(
-        (e for e in events if cursor is None or e.key > cursor), key=lambda e: e.key
-    )
+    return sorted((e for e in events if cursor is None or e.key > cursor), key=lambda e: e.key)
 
 
-def reached(pulls: list[Mapping[str, Any]], cursor: Key | None) -> bool:
+def reached(pulls: Sequence[Mapping[str, Any]], cursor: Key | None) -> bool:
     """Whether a page (``sort=updated``, newest first) reaches back past the cursor's time.
 
     Later pages hold only PRs updated earlier still, and every event time is at or before its
@@ -226,14 +224,14 @@ def reached(pulls: list[Mapping[str, Any]], cursor: Key | None) -> bool:
     return bool(known) and min(known) < cursor[0]
 
 
-def newest_updated(pulls: list[Mapping[str, Any]]) -> str | None:
+def newest_updated(pulls: Sequence[Mapping[str, Any]]) -> str | None:
     """The greatest ``updated_at`` on a page (``None`` for an empty page)."""
     stamps = [normalize_ts(pr.get("updated_at")) for pr in pulls if isinstance(pr, Mapping)]
     known = [s for s in stamps if s is not None]
     return max(known) if known else None
 
 
-def oldest_updated(pulls: list[Mapping[str, Any]]) -> str | None:
+def oldest_updated(pulls: Sequence[Mapping[str, Any]]) -> str | None:
     """The smallest ``updated_at`` on a page (``None`` for an empty page)."""
     stamps = [normalize_ts(pr.get("updated_at")) for pr in pulls if isinstance(pr, Mapping)]
     known = [s for s in stamps if s is not None]

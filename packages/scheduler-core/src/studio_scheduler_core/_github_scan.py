@@ -141,7 +141,8 @@ async def _resume(
         return ScanResult("ok", pages=1, restarted=True)
     events = dict(deep.events)
     collect(first.pulls, into=events, **kwargs)
-    pages, next_url, done = 1, deep.next_url, False
+    next_url: str | None = deep.next_url
+    pages, done = 1, False
     while pages < MAX_PAGES and next_url:
         page = await client.get_pulls(next_url, now=now)
         if page.status != "ok":

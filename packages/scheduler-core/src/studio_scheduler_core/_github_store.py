@@ -45,8 +45,7 @@ async def count_401(conn: aiosqlite.Connection, sid: str, repo: str, now: float)
     async with write_transaction(conn):
         await execute(
             conn,
-            "UPDATE schedules SET poller_consecutive_401 = poller_consecutive_401 + 1 "
-            "WHERE id = ?",
+            "UPDATE schedules SET poller_consecutive_401 = poller_consecutive_401 + 1 WHERE id = ?",
             (sid,),
         )
         count = int(
@@ -106,4 +105,3 @@ async def arm(
             (due, sid, planned, cursor),
         )
     return changed == 1
-

@@ -160,7 +160,10 @@ async def _consecutive_401(
     row = await fetch_one(conn, SQL["github_poll_consecutive_401"])
     if row is None:
         return 0.0, {}
-    return float(row["n"] or 0), {"github_schedule_id": row["id"], "github_repo": row["github_repo"]}
+    return float(row["n"] or 0), {
+        "github_schedule_id": row["id"],
+        "github_repo": row["github_repo"],
+    }
 
 
 MEASURES: dict[str, Measure] = {

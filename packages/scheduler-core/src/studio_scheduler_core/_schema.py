@@ -173,9 +173,24 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_queued_key
   WHERE status = 'queued' AND concurrency_key IS NOT NULL;
 """
 
+# github_poll's stored ETag; the indexes the threshold metrics read through (_metrics.py).
+_V3 = """
+ALTER TABLE schedules ADD COLUMN github_etag TEXT;
+CREATE INDEX IF NOT EXISTS idx_schedules_github_poll
+  ON schedules(trigger_type) WHERE trigger_type = 'github_poll';
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_failed_ended
+  ON schedule_runs(ended_at) WHERE status IN ('failed', 'timed_out');
+CREATE INDEX IF NOT EXISTS idx_sessions_failed_time
+  ON sessions(COALESCE(ended_at, started_at, created_at)) WHERE status IN ('failed', 'timed_out');
+CREATE INDEX IF NOT EXISTS idx_sessions_time
+  ON sessions(COALESCE(ended_at, started_at, created_at), total_cost_usd, status);
+CREATE INDEX IF NOT EXISTS idx_invocations_started ON invocations(started_at);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
+    Migration(3, "github_poll ETag column; threshold metric indexes", _V3),
 )
 
 

@@ -184,6 +184,8 @@ class ScheduleService:
             new_values = encode_schedule(row)
             old_values = encode_schedule(current)
             diff = {k: v for k, v in new_values.items() if old_values.get(k) != v}
+            if "github_repo" in diff or "github_filter" in diff:
+                diff["github_etag"] = None  # the stored ETag answered another listing
             if diff:
                 diff["updated_at"] = now
                 await self._conn.execute(

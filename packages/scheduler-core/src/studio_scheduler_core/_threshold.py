@@ -45,7 +45,12 @@ def parse_config(value: Any) -> tuple[str, str, float, int]:
         raise ValueError("threshold_config is not an object")
     if set(value) != {"metric", "op", "value", "window_minutes"}:
         raise ValueError(f"threshold_config has keys {sorted(value)}")
-    metric, op, number, window = value["metric"], value["op"], value["value"], value["window_minutes"]
+    metric, op, number, window = (
+        value["metric"],
+        value["op"],
+        value["value"],
+        value["window_minutes"],
+    )
     if metric not in MEASURES:
         raise ValueError(f"unknown metric {metric!r}")
     if op not in OPS:

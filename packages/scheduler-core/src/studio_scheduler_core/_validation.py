@@ -192,6 +192,8 @@ def check_github_filter(value: Mapping[str, Any] | None) -> dict[str, Any] | Non
             raise _err(f"github_filter.{key}", "must be a boolean")
     if "event" in out and out["event"] not in GITHUB_EVENTS:
         raise _err("github_filter.event", f"must be one of {', '.join(GITHUB_EVENTS)}")
+    if out.get("event") in ("pr_merged", "pr_closed") and out.get("state") == "open":
+        raise _err("github_filter.state", f"'open' never matches event {out['event']!r}")
     return out
 
 

@@ -9,7 +9,7 @@ gate (:class:`ThresholdGate`, a no-op by default); ad-hoc queued runs are a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,11 +61,18 @@ class TriggerSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ThresholdDecision:
-    """A threshold gate's verdict: fire (with extra context) or only advance the cadence."""
+    """A threshold gate's verdict: fire (with extra context) or only advance the cadence.
+
+    A firing verdict may carry ``schedule_updates`` (columns the occurrence transaction writes,
+    e.g. ``last_alert_at``) and ``release``, called once when the fire ends or a later gate
+    refuses it (the gate's in-memory reservation).
+    """
 
     fire: bool
     context: Mapping[str, Any] = field(default_factory=dict)
     reason: str = ""
+    schedule_updates: Mapping[str, Any] = field(default_factory=dict)
+    release: Callable[[], None] | None = None
 
 
 @runtime_checkable
