@@ -13,6 +13,7 @@ import click
 
 from .__about__ import __version__
 from ._commands.dispatch import dispatch_group
+from ._commands.run import run_group
 from ._commands.schedule import schedule_group
 from ._commands.serve import serve
 from ._commands.usage import usage_group
@@ -35,6 +36,7 @@ def app() -> None:
 app.add_command(serve)
 app.add_command(schedule_group)
 app.add_command(dispatch_group)
+app.add_command(run_group)
 app.add_command(usage_group)
 
 

@@ -53,6 +53,7 @@ FIELD_FLAGS: dict[str, str] = {
     "budget_tokens": "--budget-tokens",
     "project": "--schedule-project",
     "enabled": "--disabled",
+    "concurrency_key": "--concurrency-key",
 }
 
 
