@@ -22,6 +22,11 @@ from typing import Any
 
 import pytest
 
+# The test modules import these helpers by name (``from conftest import Studio``). Under
+# pytest's importlib import mode (how `hatch test` runs) this file is not importable as
+# ``conftest``; pytest loads it before the test modules beside it, so register it here.
+sys.modules.setdefault("conftest", sys.modules[__name__])
+
 
 def _studio_command() -> list[str]:
     """The installed ``studio`` console script beside this interpreter (else ``-m``)."""

@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import STUDIO, Studio
+from conftest import STUDIO, Call, Studio
 
 COMMANDS = [
     ("serve",),
@@ -131,56 +131,58 @@ def test_python_dash_m_runs_the_same_cli(studio: Studio) -> None:
     assert proc.stdout.startswith("studio, version ")
 
 
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (("frobnicate",), "No such command 'frobnicate'"),
-        (("schedule", "create"), "Missing argument 'NAME'"),
-        (("schedule", "list", "--bogus"), "--bogus"),
-        (("schedule", "create", "x", "--interval", "soon"), "is not a duration"),
-        (("schedule", "create", "x", "--max-runs", "many"), "'many' is not a valid integer"),
-        (("schedule", "create", "x", "--action", "rocket"), "'rocket' is not one of"),
-        (("schedule", "runs", "x", "--limit", "0"), "--limit"),
-        (("dispatch", "list", "--status", "lost"), "'lost' is not one of"),
-        (("dispatch", "ack", "abc"), "Missing argument 'TOKEN'"),
-    ],
-)
-def test_usage_errors_exit_2_with_one_line(
-    studio: Studio, args: tuple[str, ...], needle: str
-) -> None:
-    result = studio.run(*args, expect=2)
-    assert result.stdout == ""
-    line = result.error_line
-    assert needle in line
-    assert "--help" in line
+USAGE_ERRORS = [
+    (("frobnicate",), "No such command 'frobnicate'"),
+    (("schedule", "create"), "Missing argument 'NAME'"),
+    (("schedule", "list", "--bogus"), "--bogus"),
+    (("schedule", "create", "x", "--interval", "soon"), "is not a duration"),
+    (("schedule", "create", "x", "--max-runs", "many"), "'many' is not a valid integer"),
+    (("schedule", "create", "x", "--action", "rocket"), "'rocket' is not one of"),
+    (("schedule", "runs", "x", "--limit", "0"), "--limit"),
+    (("dispatch", "list", "--status", "lost"), "'lost' is not one of"),
+    (("dispatch", "ack", "abc"), "Missing argument 'TOKEN'"),
+]
 
 
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (("--cron", "* * * * *", "--interval", "5m"), "--cron and --interval are exclusive"),
-        (("--interval", "5m", "--once", "--max-runs", "3"), "--once and --max-runs"),
-        (("--interval", "5m", "--prompt", "a", "--prompt-file", "-"), "--prompt and --prompt-file"),
-        (("--model", "m"), "a trigger is required"),
-        (
-            ("--interval", "5m", "--command", "python3", "--playbook", "p"),
-            "imply different action kinds",
-        ),
-        (("--interval", "5m", "--prompt-file", "/nonexistent/prompt.txt"), "--prompt-file"),
-    ],
-)
-def test_conflicting_create_flags_are_usage_errors(
-    studio: Studio, args: tuple[str, ...], needle: str
-) -> None:
-    result = studio.run("schedule", "create", "x", *args, input="", expect=2)
-    assert needle in result.error_line
+def test_usage_errors_exit_2_with_one_line(studio: Studio) -> None:
+    results = studio.run_many([args for args, _ in USAGE_ERRORS], expect=2)
+    for (args, needle), result in zip(USAGE_ERRORS, results, strict=True):
+        assert result.stdout == "", args
+        line = result.error_line
+        assert needle in line, (args, line)
+        assert "--help" in line, (args, line)
+
+
+CONFLICTING_CREATE_FLAGS = [
+    (("--cron", "* * * * *", "--interval", "5m"), "--cron and --interval are exclusive"),
+    (("--interval", "5m", "--once", "--max-runs", "3"), "--once and --max-runs"),
+    (("--interval", "5m", "--prompt", "a", "--prompt-file", "-"), "--prompt and --prompt-file"),
+    (("--model", "m"), "a trigger is required"),
+    (("--interval", "5m", "--command", "python3", "--playbook", "p"), "imply different action"),
+    (("--interval", "5m", "--prompt-file", "/nonexistent/prompt.txt"), "--prompt-file"),
+]
+
+
+def test_conflicting_create_flags_are_usage_errors(studio: Studio) -> None:
+    calls = [
+        Call(("schedule", "create", "x", *args), {"input": ""})
+        for args, _ in CONFLICTING_CREATE_FLAGS
+    ]
+    results = studio.run_many(calls, expect=2)
+    for (args, needle), result in zip(CONFLICTING_CREATE_FLAGS, results, strict=True):
+        assert needle in result.error_line, (args, result.error_line)
     assert not studio.db.exists(), "a usage error must not create the database"
 
 
-@pytest.mark.parametrize("flag", ["--threshold", "--github-filter", "--on-success", "--on-fail"])
-def test_invalid_json_flag_exits_1_naming_the_flag(studio: Studio, flag: str) -> None:
-    result = studio.fail("schedule", "create", "x", "--interval", "5m", flag, "{not json")
-    assert result.error_line.startswith(f"error: {flag}: invalid JSON")
+def test_invalid_json_flag_exits_1_naming_the_flag(studio: Studio) -> None:
+    flags = ["--threshold", "--github-filter", "--on-success", "--on-fail"]
+    results = studio.run_many(
+        [("schedule", "create", "x", "--interval", "5m", flag, "{not json") for flag in flags],
+        expect=1,
+    )
+    for flag, result in zip(flags, results, strict=True):
+        assert result.stdout == ""
+        assert result.error_line.startswith(f"error: {flag}: invalid JSON"), result.stderr
     assert not studio.db.exists()
 
 
