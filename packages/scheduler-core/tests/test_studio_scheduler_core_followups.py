@@ -51,7 +51,9 @@ async def test_on_success_chain_links_and_stops_at_depth_10(make_engine, clock, 
 async def test_on_fail_after_failure_and_timeout_with_overlay(
     make_engine, clock, h, tmp_path: Path
 ) -> None:
-    engine = await make_engine(clock=clock, invocation_deadline_seconds=0.5)
+    # generous: the deadline also bounds the failing child and both follow-ups (python start-up
+    # under load); only slow.py may reach it
+    engine = await make_engine(clock=clock, invocation_deadline_seconds=4.0)
     fail = h.script("fail.py", "import sys\nsys.exit(4)\n")
     slow = h.script("slow.py", "import time\ntime.sleep(20)\n")
     out = tmp_path / "chain.jsonl"
