@@ -24,9 +24,12 @@ from ._exceptions import (
 from ._executable import LI_EXECUTABLE_ENV, require_li_executable, resolve_li_executable
 from ._process import (
     TERMINATE_GRACE_SECONDS,
+    find_processes_by_env,
     is_same_process,
+    process_group_of,
     process_start_time,
     terminate_process_group,
+    terminate_processes,
 )
 from ._render import render_template
 from ._spawn import INVOCATION_ENV, STDERR_TAIL_BYTES, spawn_and_wait
@@ -55,9 +58,11 @@ __all__ = [
     "ValidatedAction",
     "__version__",
     "build_argv",
+    "find_processes_by_env",
     "is_same_process",
     "normalize_action_kind",
     "parse_command_allowlist",
+    "process_group_of",
     "process_start_time",
     "render_template",
     "require_li_executable",
@@ -65,6 +70,7 @@ __all__ = [
     "resolve_li_executable",
     "spawn_and_wait",
     "terminate_process_group",
+    "terminate_processes",
     "unfilled_placeholders",
     "validate_action",
 ]

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Collection, Mapping
 
 from ._exceptions import LaunchError
 
@@ -85,6 +86,83 @@ def is_same_process(pid: int, start_time: float | None, *, tolerance: float = 1.
     if started is None or not _is_running(pid):
         return False
     return abs(started - start_time) <= tolerance
+
+
+def process_group_of(pid: int) -> int | None:
+    """The process-group id of live process ``pid`` (``None``: gone, a zombie, or unknown)."""
+    fields = _read_stat(pid)
+    if fields is None or len(fields) < 3 or fields[0] in ("Z", "X", "x"):
+        return None
+    try:
+        return int(fields[2])
+    except ValueError:
+        return None
+
+
+def _environ(pid: int) -> dict[bytes, bytes] | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:  # gone, or another user's process
+        return None
+    env: dict[bytes, bytes] = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep:
+            env.setdefault(name, value)
+    return env
+
+
+def find_processes_by_env(
+    name: str, values: Collection[str], *, where: Mapping[str, str] | None = None
+) -> dict[str, list[int]]:
+    """Live processes whose environment sets ``name`` to one of ``values``: value -> pids.
+
+    For crash reconciliation of children whose pid was never recorded (the daemon died
+    between exec and writing the pid down): every child runs with ``LIONAGI_INVOCATION_ID``
+    and its descendants inherit it. Each variable of ``where`` must also be set to exactly
+    that value. Read from ``/proc/<pid>/environ`` (the environment each process started
+    with); processes that cannot be read (another user's, already gone) and this process are
+    skipped. Returns only values that matched.
+    """
+    wanted = {os.fsencode(v) for v in values}
+    if not wanted:
+        return {}
+    key = os.fsencode(name)
+    conditions = {os.fsencode(k): os.fsencode(v) for k, v in (where or {}).items()}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return {}
+    me = os.getpid()
+    found: dict[str, list[int]] = {}
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        env = _environ(int(entry))
+        if not env or env.get(key) not in wanted:
+            continue
+        if any(env.get(k) != v for k, v in conditions.items()):
+            continue
+        if not _is_running(int(entry)):
+            continue
+        found.setdefault(os.fsdecode(env[key]), []).append(int(entry))
+    return found
+
+
+async def terminate_processes(
+    pids: Collection[int], *, grace: float = TERMINATE_GRACE_SECONDS
+) -> bool:
+    """Terminate the process groups the given live pids belong to (SIGTERM, grace, SIGKILL).
+
+    For orphans found by :func:`find_processes_by_env`. This process's own group, pid 1 and
+    groups that cannot be determined are never signalled. Returns whether every group is gone.
+    """
+    own = os.getpgrp()
+    groups = {g for g in (process_group_of(p) for p in pids) if g is not None and g > 1}
+    groups.discard(own)
+    results = await asyncio.gather(*(terminate_group(g, grace=grace) for g in sorted(groups)))
+    return all(results)
 
 
 def group_alive(pgid: int) -> bool:
