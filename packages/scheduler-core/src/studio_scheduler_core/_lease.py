@@ -32,7 +32,7 @@ from studio_launcher import (
 )
 from studio_state import Transition, fetch_all, fetch_value, record_transitions, write_transaction
 
-from ._reconcile import DAEMON_RESTART
+from ._reconcile import DAEMON_RESTART, terminate_unrecorded
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -137,6 +137,10 @@ async def _recover_row(
 ) -> str | None:
     run_id, attempts = str(row["id"]), int(row["lease_attempts"])
     launched = row["child_pid"] is not None
+    if not launched and row["invocation_id"]:
+        # The owner may have died between exec and recording the pid: a live process with
+        # this invocation's id in its environment means the child did start (never re-run).
+        launched = await terminate_unrecorded(conn, [str(row["invocation_id"])]) > 0
     if launched:
         if child_alive(row):
             pid = int(row["child_pid"])

@@ -15,7 +15,14 @@ from typing import Any
 
 import aiosqlite
 
-from studio_launcher import LaunchError, is_same_process, terminate_process_group
+from studio_launcher import (
+    INVOCATION_ENV,
+    LaunchError,
+    find_processes_by_env,
+    is_same_process,
+    terminate_process_group,
+    terminate_processes,
+)
 from studio_state import Transition, connect, fetch_all, record_transitions, write_transaction
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -94,9 +101,52 @@ async def _terminalize(
     return sum(1 for r in rows if r.entity_type == "schedule_run")
 
 
-async def reconcile_startup(conn: aiosqlite.Connection, *, now: float) -> int:
+async def database_path(conn: aiosqlite.Connection) -> str | None:
+    """The file of the connection's main database (what children get as LIONAGI_STUDIO_DB)."""
+    for row in await fetch_all(conn, "PRAGMA database_list"):
+        if row.get("name") == "main":
+            return str(row.get("file") or "") or None
+    return None
+
+
+async def terminate_unrecorded(
+    conn: aiosqlite.Connection, invocation_ids: Collection[str], *, db_path: str | None = None
+) -> int:
+    """Terminate live processes started for these invocations, found by their environment.
+
+    A child whose pid was never recorded (the daemon died between exec and writing it down)
+    and a descendant that left its group still carry ``LIONAGI_INVOCATION_ID`` and
+    ``LIONAGI_STUDIO_DB``; only processes of this database are matched. Returns how many
+    processes were found.
+    """
+    if not invocation_ids:
+        return 0
+    path = db_path if db_path is not None else await database_path(conn)
+    if not path:
+        return 0
+    found = find_processes_by_env(INVOCATION_ENV, invocation_ids, where={"LIONAGI_STUDIO_DB": path})
+    pids = [pid for group in found.values() for pid in group]
+    if pids:
+        logger.warning(
+            "terminating %d orphaned process(es) of invocation(s) %s found by environment",
+            len(pids),
+            ", ".join(sorted(found)),
+        )
+        try:
+            await terminate_processes(pids)
+        except (LaunchError, OSError) as exc:
+            logger.warning("could not terminate orphans %s: %s", pids, exc)
+    return len(pids)
+
+
+async def reconcile_startup(
+    conn: aiosqlite.Connection, *, now: float, db_path: str | None = None
+) -> int:
     """Fail every scheduled run left ``running`` by a previous process; return how many.
 
+    Live orphans are terminated first: the recorded ``(child_pid, child_started_at)`` group,
+    then any process still carrying one of those invocations' ids in its environment (a
+    child whose pid was never written down because the daemon died right after exec).
     Must only run while this engine holds the lock (no other engine can own those runs).
     """
     runs = await fetch_all(
@@ -121,6 +171,7 @@ async def reconcile_startup(conn: aiosqlite.Connection, *, now: float) -> int:
     invocation_ids.update(o["id"] for o in orphans)
     if not runs and not invocation_ids:
         return 0
+    await terminate_unrecorded(conn, invocation_ids, db_path=db_path)
     return await _terminalize(
         conn,
         runs,
