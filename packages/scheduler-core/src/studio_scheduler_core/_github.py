@@ -22,10 +22,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
-import httpx
 
 from ._cadence import interval_next, poll_interval
 from ._github_client import GithubClient
@@ -41,6 +40,9 @@ from ._github_scan import MAX_PAGES, DeepScan, ScanResult, scan
 from ._github_store import arm, count_401, move_next, quiet, stamp_healthy
 from ._settings import SchedulerSettings
 from .abc import Occurrence
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("studio_scheduler_core")
 

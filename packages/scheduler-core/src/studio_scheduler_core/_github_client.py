@@ -16,10 +16,11 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
+if TYPE_CHECKING:  # httpx is imported on first use: CLI commands never pay for it
+    import httpx
 
 from .__about__ import __version__
 
@@ -92,6 +93,8 @@ class GithubClient:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
+            import httpx
+
             headers = {
                 "Accept": "application/vnd.github+json",
                 "X-GitHub-Api-Version": "2022-11-28",
@@ -131,6 +134,8 @@ class GithubClient:
     ) -> Page:
         """GET one page of the pulls listing (``params`` for the first page, none for a
         ``Link`` URL, which carries its own query)."""
+        import httpx
+
         headers = {"If-None-Match": etag} if etag else {}
         try:
             # No params for a Link URL: httpx would replace the query the URL carries.
