@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -12,7 +13,10 @@ from typing import cast
 
 from ._constants import NOTIFY_TIMEOUT_SECONDS
 from ._exceptions import InvalidNotifyTemplate
+from ._orphans import DISPATCH_ATTEMPT_ENV, DISPATCH_ID_ENV, kill_earlier_senders
 from .abc import DispatchEnvelope, TransportResult
+
+logger = logging.getLogger("studio_outbox")
 
 PAYLOAD_PLACEHOLDER = "{payload}"
 DELIVER_TO_PLACEHOLDER = "{deliver_to}"
@@ -73,6 +77,11 @@ class CommandTransport:
     stdin (followed by a newline). Exit 0 is success. After ``timeout`` seconds the child's
     whole process group is killed and the send fails. The failure text is the tail of the
     child's stderr (or ``exit N``).
+
+    The child's environment is this process's plus ``LIONAGI_DISPATCH_ID`` and
+    ``LIONAGI_DISPATCH_ATTEMPT``. Before a resend (attempt > 1), transports of earlier attempts
+    of the same dispatch still running are killed: their sender died mid-send (a live sender
+    ends every send inside the claim lease), so they are orphans.
     """
 
     __slots__ = ("_payload_in_argv", "_template", "timeout")
@@ -96,6 +105,19 @@ class CommandTransport:
         """Run the template once for ``envelope``."""
         argv = render_argv(self._template, payload=envelope.payload, deliver_to=envelope.deliver_to)
         stdin_data = None if self._payload_in_argv else (envelope.payload + "\n").encode()
+        if envelope.attempt > 1:
+            # A sender that died mid-send (its lease lapsed, so this attempt was claimed)
+            # leaves its transport running: end it before sending again.
+            killed = kill_earlier_senders(envelope.dispatch_id, envelope.attempt)
+            if killed:
+                logger.warning(
+                    "dispatch %s: killed %d orphaned sender(s) of an earlier attempt",
+                    envelope.dispatch_id,
+                    killed,
+                )
+        env = dict(os.environ)
+        env[DISPATCH_ID_ENV] = envelope.dispatch_id
+        env[DISPATCH_ATTEMPT_ENV] = str(envelope.attempt)
         loop = asyncio.get_running_loop()
         protocol = _Protocol(loop)
         try:
@@ -106,6 +128,7 @@ class CommandTransport:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                env=env,
             )
         except OSError as exc:
             return TransportResult.failure(f"notify transport could not start {argv[0]!r}: {exc}")
