@@ -100,7 +100,8 @@ def assert_consistent(db: Path) -> dict[str, int]:
     - no schedule_run or invocation is left ``running`` (call it once the server stopped and
       a restart reconciled);
     - every run's last status transition names its current status, and so for invocations;
-    - every fired scheduled occurrence (``trigger_context.due_at``) was fired at most once;
+    - every scheduled occurrence (``due_at``, or ``missed_fire_at`` of a missed-fire recovery)
+      was fired at most once;
     - every run that fired has its invocation row.
     """
     runs = db_rows(db, "SELECT * FROM schedule_runs")
@@ -124,8 +125,9 @@ def assert_consistent(db: Path) -> dict[str, int]:
     for run in runs:
         context = json.loads(run["trigger_context"] or "{}")
         fired = run["status"] != "skipped" and run["schedule_id"] and run["chain_depth"] == 0
-        if fired and context.get("scheduled") and context.get("due_at") is not None:
-            occurrences[(run["schedule_id"], float(context["due_at"]))] += 1
+        due = context.get("due_at") if context.get("scheduled") else context.get("missed_fire_at")
+        if fired and due is not None:  # a scheduled fire or a missed-fire recovery fire
+            occurrences[(run["schedule_id"], float(due))] += 1
         if run["status"] not in ("skipped", "queued", "cancelled") and run["invocation_id"]:
             assert run["invocation_id"] in invocations, run
     twice = {k: v for k, v in occurrences.items() if v > 1}
