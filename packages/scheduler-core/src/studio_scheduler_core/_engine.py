@@ -18,6 +18,7 @@ from studio_state import Clock, fetch_all, fetch_value, open_connection, write_t
 from ._adhoc import AdhocRunService
 from ._cadence import first_fire_at
 from ._cron import CronError, next_after
+from ._dbfile import DatabaseFile
 from ._evaluation import Evaluator
 from ._exceptions import FireRefused, ScheduleNotFound, SchedulerError
 from ._fire import FireEnv, commit, prepare
@@ -75,6 +76,8 @@ class SchedulerEngine:
         )
         self._on_run_terminal = on_run_terminal
         self._lock = EngineLock(self.db_path)
+        self._dbfile = DatabaseFile(self.db_path)
+        self._database_problem: str | None = None
         self._conn: aiosqlite.Connection | None = None
         self._service: ScheduleService | None = None
         self._env: FireEnv | None = None
@@ -139,10 +142,12 @@ class SchedulerEngine:
             conn = await open_connection(self.db_path)
             try:
                 await ensure_schema(conn)
+                self._dbfile.remember()
             except BaseException:
                 await conn.close()
                 raise
             self._conn = conn
+            self._database_problem = None
             self._stopping = False
             env = FireEnv(conn=conn, settings=self.settings, clock=self.clock, db_path=self.db_path)
             admission = Admission(conn, self.settings, self._threshold)
@@ -254,7 +259,10 @@ class SchedulerEngine:
             self._wake_event.clear()
             try:
                 await self.tick_once()
-                target = await self._next_wake(started)
+                if self._database_problem is not None:  # nothing advances: do not spin
+                    target = started + self.settings.tick_seconds
+                else:
+                    target = await self._next_wake(started)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -327,6 +335,16 @@ class SchedulerEngine:
         conn = self.conn
         now = self.clock()
         report: dict[str, Any] = {}
+        problem = self._dbfile.problem()
+        if problem is not None:
+            # Writes would go to a file no one can open again: tick nothing, say why.
+            if problem != self._database_problem:
+                logger.error("%s", problem)
+            self._database_problem = problem
+            self._last_tick_at = now
+            self._last_tick_error = problem
+            return {"database": problem}
+        self._database_problem = None
         errors: list[str] = []
         for name, concern in (
             ("reapers", self._reap),
@@ -462,6 +480,7 @@ class SchedulerEngine:
             "due_backlog": self._due_backlog,
             "dispatch_backlog": self._dispatch_backlog,
             "delivery_paused": self.settings.notify_template is None,
+            "database_error": self._database_problem,
             "global_cap": self.settings.max_scheduled_concurrent,
             "holders": [] if admission is None else admission.holders(),
         }
