@@ -33,4 +33,5 @@ def __getattr__(name: str) -> Any:
         return run
     raise AttributeError(f"module 'studio_api' has no attribute {name!r}")
 
+
 __all__ = ["SettingsError", "StudioApiError", "StudioSettings", "__version__", "create_app", "run"]
