@@ -13,6 +13,7 @@ from ._adhoc import AdhocRunService
 from ._cadence import preview_fire_times
 from ._engine import SchedulerEngine
 from ._exceptions import (
+    DatabaseUnavailable,
     EngineLocked,
     FireRefused,
     InvalidSettings,
@@ -37,6 +38,7 @@ __all__ = [
     "AdhocRunService",
     "AdhocWorker",
     "CadenceTrigger",
+    "DatabaseUnavailable",
     "EngineLocked",
     "FireRefused",
     "GithubPollSource",

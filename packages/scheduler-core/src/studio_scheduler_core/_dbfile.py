@@ -9,6 +9,40 @@ identity at every tick and stops ticking while it does not match, so the failure
 from __future__ import annotations
 
 import os
+import sqlite3
+
+import aiosqlite
+
+from studio_state import fetch_value
+
+from ._exceptions import DatabaseUnavailable
+
+# SQLite's words for a storage fault (as opposed to a bug or a bad statement).
+_STORAGE_FAULTS = (
+    "readonly database",
+    "disk i/o error",
+    "database or disk is full",
+    "unable to open database file",
+)
+
+
+def storage_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite reporting that the storage refuses (read-only, full, I/O)."""
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        fault in str(exc).lower() for fault in _STORAGE_FAULTS
+    )
+
+
+async def probe_writable(conn: aiosqlite.Connection, path: str) -> None:
+    """Write the database header once (``user_version`` to its own value): a read-only file
+    opens and reads fine, so startup must write to know. :class:`DatabaseUnavailable` if not."""
+    try:
+        version = int(await fetch_value(conn, "PRAGMA user_version") or 0)
+        await conn.execute(f"PRAGMA user_version = {version}")
+    except sqlite3.OperationalError as exc:
+        if storage_fault(exc):
+            raise DatabaseUnavailable(path, str(exc)) from exc
+        raise
 
 
 class DatabaseFile:

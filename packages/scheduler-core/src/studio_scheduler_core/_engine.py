@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,9 +19,9 @@ from studio_state import Clock, fetch_all, fetch_value, open_connection, write_t
 from ._adhoc import AdhocRunService
 from ._cadence import first_fire_at
 from ._cron import CronError, next_after
-from ._dbfile import DatabaseFile
+from ._dbfile import DatabaseFile, probe_writable, storage_fault
 from ._evaluation import Evaluator
-from ._exceptions import FireRefused, ScheduleNotFound, SchedulerError
+from ._exceptions import DatabaseUnavailable, FireRefused, ScheduleNotFound, SchedulerError
 from ._fire import FireEnv, commit, prepare
 from ._gates import Admission, Reservation
 from ._github import GithubPollSource
@@ -137,14 +138,25 @@ class SchedulerEngine:
         """
         if self._conn is not None:
             return
-        self._lock.acquire()
         try:
-            conn = await open_connection(self.db_path)
+            self._lock.acquire()
+        except PermissionError as exc:  # a read-only directory
+            raise DatabaseUnavailable(self.db_path, f"{exc.strerror}: {exc.filename}") from exc
+        try:
+            try:
+                conn = await open_connection(self.db_path)
+            except sqlite3.OperationalError as exc:
+                if storage_fault(exc):
+                    raise DatabaseUnavailable(self.db_path, str(exc)) from exc
+                raise
             try:
                 await ensure_schema(conn)
+                await probe_writable(conn, self.db_path)
                 self._dbfile.remember()
-            except BaseException:
+            except BaseException as exc:
                 await conn.close()
+                if storage_fault(exc):
+                    raise DatabaseUnavailable(self.db_path, str(exc)) from exc
                 raise
             self._conn = conn
             self._database_problem = None

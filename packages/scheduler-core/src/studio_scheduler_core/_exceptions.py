@@ -8,7 +8,8 @@ SchedulerError
  ├── RunNotFound (LookupError)              no schedule run with that id
  ├── RunNotCancellable                      cancel of a run already terminal; ``.status``
  ├── FireRefused                            a manual fire was refused; ``.reason_code`` says why
- └── EngineLocked                           another engine holds the database's lock
+ ├── EngineLocked                           another engine holds the database's lock
+ └── DatabaseUnavailable                    the database cannot be written (read-only, I/O)
 """
 
 from __future__ import annotations
@@ -88,4 +89,20 @@ class EngineLocked(SchedulerError):
         super().__init__(
             f"another scheduler engine ({holder}) holds {lock_path}; "
             "only one engine may run per database"
+        )
+
+
+class DatabaseUnavailable(SchedulerError):
+    """The engine's database cannot be opened for writing: a read-only file or directory,
+    a full disk, an I/O error. ``.path`` is the database, ``.reason`` what SQLite or the OS said.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        name = path.rsplit("/", 1)[-1]
+        super().__init__(
+            f"the database {path} cannot be written: {reason} (the file and its directory "
+            f"must be writable: SQLite keeps {name}-wal and {name}-shm, and the engine its "
+            f"{name}.engine.lock, beside it)"
         )
