@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 
 from studio_scheduler_core import SchedulerEngine, ScheduleService
 
@@ -13,8 +13,17 @@ from ._settings import StudioSettings
 
 
 def get_engine(request: Request) -> SchedulerEngine:
-    """The running engine (started by the lifespan before the first request is served)."""
+    """The running engine (started by the lifespan before the first request is served).
+
+    While the engine reports its database file deleted or replaced, every route but
+    ``/api/health`` answers 503 naming the problem: a write would be acknowledged into a file
+    nobody can open again.
+    """
     engine: SchedulerEngine = request.app.state.engine
+    if request.url.path != "/api/health":
+        problem = engine.health().get("database_error")
+        if problem:
+            raise HTTPException(503, detail=str(problem), headers={"Retry-After": "30"})
     return engine
 
 
@@ -41,7 +50,7 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
         404: "Not found",
         409: "Conflict",
         422: "Invalid input; `detail` names the field",
-        503: "Database busy; retry",
+        503: "Database busy (retry), or unavailable (detail says why)",
     }
     return {
         code: {"model": ErrorOut, "description": descriptions[code]} for code in (*codes, 422, 503)
