@@ -186,6 +186,21 @@ def read_marker(path: Path) -> dict[str, Any] | None:
         return None
 
 
+# Permission bits do not stop root: a process that must meet them (a read-only directory)
+# first drops CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH from its bounding set, then execs argv.
+DROP_DAC = textwrap.dedent(
+    """
+    import ctypes, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    if os.geteuid() == 0 and libc.prctl(23, 1, 0, 0, 0) == 1:  # PR_CAPBSET_READ
+        for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    os.execv(sys.argv[1], sys.argv[1:])
+    """
+)
+
+
 # -- a real `studio serve` process -------------------------------------------------------------
 _RUNNING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
@@ -221,11 +236,20 @@ class StudioProcess:
     """
 
     def __init__(
-        self, base: Path, *, db: Path | None = None, env: Mapping[str, str] | None = None
+        self,
+        base: Path,
+        *,
+        db: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        unprivileged: bool = False,
     ) -> None:
         self.base = base
         self.db = db if db is not None else base / "state.db"
         self.env = isolated_env(base, env)
+        self.prefix: list[str] = []
+        if unprivileged:  # file permissions apply even when the tests run as root
+            dropper = write_script(base, "drop_dac.py", DROP_DAC)
+            self.prefix = [sys.executable, str(dropper)]
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.starts = 0
@@ -238,7 +262,11 @@ class StudioProcess:
         self.log_path = self.base / f"studio-{self.starts}.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "studio_cli", "serve", "--port", "0", "--db", str(self.db)],
+                [
+                    *self.prefix,
+                    sys.executable,
+                    *("-m", "studio_cli", "serve", "--port", "0", "--db", str(self.db)),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -335,11 +363,15 @@ def studio_process(tmp_path: Path) -> Iterator[Callable[..., StudioProcess]]:
     made: list[StudioProcess] = []
 
     def make(
-        base: Path | None = None, *, db: Path | None = None, env: Mapping[str, str] | None = None
+        base: Path | None = None,
+        *,
+        db: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        unprivileged: bool = False,
     ) -> StudioProcess:
         where = base if base is not None else tmp_path / f"studio{len(made)}"
         where.mkdir(parents=True, exist_ok=True)
-        server = StudioProcess(where, db=db, env=env)
+        server = StudioProcess(where, db=db, env=env, unprivileged=unprivileged)
         made.append(server)
         return server
 
