@@ -5,13 +5,18 @@ A request answers with a :class:`Page`: ``ok`` (200, the JSON list of pull reque
 ``auth`` (401), ``rate_limited`` (429, or 403 with ``Retry-After`` or
 ``X-RateLimit-Remaining: 0``; ``retry_at`` from ``Retry-After`` else ``X-RateLimit-Reset``) or
 ``error`` (anything else, transport errors included). Nothing here raises for what GitHub
-answers, and the token is never logged. ``Link`` URLs are followed only on the configured
+answers, and the token is never logged. A request has ``timeout`` seconds in total (a server
+trickling its answer cannot stretch it), a body is read up to :data:`MAX_RESPONSE_BYTES` and
+a page may hold at most :data:`MAX_PAGE_ITEMS` entries; beyond any of these the page is an
+``error``. ``Link`` URLs are followed only on the configured
 API's own origin, so the token is never sent anywhere else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import json
 import logging
 import math
 from collections.abc import Mapping
@@ -27,6 +32,10 @@ from .__about__ import __version__
 logger = logging.getLogger("studio_scheduler_core")
 
 TIMEOUT_SECONDS = 15.0
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+"""A pulls page of 100 PRs is about 1-2 MB; a larger answer is not a pulls page."""
+MAX_PAGE_ITEMS = 1000
+"""Ten times the ``per_page`` asked for; a longer page is not GitHub's."""
 DEFAULT_RETRY_SECONDS = 60.0
 PageStatus = Literal["ok", "not_modified", "auth", "rate_limited", "error"]
 
@@ -137,12 +146,45 @@ class GithubClient:
         import httpx
 
         headers = {"If-None-Match": etag} if etag else {}
+        # No params for a Link URL: httpx would replace the query the URL carries.
+        query = dict(params) if params else None
         try:
-            # No params for a Link URL: httpx would replace the query the URL carries.
-            query = dict(params) if params else None
-            response = await self._http().get(url, params=query, headers=headers)
+            async with asyncio.timeout(self._timeout):
+                return await self._request(url, query, headers, etag=etag, now=now)
+        except TimeoutError:
+            return Page("error", detail=f"no complete answer within {self._timeout:g}s")
         except httpx.HTTPError as exc:
             return Page("error", detail=f"{type(exc).__name__}: {exc}")
+
+    async def _request(
+        self,
+        url: str,
+        query: dict[str, str] | None,
+        headers: dict[str, str],
+        *,
+        etag: str | None,
+        now: float,
+    ) -> Page:
+        async with self._http().stream("GET", url, params=query, headers=headers) as response:
+            code = response.status_code
+            if code != 200:
+                return self._not_ok(response, etag=etag, now=now)
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > MAX_RESPONSE_BYTES:
+                    return Page(
+                        "error",
+                        http_status=code,
+                        detail=f"the response is larger than {MAX_RESPONSE_BYTES} bytes",
+                    )
+        try:
+            body = json.loads(bytes(data))
+        except (ValueError, RecursionError):
+            return Page("error", http_status=code, detail="the response is not JSON")
+        return self._page(response, body)
+
+    def _not_ok(self, response: httpx.Response, *, etag: str | None, now: float) -> Page:
         code = response.status_code
         if code == 304:
             return Page("not_modified", etag=etag, http_status=code)
@@ -163,14 +205,18 @@ class GithubClient:
                 http_status=code,
                 detail=f"HTTP {code} rate limit",
             )
-        if code != 200:
-            return Page("error", http_status=code, detail=f"HTTP {code}")
-        try:
-            body = response.json()
-        except ValueError:
-            return Page("error", http_status=code, detail="the response is not JSON")
+        return Page("error", http_status=code, detail=f"HTTP {code}")
+
+    def _page(self, response: httpx.Response, body: Any) -> Page:
+        code = response.status_code
         if not isinstance(body, list):
             return Page("error", http_status=code, detail="the response is not a JSON list")
+        if len(body) > MAX_PAGE_ITEMS:
+            return Page(
+                "error",
+                http_status=code,
+                detail=f"{len(body)} entries on one page (more than {MAX_PAGE_ITEMS})",
+            )
         next_url = response.links.get("next", {}).get("url")
         if next_url is not None and not self.same_origin(next_url):
             logger.warning(

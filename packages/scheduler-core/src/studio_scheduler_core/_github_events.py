@@ -33,11 +33,12 @@ def normalize_ts(value: Any) -> str | None:
         return None
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        # year 9999 at -12:00 (or year 1 at +12:00) is beyond datetime's range in UTC
+        return parsed.astimezone(UTC).strftime(_TS_FORMAT)
+    except (ValueError, OverflowError):
         return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC).strftime(_TS_FORMAT)
 
 
 def parse_cursor(value: Any) -> Key | None:
