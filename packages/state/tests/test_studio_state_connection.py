@@ -4,6 +4,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
+import pytest
+
 import studio_state
 
 
@@ -79,3 +82,39 @@ async def test_query_helpers_return_dicts_values_and_counts(tmp_path: Path) -> N
         assert await studio_state.fetch_value(conn, "SELECT count(*) FROM t") == 2
         assert await studio_state.fetch_value(conn, "SELECT name FROM t WHERE id = 9") is None
         assert await studio_state.execute(conn, "UPDATE t SET name = 'z'") == 2
+
+
+async def test_query_helpers_make_one_round_trip_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Counts calls into aiosqlite's worker thread (the library's own dispatch, wrapped, not
+    # replaced): each helper is one hop, where execute + fetch + close would be three.
+    hops = 0
+    original = aiosqlite.Connection._execute
+
+    async def counting(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return await original(self, fn, *args, **kwargs)
+
+    async with studio_state.connect(tmp_path / "hops.db") as conn:
+        await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+        await studio_state.execute_many(conn, "INSERT INTO t (name) VALUES (?)", [("a",), ("b",)])
+        monkeypatch.setattr(aiosqlite.Connection, "_execute", counting)
+        hops = 0
+        assert await studio_state.fetch_all(conn, "SELECT name FROM t ORDER BY id") == [
+            {"name": "a"},
+            {"name": "b"},
+        ]
+        assert hops == 1
+        hops = 0
+        assert await studio_state.fetch_one(
+            conn, "SELECT name FROM t WHERE id = :id", {"id": 1}
+        ) == {"name": "a"}
+        assert hops == 1
+        hops = 0
+        assert await studio_state.fetch_value(conn, "SELECT name FROM t WHERE id = ?", (2,)) == "b"
+        assert hops == 1
+        hops = 0
+        assert await studio_state.fetch_one(conn, "SELECT name FROM t WHERE id = 9") is None
+        assert hops == 1

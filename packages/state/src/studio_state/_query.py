@@ -10,33 +10,44 @@ import aiosqlite
 Row = dict[str, Any]
 
 
+# Each helper is one round trip to the connection's thread (``execute_fetchall``), where a
+# cursor's execute + fetch + close would be three: the hot paths (a fire, a tick, an API read)
+# call these many times.
+
+
 async def fetch_all(
     conn: aiosqlite.Connection, sql: str, params: Sequence[Any] | dict[str, Any] = ()
 ) -> list[Row]:
-    """Run ``sql`` and return every row as a ``dict``."""
-    async with conn.execute(sql, params) as cursor:
-        rows = await cursor.fetchall()
+    """Run ``sql`` and return every row as a ``dict`` (one round trip)."""
+    rows = await conn.execute_fetchall(sql, params)
     return cast("list[Row]", list(rows))
 
 
 async def fetch_one(
     conn: aiosqlite.Connection, sql: str, params: Sequence[Any] | dict[str, Any] = ()
 ) -> Row | None:
-    """Run ``sql`` and return its first row as a ``dict``, or ``None``."""
-    async with conn.execute(sql, params) as cursor:
-        row = await cursor.fetchone()
-    return cast("Row | None", row)
+    """Run ``sql`` and return its first row as a ``dict``, or ``None`` (one round trip).
+
+    The whole result is read, so give it a query that yields one row: a key lookup, an
+    aggregate or ``LIMIT 1``.
+    """
+    rows = await conn.execute_fetchall(sql, params)
+    for row in rows:
+        return cast("Row", row)
+    return None
 
 
 async def fetch_value(
     conn: aiosqlite.Connection, sql: str, params: Sequence[Any] | dict[str, Any] = ()
 ) -> Any:
-    """Run ``sql`` and return the first column of its first row (``None`` when no row)."""
-    async with conn.execute(sql, params) as cursor:
-        row = await cursor.fetchone()
+    """The first column of the first row of ``sql`` (``None`` when no row; one round trip).
+
+    As with :func:`fetch_one`, the whole result is read.
+    """
+    row = await fetch_one(conn, sql, params)
     if row is None:
         return None
-    return next(iter(cast("Row", row).values()))
+    return next(iter(row.values()))
 
 
 async def execute(
