@@ -254,6 +254,8 @@ class StudioProcess:
         self.url = ""
         self.starts = 0
         self.log_path = base / "studio-0.log"
+        self._client: httpx.Client | None = None
+        self._client_url = ""
 
     # -- lifecycle --------------------------------------------------------------------------
     def spawn(self) -> subprocess.Popen[bytes]:
@@ -316,6 +318,12 @@ class StudioProcess:
             proc.wait()
             raise AssertionError(f"studio did not stop within {timeout}s:\n{self.log()}") from None
 
+    def close(self) -> None:
+        """Close the kept-alive HTTP connection."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def restart(self) -> str:
         return self.start()
 
@@ -350,8 +358,18 @@ class StudioProcess:
         )
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request on a kept-alive connection (a new one after a restart)."""
         kwargs.setdefault("timeout", 30)
-        return httpx.request(method, f"{self.url}{path}", **kwargs)
+        if self._client is None or self._client_url != self.url:
+            if self._client is not None:
+                self._client.close()
+            self._client, self._client_url = httpx.Client(), self.url
+        try:
+            return self._client.request(method, f"{self.url}{path}", **kwargs)
+        except httpx.TransportError:
+            self._client.close()  # a dead server's connection: the next call reconnects
+            self._client = None
+            raise
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         return db_rows(self.db, sql, params)
@@ -377,6 +395,7 @@ def studio_process(tmp_path: Path) -> Iterator[Callable[..., StudioProcess]]:
 
     yield make
     for server in made:
+        server.close()
         if server.proc is not None and server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait()

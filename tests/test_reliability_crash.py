@@ -330,7 +330,7 @@ def test_kill9_storm_loses_no_acknowledged_row(studio_process: Any, reap_pids: l
                 continue
             if answer.status_code == 202:
                 acknowledged.append(answer.json()["run_id"])
-            time.sleep(0.02)
+            time.sleep(0.1)
 
     enqueued: list[str] = []
 
