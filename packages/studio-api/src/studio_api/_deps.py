@@ -11,14 +11,11 @@ from studio_scheduler_core import SchedulerEngine, ScheduleService
 from ._models import ErrorOut
 from ._settings import StudioSettings
 
+# The dependencies are ``async def`` although they never await: FastAPI runs a plain ``def``
+# dependency in its thread pool, a thread round trip on every request (seen in profiles).
 
-def get_engine(request: Request) -> SchedulerEngine:
-    """The running engine (started by the lifespan before the first request is served).
 
-    While the engine reports its database file deleted or replaced, every route but
-    ``/api/health`` answers 503 naming the problem: a write would be acknowledged into a file
-    nobody can open again.
-    """
+def _running_engine(request: Request) -> SchedulerEngine:
     engine: SchedulerEngine = request.app.state.engine
     if request.url.path != "/api/health":
         problem = engine.health().get("database_error")
@@ -27,12 +24,22 @@ def get_engine(request: Request) -> SchedulerEngine:
     return engine
 
 
-def get_service(request: Request) -> ScheduleService:
+async def get_engine(request: Request) -> SchedulerEngine:
+    """The running engine (started by the lifespan before the first request is served).
+
+    While the engine reports its database file deleted or replaced, every route but
+    ``/api/health`` answers 503 naming the problem: a write would be acknowledged into a file
+    nobody can open again.
+    """
+    return _running_engine(request)
+
+
+async def get_service(request: Request) -> ScheduleService:
     """The schedule service bound to the engine's connection (``on_change`` wakes the tick)."""
-    return get_engine(request).service
+    return _running_engine(request).service
 
 
-def get_settings(request: Request) -> StudioSettings:
+async def get_settings(request: Request) -> StudioSettings:
     """The settings the app was created with."""
     settings: StudioSettings = request.app.state.settings
     return settings
