@@ -28,9 +28,7 @@ import aiosqlite
 from studio_launcher import LaunchError, is_same_process, terminate_process_group
 from studio_state import (
     Clock,
-    fetch_all,
     fetch_one,
-    fetch_value,
     new_id,
     record_transition,
     transition,
@@ -39,8 +37,8 @@ from studio_state import (
 
 from ._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
 from ._rows import decode_run, dumps
-from ._schema import RUN_STATUSES
 from ._settings import SchedulerSettings
+from ._store import page_runs
 from ._validation import normalize
 
 if TYPE_CHECKING:
@@ -211,22 +209,15 @@ class AdhocRunService:
         self, *, status: str | None = None, limit: int = 100, offset: int = 0
     ) -> tuple[Rows, int]:
         """``(runs, total)`` of ad-hoc runs, newest first, optionally of one status."""
-        where, params = _ADHOC_WHERE, []
-        if status is not None:
-            if status not in RUN_STATUSES:
-                raise ScheduleValidationError("status", f"must be one of {', '.join(RUN_STATUSES)}")
-            where += " AND status = ?"
-            params.append(status)
-        total = await fetch_value(
-            self._conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params
-        )
-        rows = await fetch_all(
+        return await page_runs(
             self._conn,
-            f"SELECT * FROM schedule_runs WHERE {where} ORDER BY queued_at DESC, rowid DESC "
-            "LIMIT ? OFFSET ?",
-            [*params, max(0, int(limit)), max(0, int(offset))],
+            _ADHOC_WHERE,
+            [],
+            order="queued_at DESC, rowid DESC",
+            status=status,
+            limit=limit,
+            offset=offset,
         )
-        return [decode_run(r) for r in rows], int(total or 0)
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a queued or running ad-hoc run; return the run (now ``cancelled``).

@@ -27,7 +27,7 @@ from ._cadence import first_fire_at, preview_times
 from ._exceptions import RunNotFound, ScheduleNameTaken, ScheduleNotFound, ScheduleValidationError
 from ._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
 from ._settings import SchedulerSettings
-from ._store import fired_run_count, load_schedule, set_enabled
+from ._store import fired_run_count, load_schedule, page_runs, set_enabled
 from ._usage import schedule_spend
 from ._validation import CREATE_FIELDS, check_disable_reason, normalize
 
@@ -294,20 +294,15 @@ class ScheduleService:
     ) -> tuple[Rows, int]:
         """``(runs, total)`` of one schedule, newest first (:class:`ScheduleNotFound`)."""
         await self.get(schedule_id)
-        where, params = "schedule_id = ?", [schedule_id]
-        if status is not None:
-            where += " AND status = ?"
-            params.append(status)
-        total = await fetch_value(
-            self._conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params
-        )
-        rows = await fetch_all(
+        return await page_runs(
             self._conn,
-            f"SELECT * FROM schedule_runs WHERE {where} ORDER BY fired_at DESC, created_at DESC "
-            "LIMIT ? OFFSET ?",
-            [*params, max(0, int(limit)), max(0, int(offset))],
+            "schedule_id = ?",
+            [schedule_id],
+            order="fired_at DESC, created_at DESC",
+            status=status,
+            limit=limit,
+            offset=offset,
         )
-        return [decode_run(r) for r in rows], int(total or 0)
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
         """One run with ``chain_children``: every follow-up below it, by depth."""

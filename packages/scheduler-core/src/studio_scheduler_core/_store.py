@@ -6,9 +6,11 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_one, fetch_value, record_transition, write_transaction
+from studio_state import fetch_all, fetch_one, fetch_value, record_transition, write_transaction
 
-from ._rows import TERMINAL_RUN_STATUSES, decode_schedule
+from ._exceptions import ScheduleValidationError
+from ._rows import TERMINAL_RUN_STATUSES, decode_run, decode_schedule
+from ._schema import RUN_STATUSES
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATUSES)
 
@@ -17,6 +19,31 @@ async def load_schedule(conn: aiosqlite.Connection, schedule_id: str) -> dict[st
     """The decoded schedule row, or ``None``."""
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
     return None if row is None else decode_schedule(row)
+
+
+async def page_runs(
+    conn: aiosqlite.Connection,
+    where: str,
+    params: list[Any],
+    *,
+    order: str,
+    status: str | None,
+    limit: int,
+    offset: int,
+) -> tuple[list[dict[str, Any]], int]:
+    """``(runs, total)`` of the ``schedule_runs`` matching ``where`` (fixed SQL from the caller,
+    values bound), optionally of one ``status``, one page in ``order``."""
+    if status is not None:
+        if status not in RUN_STATUSES:
+            raise ScheduleValidationError("status", f"must be one of {', '.join(RUN_STATUSES)}")
+        where, params = f"{where} AND status = ?", [*params, status]
+    total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params)
+    rows = await fetch_all(
+        conn,
+        f"SELECT * FROM schedule_runs WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
+        [*params, max(0, int(limit)), max(0, int(offset))],
+    )
+    return [decode_run(r) for r in rows], int(total or 0)
 
 
 async def fired_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
