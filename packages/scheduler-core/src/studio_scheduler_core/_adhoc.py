@@ -39,26 +39,14 @@ from ._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
 from ._rows import decode_run, dumps
 from ._settings import SchedulerSettings
 from ._store import page_runs
-from ._validation import normalize
+from ._validation import CREATE_FIELDS, normalize
 
 if TYPE_CHECKING:
     from ._worker import AdhocWorker
 
 logger = logging.getLogger("studio_scheduler_core")
 
-ACTION_FIELDS = (
-    "action_kind",
-    "action_model",
-    "action_prompt",
-    "action_agent",
-    "action_playbook",
-    "action_flow_yaml",
-    "action_project",
-    "action_cwd",
-    "action_extra_args",
-    "action_command",
-    "action_command_args",
-)
+ACTION_FIELDS = tuple(name for name in CREATE_FIELDS if name.startswith("action_"))
 """The schedule action fields an ad-hoc run takes (no trigger, no follow-ups)."""
 
 ENQUEUE_FIELDS = (*ACTION_FIELDS, "concurrency_key")
