@@ -9,11 +9,12 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
-from typing import cast
+from typing import Protocol, cast
 
 from ._constants import NOTIFY_TIMEOUT_SECONDS
 from ._exceptions import InvalidNotifyTemplate
 from ._orphans import DISPATCH_ATTEMPT_ENV, DISPATCH_ID_ENV, kill_earlier_senders
+from ._pidfd import PidfdChild, pidfd_supported
 from .abc import DispatchEnvelope, TransportResult
 
 logger = logging.getLogger("studio_outbox")
@@ -120,20 +121,25 @@ class CommandTransport:
         env[DISPATCH_ATTEMPT_ENV] = str(envelope.attempt)
         loop = asyncio.get_running_loop()
         protocol = _Protocol(loop)
+        transport: _Child
         try:
-            transport, _ = await loop.subprocess_exec(
-                lambda: protocol,
-                *argv,
-                stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env=env,
-            )
+            if pidfd_supported():
+                # stdin is written by the child handle itself (non-blocking, buffered)
+                transport = PidfdChild(loop, protocol, argv, stdin_data=stdin_data, env=env)
+            else:
+                transport, _ = await loop.subprocess_exec(
+                    lambda: protocol,
+                    *argv,
+                    stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    env=env,
+                )
         except OSError as exc:
             return TransportResult.failure(f"notify transport could not start {argv[0]!r}: {exc}")
         try:
-            if stdin_data is not None:
+            if stdin_data is not None and isinstance(transport, asyncio.SubprocessTransport):
                 stdin = transport.get_pipe_transport(0)
                 if stdin is not None:
                     # Buffered by the loop; close() flushes it. A child that exits without
@@ -189,7 +195,16 @@ class _Protocol(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-async def _kill_group(transport: asyncio.SubprocessTransport, protocol: _Protocol) -> None:
+class _Child(Protocol):
+    """What the transport needs of a running child: asyncio's transport or a PidfdChild."""
+
+    def get_pid(self) -> int: ...
+    def get_returncode(self) -> int | None: ...
+    def kill(self) -> None: ...
+    def close(self) -> None: ...
+
+
+async def _kill_group(transport: _Child, protocol: _Protocol) -> None:
     """SIGKILL the transport's process group (it leads its own session) and reap it."""
     if transport.get_returncode() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
