@@ -352,8 +352,16 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 async def _hops(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     import httpx
 
+    import studio_outbox
+    import studio_state
+
     db = workdir / "hops.db"
     ids = await _seed(db, 200)
+    async with studio_state.connect(db) as conn:
+        await studio_outbox.ensure_schema(conn)
+        await studio_outbox.enqueue_many(
+            conn, [{"kind": "bench", "deliver_to": "sink"} for _ in range(200)]
+        )
     server = Server("ours", db, hops=True)
     out: dict[str, float] = {}
     try:
@@ -366,6 +374,14 @@ async def _hops(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
                 await client.get("/__hops")
                 await _load(client, reqs, 1, 201 if kind == "post" else 200)
                 out[kind] = (await client.get("/__hops")).json()["hops"] / n
+            # list endpoints: the same round trips for a page of 1 and a page of 100 (no
+            # per-row query)
+            for path in ("/api/schedules", "/api/dispatch"):
+                for limit in (1, 100):
+                    await client.get("/__hops")
+                    response = await client.get(path, params={"limit": limit})
+                    response.raise_for_status()
+                    out[f"{path}?limit={limit}"] = (await client.get("/__hops")).json()["hops"]
     finally:
         server.stop()
     return out
@@ -446,6 +462,13 @@ def main() -> None:
     print(
         "aiosqlite round trips per request (ours): "
         + ", ".join(f"{label} {hops[key]:.1f}" for key, label in FIGURES)
+    )
+    print(
+        "list endpoints, round trips for a page of 1 / of 100 rows: "
+        + ", ".join(
+            f"{path} {hops[f'{path}?limit=1']:.0f} / {hops[f'{path}?limit=100']:.0f}"
+            for path in ("/api/schedules", "/api/dispatch")
+        )
     )
 
 
