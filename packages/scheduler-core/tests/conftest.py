@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +19,25 @@ from studio_scheduler_core import (
     ensure_schema,
 )
 from studio_state import ManualClock, connect, fetch_all, fetch_one
+
+GITHUB_SERVER_MODULE = "studio_scheduler_core_test_github_server"
+
+
+def _load_github_server() -> Any:
+    # tests/ is not a package (importlib import mode), so the fake GitHub module is loaded by
+    # path once here; test modules take it from sys.modules.
+    if GITHUB_SERVER_MODULE not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            GITHUB_SERVER_MODULE, Path(__file__).with_name("github_server.py")
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[GITHUB_SERVER_MODULE] = module
+        spec.loader.exec_module(module)
+    return sys.modules[GITHUB_SERVER_MODULE]
+
+
+github = _load_github_server().github  # the loopback fake GitHub fixture, for every test
 
 PY = Path(sys.executable).name
 """The bare name of this interpreter (python3…), allow-listed for command actions."""

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,21 +17,8 @@ from studio_scheduler_core._github_events import (
 )
 from studio_scheduler_core._github_scan import scan
 
-
-def _load_server():
-    name = "studio_scheduler_core_test_github_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("github_server.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-gh = _load_server()
-github = gh.github
+GITHUB_SERVER_MODULE = "studio_scheduler_core_test_github_server"
+gh = sys.modules[GITHUB_SERVER_MODULE]  # loaded once by conftest.py, with the `github` fixture
 T0 = 1_700_000_000.0
 REPO = "acme/widgets"
 

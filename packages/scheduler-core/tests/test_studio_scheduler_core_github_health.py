@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -12,21 +11,8 @@ import pytest
 
 from studio_state import fetch_all, fetch_one
 
-
-def _load_server():
-    name = "studio_scheduler_core_test_github_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).with_name("github_server.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-gh = _load_server()
-github = gh.github
+GITHUB_SERVER_MODULE = "studio_scheduler_core_test_github_server"
+gh = sys.modules[GITHUB_SERVER_MODULE]  # loaded once by conftest.py, with the `github` fixture
 REPO = gh.REPO
 
 
