@@ -98,13 +98,7 @@ class ResponseModel(BaseModel):
 # -- requests ---------------------------------------------------------------------------------
 
 
-class _ScheduleFields(RequestModel):
-    description: str | None = None
-    cron_expr: str | None = None
-    interval_sec: SqlInt | None = None
-    github_repo: str | None = None
-    github_filter: dict[str, Any] | None = None
-    poll_interval_sec: SqlInt | None = None
+class _ActionFields(RequestModel):
     action_model: str | None = None
     action_prompt: str | None = None
     action_agent: str | None = None
@@ -115,6 +109,15 @@ class _ScheduleFields(RequestModel):
     action_extra_args: list[str] | None = None
     action_command: str | None = None
     action_command_args: list[str] | None = None
+
+
+class _ScheduleFields(_ActionFields):
+    description: str | None = None
+    cron_expr: str | None = None
+    interval_sec: SqlInt | None = None
+    github_repo: str | None = None
+    github_filter: dict[str, Any] | None = None
+    poll_interval_sec: SqlInt | None = None
     on_success: dict[str, Any] | None = None
     on_fail: dict[str, Any] | None = None
     max_runs: SqlInt | None = None
@@ -145,20 +148,10 @@ class ScheduleUpdate(_ScheduleFields):
     overlap_policy: OverlapPolicy | None = None
 
 
-class RunCreate(RequestModel):
+class RunCreate(_ActionFields):
     """Body of ``POST /api/runs``: an ad-hoc run (a schedule's action fields, no trigger)."""
 
     action_kind: ActionKind
-    action_model: str | None = None
-    action_prompt: str | None = None
-    action_agent: str | None = None
-    action_playbook: str | None = None
-    action_flow_yaml: str | None = None
-    action_project: str | None = None
-    action_cwd: str | None = None
-    action_extra_args: list[str] | None = None
-    action_command: str | None = None
-    action_command_args: list[str] | None = None
     concurrency_key: str | None = None
 
 
