@@ -15,9 +15,28 @@ async def test_connect_creates_parent_and_sets_pragmas(tmp_path: Path, fetch_all
     async with studio_state.connect(path) as conn:
         assert path.parent.is_dir()
         assert (await fetch_all(conn, "PRAGMA journal_mode"))[0]["journal_mode"] == "wal"
-        assert (await fetch_all(conn, "PRAGMA synchronous"))[0]["synchronous"] == 1  # NORMAL
+        assert (await fetch_all(conn, "PRAGMA synchronous"))[0]["synchronous"] == 2  # FULL
         assert (await fetch_all(conn, "PRAGMA foreign_keys"))[0]["foreign_keys"] == 1
         assert (await fetch_all(conn, "PRAGMA busy_timeout"))[0]["timeout"] == 5000
+
+
+@pytest.mark.parametrize(("value", "level"), [("full", 2), ("normal", 1), (" NORMAL ", 1)])
+async def test_synchronous_is_chosen_per_connection(
+    tmp_path: Path, fetch_all: Any, value: str, level: int
+) -> None:
+    async with studio_state.connect(tmp_path / "s.db", synchronous=value) as conn:
+        assert (await fetch_all(conn, "PRAGMA synchronous"))[0]["synchronous"] == level
+
+
+@pytest.mark.parametrize("value", ["off", "extra", "", "fast"])
+async def test_unknown_synchronous_is_refused_before_the_file_exists(
+    tmp_path: Path, value: str
+) -> None:
+    path = tmp_path / "nested" / "s.db"
+    with pytest.raises(studio_state.InvalidSetting, match="synchronous"):
+        async with studio_state.connect(path, synchronous=value):
+            pass
+    assert not path.exists()
 
 
 async def test_rows_are_plain_dicts(tmp_path: Path, fetch_all: Any) -> None:

@@ -9,8 +9,22 @@ from __future__ import annotations
 
 from .__about__ import __version__
 from ._clock import Clock, ManualClock, system_clock
-from ._connection import BUSY_TIMEOUT_MS, connect, dict_row_factory, open_connection
-from ._exceptions import InvalidTransition, MigrationError, SchemaTooNew, StateError
+from ._connection import (
+    BUSY_TIMEOUT_MS,
+    DEFAULT_SYNCHRONOUS,
+    SYNCHRONOUS_MODES,
+    check_synchronous,
+    connect,
+    dict_row_factory,
+    open_connection,
+)
+from ._exceptions import (
+    InvalidSetting,
+    InvalidTransition,
+    MigrationError,
+    SchemaTooNew,
+    StateError,
+)
 from ._ids import new_id
 from ._migrations import Migration, applied_version, migrate, split_statements
 from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_value
@@ -21,17 +35,21 @@ from ._transitions import Transition, record_transition, record_transitions, tra
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "Clock",
+    "DEFAULT_SYNCHRONOUS",
     "ENTITY_TYPES",
+    "InvalidSetting",
     "InvalidTransition",
     "ManualClock",
     "Migration",
     "MigrationError",
     "Row",
+    "SYNCHRONOUS_MODES",
     "SchemaTooNew",
     "StateError",
     "Transition",
     "__version__",
     "applied_version",
+    "check_synchronous",
     "connect",
     "dict_row_factory",
     "ensure_schema",

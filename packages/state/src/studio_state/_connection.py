@@ -10,14 +10,32 @@ from typing import Any
 
 import aiosqlite
 
+from ._exceptions import InvalidSetting
+
 BUSY_TIMEOUT_MS = 5000
 
-_PRAGMAS = (
-    "PRAGMA journal_mode=WAL",
-    "PRAGMA synchronous=NORMAL",
-    "PRAGMA foreign_keys=ON",
-    f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
-)
+SYNCHRONOUS_MODES = ("full", "normal")
+"""Accepted values of ``synchronous=``: ``full`` (the default) survives power loss, ``normal``
+may lose the last commits on power loss in exchange for fewer fsyncs."""
+
+DEFAULT_SYNCHRONOUS = "full"
+
+
+def check_synchronous(value: str) -> str:
+    """Return ``value`` normalised to ``full`` or ``normal``; raise :class:`InvalidSetting`."""
+    mode = value.strip().lower() if isinstance(value, str) else value
+    if mode not in SYNCHRONOUS_MODES:
+        raise InvalidSetting(f"synchronous must be 'full' or 'normal', got {value!r}")
+    return str(mode)
+
+
+def _pragmas(synchronous: str) -> tuple[str, ...]:
+    return (
+        "PRAGMA journal_mode=WAL",
+        f"PRAGMA synchronous={check_synchronous(synchronous).upper()}",
+        "PRAGMA foreign_keys=ON",
+        f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}",
+    )
 
 
 def dict_row_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
@@ -33,20 +51,27 @@ def _prepare_path(path: str | Path) -> str:
     return str(db_path)
 
 
-async def open_connection(path: str | Path) -> aiosqlite.Connection:
+async def open_connection(
+    path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS
+) -> aiosqlite.Connection:
     """Open and configure a connection; the caller must ``await conn.close()``.
+
+    ``synchronous`` is ``"full"`` (default: an acknowledged commit survives power loss) or
+    ``"normal"`` (WAL's cheaper mode, which may lose the last commits on power loss); anything
+    else raises :class:`InvalidSetting` before the file is touched.
 
     The connection runs in autocommit mode (``isolation_level=None``): transactions are only
     the explicit ones opened by :func:`studio_state.write_transaction` or by the caller, so
     ``conn.in_transaction`` tells exactly whether a caller's transaction is open.
     """
+    pragmas = _pragmas(synchronous)
     conn = await aiosqlite.connect(
         _prepare_path(path),
         isolation_level=None,
         timeout=BUSY_TIMEOUT_MS / 1000,
     )
     try:
-        for pragma in _PRAGMAS:
+        for pragma in pragmas:
             await conn.execute(pragma)
     except BaseException:
         await conn.close()
@@ -56,13 +81,16 @@ async def open_connection(path: str | Path) -> aiosqlite.Connection:
 
 
 @asynccontextmanager
-async def connect(path: str | Path) -> AsyncIterator[aiosqlite.Connection]:
+async def connect(
+    path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS
+) -> AsyncIterator[aiosqlite.Connection]:
     """Open ``path`` (creating its parent directory) as an async context manager.
 
-    The connection has ``journal_mode=WAL``, ``synchronous=NORMAL``, ``foreign_keys=ON`` and
-    ``busy_timeout=5000``, and returns rows as ``dict``. It is closed on exit.
+    The connection has ``journal_mode=WAL``, ``synchronous=FULL`` (or ``NORMAL`` when asked),
+    ``foreign_keys=ON`` and ``busy_timeout=5000``, and returns rows as ``dict``. It is closed on
+    exit.
     """
-    conn = await open_connection(path)
+    conn = await open_connection(path, synchronous=synchronous)
     try:
         yield conn
     finally:

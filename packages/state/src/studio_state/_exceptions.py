@@ -3,7 +3,8 @@
 StateError
  ├── SchemaTooNew        the database was migrated by newer code than this
  ├── MigrationError      a migration list is malformed or a migration failed
- └── InvalidTransition   a transition request names an unknown table, column or status
+ ├── InvalidTransition   a transition request names an unknown table, column or status
+ └── InvalidSetting      a connection setting (such as ``synchronous``) has a value it does not take
 """
 
 from __future__ import annotations
@@ -32,3 +33,7 @@ class MigrationError(StateError):
 
 class InvalidTransition(StateError):
     """A transition request is malformed (bad identifier, empty status list)."""
+
+
+class InvalidSetting(StateError, ValueError):
+    """A connection setting has a value outside the ones it accepts."""
