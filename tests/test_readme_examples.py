@@ -127,12 +127,19 @@ def check_scheduler_core(ran: Ran) -> None:
     assert schedule["next_fire_at"] > time.time()  # the manual fire left the cadence alone
 
 
+def check_studio_api(ran: Ran) -> None:
+    assert ran.stdout.strip() == "ok True"
+    assert ran.home_db.is_file()  # the default database, created and migrated at startup
+    assert rows(ran.home_db, "SELECT COUNT(*) AS n FROM schedules") == [{"n": 0}]
+
+
 CHECKS: dict[str, Callable[[Ran], None]] = {
     "launcher#1": check_launcher,
     "outbox#1": check_outbox_producer,
     "outbox#2": check_outbox_delivery,
     "scheduler-core#1": check_scheduler_core,
     "state#1": check_state,
+    "studio-api#1": check_studio_api,
 }
 
 
