@@ -274,3 +274,36 @@ def test_cli_readme_github_example_renders_its_placeholders(tmp_path: Path, gith
     asyncio.run(fire_github_schedule(db, settings))
     [entry] = [json.loads(line) for line in log.read_text().splitlines()]
     assert entry["prompt"] == "review PR #7: Fix the widget"
+
+
+# -- links between the READMEs and docs/ ----------------------------------------------------------
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(markdown: Path) -> set[str]:
+    """GitHub's heading anchors of a markdown file."""
+    out: set[str] = set()
+    for line in markdown.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
+            out.add(slug)
+    return out
+
+
+def test_relative_links_in_readmes_and_docs_resolve() -> None:
+    pages = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))]
+    pages += sorted(ROOT.glob("packages/*/README.md"))
+    assert len(list(ROOT.glob("docs/*.md"))) >= 4
+    checked = 0
+    for page in pages:
+        for target in _LINK.findall(page.read_text(encoding="utf-8")):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            resolved = (page.parent / path).resolve() if path else page
+            assert resolved.exists(), f"{page.relative_to(ROOT)}: broken link {target}"
+            if anchor and resolved.is_file():
+                assert anchor in _anchors(resolved), f"{page.relative_to(ROOT)}: no #{anchor}"
+            checked += 1
+    assert checked >= 10
