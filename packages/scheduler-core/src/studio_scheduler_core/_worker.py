@@ -23,7 +23,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock, fetch_all, record_transitions, write_transaction
+from studio_state import Clock, fetch_all, open_connection, record_transitions, write_transaction
 
 from ._exceptions import InvalidSettings
 from ._fire import FireEnv, Prepared, execute, finish, prepare
@@ -107,6 +107,8 @@ class AdhocWorker:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._open: dict[str, tuple[Prepared, int]] = {}
         self._revoked: set[str] = set()
+        self._reader: aiosqlite.Connection | None = None
+        self._reader_lock = asyncio.Lock()
 
     # -- WorkerPass -------------------------------------------------------------------------
     async def run(self, conn: aiosqlite.Connection, *, now: float) -> None:
@@ -145,6 +147,10 @@ class AdhocWorker:
                     error_detail=None,
                 )
         self._open.clear()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.close()
 
     def in_flight(self) -> int:
         """How many ad-hoc runs this worker has claimed and not yet finished."""
@@ -340,7 +346,10 @@ class AdhocWorker:
                     last_renewal = now
                 else:
                     ours = await holds_lease(
-                        env.conn, fire.run_id, worker_id=self.worker_id, attempt=attempt
+                        await self._ownership_reader(),
+                        fire.run_id,
+                        worker_id=self.worker_id,
+                        attempt=attempt,
                     )
             except Exception:
                 logger.exception("lease check of ad-hoc run %s failed", fire.run_id)
@@ -350,6 +359,25 @@ class AdhocWorker:
                 self._revoked.add(fire.run_id)
                 task.cancel()
                 return
+
+    async def _ownership_reader(self) -> aiosqlite.Connection:
+        """A query-only connection of its own for "is this row still ours" reads.
+
+        The engine's connection is shared by every task: a read there sees another task's
+        open transaction, e.g. this run's own uncommitted terminal write, and would cancel the
+        run mid-commit (the terminal write then rolls back and the run stays ``running``). A
+        separate connection sees committed rows only.
+        """
+        async with self._reader_lock:
+            if self._reader is None:
+                reader = await open_connection(self.db_path)
+                try:
+                    await reader.execute("PRAGMA query_only = ON")
+                except BaseException:
+                    await reader.close()
+                    raise
+                self._reader = reader
+            return self._reader
 
     async def revoke(self, run_id: str) -> bool:
         """Stop the run's child at once if this worker executes it (its row already changed).
