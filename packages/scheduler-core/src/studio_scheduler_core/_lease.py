@@ -48,6 +48,7 @@ MAX_LEASE_ATTEMPTS = 3
 CLAIMED = "run.running.claimed"
 LEASE_EXPIRED = "run.queued.lease_expired"
 LEASE_EXHAUSTED = "run.failed.lease_exhausted"
+REQUEUED_SHUTDOWN = "run.queued.shutdown"
 
 _MAX_DETAIL = 2000
 
@@ -256,3 +257,69 @@ async def holds_lease(
         (run_id, worker_id, attempt),
     )
     return found is not None
+
+
+async def requeue_unstarted(
+    conn: aiosqlite.Connection,
+    run_id: str,
+    invocation_id: str,
+    *,
+    worker_id: str,
+    attempt: int,
+    now: float,
+) -> bool:
+    """Give back a claim whose child was never started (the worker is stopping).
+
+    The row returns to ``queued`` (``run.queued.shutdown``) with the claim's attempt given
+    back, and the attempt's invocation becomes ``aborted``: a shutdown only cancels runs that
+    are really running. Guarded on this worker's claim; ``False`` when the row moved on.
+    """
+    summary = f"worker {worker_id} stopped before this run's child started; queued again"
+    async with write_transaction(conn):
+        cursor = await conn.execute(
+            "UPDATE schedule_runs SET status = 'queued', leased_by = NULL, "
+            "lease_expires_at = NULL, invocation_id = NULL, child_pid = NULL, "
+            "child_started_at = NULL, lease_attempts = lease_attempts - 1, updated_at = ?, "
+            "status_reason_code = ?, status_reason_summary = ? "
+            "WHERE id = ? AND status = 'running' AND leased_by = ? AND lease_attempts = ? "
+            "AND child_pid IS NULL",
+            (now, REQUEUED_SHUTDOWN, summary, run_id, worker_id, attempt),
+        )
+        won = cursor.rowcount == 1
+        await cursor.close()
+        if not won:
+            return False
+        await conn.execute(
+            "UPDATE invocations SET status = 'aborted', ended_at = ?, updated_at = ?, "
+            "status_reason_code = ?, status_reason_summary = ? WHERE id = ? AND status = 'running'",
+            (now, now, REQUEUED_SHUTDOWN, summary, invocation_id),
+        )
+        meta = {"worker_id": worker_id, "lease_attempt": attempt}
+        await record_transitions(
+            conn,
+            [
+                lease_transition(
+                    "schedule_run",
+                    run_id,
+                    "running",
+                    "queued",
+                    REQUEUED_SHUTDOWN,
+                    summary,
+                    now,
+                    actor="adhoc_worker",
+                    metadata=meta,
+                ),
+                lease_transition(
+                    "invocation",
+                    invocation_id,
+                    "running",
+                    "aborted",
+                    REQUEUED_SHUTDOWN,
+                    summary,
+                    now,
+                    actor="adhoc_worker",
+                    refs=[{"kind": "schedule_run", "id": run_id}],
+                ),
+            ],
+        )
+    return True

@@ -38,6 +38,7 @@ from ._lease import (
     new_worker_id,
     recover_abandoned,
     renew_lease,
+    requeue_unstarted,
 )
 from ._rows import decode_run
 from ._settings import SchedulerSettings
@@ -107,6 +108,8 @@ class AdhocWorker:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._open: dict[str, tuple[Prepared, int]] = {}
         self._revoked: set[str] = set()
+        self._started: set[str] = set()
+        """Runs whose execution began (a child may exist): never requeued by :meth:`stop`."""
         self._reader: aiosqlite.Connection | None = None
         self._reader_lock = asyncio.Lock()
 
@@ -124,7 +127,11 @@ class AdhocWorker:
             self.launch(fire, attempt)
 
     async def stop(self) -> None:
-        """Cancel every run this worker executes (children terminated, runs ``cancelled``)."""
+        """Cancel every run this worker executes (children terminated, runs ``cancelled``).
+
+        A claimed run whose child was never started goes back to ``queued``: a shutdown
+        cancels only runs that are really running.
+        """
         self._stopping = True
         tasks = list(self._tasks.values())
         for task in tasks:
@@ -132,11 +139,20 @@ class AdhocWorker:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         env = self._env
-        for fire, _ in list(self._open.values()):
+        for fire, attempt in list(self._open.values()):
             fire.discard()
             if env is None:
                 continue
-            with contextlib.suppress(Exception):
+            try:
+                if fire.run_id not in self._started and await requeue_unstarted(
+                    env.conn,
+                    fire.run_id,
+                    fire.invocation_id,
+                    worker_id=self.worker_id,
+                    attempt=attempt,
+                    now=self.clock(),
+                ):
+                    continue
                 await finish(
                     env,
                     fire,
@@ -146,7 +162,10 @@ class AdhocWorker:
                     exit_code=None,
                     error_detail=None,
                 )
+            except Exception:
+                logger.exception("could not settle ad-hoc run %s at shutdown", fire.run_id)
         self._open.clear()
+        self._started.clear()
         reader, self._reader = self._reader, None
         if reader is not None:
             with contextlib.suppress(Exception):
@@ -307,6 +326,7 @@ class AdhocWorker:
         env = self._env
         task = asyncio.current_task()
         assert env is not None and task is not None
+        self._started.add(fire.run_id)
         watcher = asyncio.create_task(
             self._watch(env, fire, attempt, task), name=f"adhoc-lease-{fire.run_id}"
         )
@@ -322,6 +342,7 @@ class AdhocWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
             self._open.pop(fire.run_id, None)
+            self._started.discard(fire.run_id)
             self._revoked.discard(fire.run_id)
             if self._wake is not None and not self._stopping:
                 self._wake()
