@@ -40,6 +40,7 @@ from ._lease import (
     renew_lease,
     requeue_unstarted,
 )
+from ._orphans import OrphanReaper
 from ._rows import decode_run
 from ._settings import SchedulerSettings
 
@@ -110,6 +111,8 @@ class AdhocWorker:
         self._revoked: set[str] = set()
         self._started: set[str] = set()
         """Runs whose execution began (a child may exist): never requeued by :meth:`stop`."""
+        self.reaper = OrphanReaper()
+        """Terminates the orphans recovery finds, in the background (closed by :meth:`stop`)."""
         self._reader: aiosqlite.Connection | None = None
         self._reader_lock = asyncio.Lock()
 
@@ -166,6 +169,7 @@ class AdhocWorker:
                 logger.exception("could not settle ad-hoc run %s at shutdown", fire.run_id)
         self._open.clear()
         self._started.clear()
+        await self.reaper.close()
         reader, self._reader = self._reader, None
         if reader is not None:
             with contextlib.suppress(Exception):
@@ -187,7 +191,11 @@ class AdhocWorker:
     async def recover(self, conn: aiosqlite.Connection, *, now: float) -> dict[str, int]:
         """Requeue or fail running rows whose owner is gone; return counts per outcome."""
         return await recover_abandoned(
-            conn, worker_id=self.worker_id, now=now, max_attempts=self.max_lease_attempts
+            conn,
+            worker_id=self.worker_id,
+            now=now,
+            max_attempts=self.max_lease_attempts,
+            reaper=self.reaper,
         )
 
     async def claim(self, conn: aiosqlite.Connection, *, now: float) -> list[tuple[Prepared, int]]:
