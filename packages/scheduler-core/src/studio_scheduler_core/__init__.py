@@ -11,6 +11,7 @@ from __future__ import annotations
 from .__about__ import __version__
 from ._adhoc import AdhocRunService
 from ._cadence import preview_fire_times
+from ._dbfile import storage_fault
 from ._engine import SchedulerEngine
 from ._exceptions import (
     DatabaseUnavailable,
@@ -26,6 +27,7 @@ from ._exceptions import (
 )
 from ._followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._github import GithubPollSource
+from ._orphans import OrphanReaper
 from ._schema import ensure_schema
 from ._service import ScheduleService
 from ._settings import SchedulerSettings
@@ -46,6 +48,7 @@ __all__ = [
     "MAX_CHAIN_DEPTH",
     "MetricThreshold",
     "OVERLAY_KEYS",
+    "OrphanReaper",
     "RunNotCancellable",
     "RunNotFound",
     "ScheduleNameTaken",
@@ -60,4 +63,5 @@ __all__ = [
     "ensure_schema",
     "preview_fire_times",
     "report_usage",
+    "storage_fault",
 ]

@@ -8,6 +8,8 @@ identity at every tick and stops ticking while it does not match, so the failure
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import sqlite3
 
@@ -17,20 +19,78 @@ from studio_state import fetch_value
 
 from ._exceptions import DatabaseUnavailable
 
-# SQLite's words for a storage fault (as opposed to a bug or a bad statement).
-_STORAGE_FAULTS = (
-    "readonly database",
-    "disk i/o error",
-    "database or disk is full",
-    "unable to open database file",
+logger = logging.getLogger("studio_scheduler_core")
+
+# SQLite's primary result codes of a storage fault (as opposed to a bug or a bad statement).
+_SQLITE_FAULTS = {
+    8: "read-only database (a read-only file system, or the file is not writable)",  # READONLY
+    10: "disk I/O error",  # IOERR
+    11: "database file is corrupt",  # CORRUPT
+    13: "disk full",  # FULL
+    14: "cannot open the database file",  # CANTOPEN
+    26: "file is not a database",  # NOTADB
+}
+# The same, by SQLite's message (an error raised without a result code).
+_SQLITE_WORDS = (
+    ("readonly database", _SQLITE_FAULTS[8]),
+    ("disk i/o error", _SQLITE_FAULTS[10]),
+    ("malformed", _SQLITE_FAULTS[11]),
+    ("database or disk is full", _SQLITE_FAULTS[13]),
+    ("unable to open database file", _SQLITE_FAULTS[14]),
+    ("file is not a database", _SQLITE_FAULTS[26]),
 )
+_OS_FAULTS = {
+    errno.EROFS: "read-only file system",
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EIO: "disk I/O error",
+}
 
 
-def storage_fault(exc: BaseException) -> bool:
-    """Whether ``exc`` is SQLite reporting that the storage refuses (read-only, full, I/O)."""
-    return isinstance(exc, sqlite3.OperationalError) and any(
-        fault in str(exc).lower() for fault in _STORAGE_FAULTS
-    )
+def storage_fault(exc: BaseException) -> str | None:
+    """What storage fault ``exc`` reports ("disk full", "read-only …", "disk I/O error",
+    "database file is corrupt", "cannot open the database file"), or ``None`` if it is not one.
+
+    For SQLite errors (read-only, full, I/O, corrupt, cannot open, not a database) and OS errors
+    (``EROFS``, ``ENOSPC``, ``EDQUOT``, ``EIO``); a :class:`DatabaseUnavailable` gives its
+    reason. Callers map a fault to "service unavailable" naming it, never to a crash.
+    """
+    if isinstance(exc, DatabaseUnavailable):
+        return storage_fault(exc.__cause__) if exc.__cause__ is not None else exc.reason
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(code, int) and (code & 0xFF) in _SQLITE_FAULTS:
+            return _SQLITE_FAULTS[code & 0xFF]
+        text = str(exc).lower()
+        for words, problem in _SQLITE_WORDS:
+            if words in text:
+                return problem
+        return None
+    if isinstance(exc, OSError) and exc.errno in _OS_FAULTS:
+        return _OS_FAULTS[exc.errno]
+    return None
+
+
+class StorageHealth:
+    """The storage fault the last write met (``problem``), until a write succeeds again."""
+
+    def __init__(self) -> None:
+        self.problem: str | None = None
+
+    def failed(self, exc: BaseException) -> str | None:
+        """Record ``exc`` if it is a storage fault; return the fault (``None``: not one)."""
+        problem = storage_fault(exc)
+        if problem is not None:
+            if problem != self.problem:
+                logger.error("storage fault: %s (%s)", problem, exc)
+            self.problem = problem
+        return problem
+
+    def succeeded(self) -> None:
+        """A write landed: the fault, if any, is over."""
+        if self.problem is not None:
+            logger.warning("storage writable again (was: %s)", self.problem)
+            self.problem = None
 
 
 async def probe_writable(conn: aiosqlite.Connection, path: str) -> None:
