@@ -49,7 +49,10 @@ class WebhookUnavailable(OutboxError):
 
 def webhook_transport_available() -> bool:
     """True when httpx (the ``http`` extra) is installed, so webhooks can be sent."""
-    return importlib.util.find_spec("httpx") is not None
+    try:
+        return importlib.util.find_spec("httpx") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
