@@ -206,9 +206,7 @@ async def test_a_response_that_never_completes_hits_the_total_deadline(
     assert counts["retried"] == 1
     row = await probe.row(dispatch_id)
     assert row["status"] == "pending"
-    assert row["last_error"] == (
-        "no complete response within 1s (connect, request and response)"
-    )
+    assert row["last_error"] == ("no complete response within 1s (connect, request and response)")
 
 
 async def test_a_connection_cut_mid_response_or_refused_is_retried(
