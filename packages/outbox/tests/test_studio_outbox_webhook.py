@@ -293,3 +293,49 @@ async def test_a_malformed_webhook_secret_is_refused_before_any_write(
     assert await probe.snapshot() == before
     assert receiver.received() == []
     assert (await probe.row(dispatch_id))["attempt"] == 0
+
+
+async def test_a_consumer_verifies_the_webhook_and_acks_it(
+    conn: aiosqlite.Connection, receiver: Any, probe: Any
+) -> None:
+    clock = time.time
+    dispatch_id = await _enqueue(conn, receiver.url("/ok"), clock, ack_required=True)
+    async with WebhookTransport(SECRET) as webhooks:
+        assert isinstance(webhooks, studio_outbox.Transport)
+        counts = await _deliver(conn, clock, webhook_transport=webhooks)
+    assert counts["delivered"] == 1
+    (request,) = receiver.received()
+    payload = studio_outbox.verify_webhook(SECRET, request.headers, request.body)
+    assert payload["dispatch_id"] == dispatch_id
+    assert await studio_outbox.ack_dispatch(conn, payload["dispatch_id"], payload["ack_token"])
+    assert (await probe.row(dispatch_id))["status"] == "acked"
+
+
+async def test_hostile_receivers_together_lose_nothing_and_log_no_traceback(
+    conn: aiosqlite.Connection,
+    clock: studio_state.ManualClock,
+    receiver: Any,
+    probe: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    paths = ["/ok", "/fail", "/gone", "/status/429/5", "/redirect", "/huge/500"]
+    paths += ["/trickle", "/hang", "/cut", "/bad"]
+    ids = {path: await _enqueue(conn, receiver.url(path), clock) for path in paths}
+    async with WebhookTransport(timeout=1.0, clock=clock) as webhooks:
+        counts = await _deliver(conn, clock, webhook_transport=webhooks, concurrency=16)
+    assert counts == {
+        "attempted": 10,
+        "delivered": 1,
+        "retried": 8,
+        "dead_letter": 1,
+        "expired": 0,
+    }
+    statuses = {path: (await probe.row(ids[path]))["status"] for path in paths}
+    assert statuses.pop("/ok") == "delivered"
+    assert statuses.pop("/gone") == "dead_letter"
+    assert set(statuses.values()) == {"pending"}
+    for dispatch_id in ids.values():
+        history = await probe.history(dispatch_id)
+        assert history[-1]["status"] == (await probe.row(dispatch_id))["status"]
+        assert len(history) == 3  # enqueued, claimed, the outcome
+    assert not [r for r in caplog.records if r.exc_info or r.levelname in ("ERROR", "CRITICAL")]
