@@ -68,6 +68,14 @@ WAVE2 = [
         WEBHOOK_TARGET,
     ),
     (
+        f"webhook delivery, c{WEBHOOK_CONCURRENCY}, synchronous=NORMAL",
+        "webhook_normal",
+        "bare_httpx",
+        "bare httpx loop",
+        "/s",
+        None,
+    ),
+    (
         "enqueue, own transaction each: FULL vs NORMAL",
         "enqueue_own",
         "enqueue_own_normal",
@@ -451,6 +459,7 @@ def main() -> None:
         "bare_httpx",
         "webhook_cpu",
         "bare_httpx_cpu",
+        "webhook_normal",
     ):
         ours[key] = []
     ref: dict[str, list[float]] = {key: [] for key, _, _ in FIGURES}

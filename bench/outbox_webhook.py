@@ -131,11 +131,11 @@ def receiver(kind: str = "asyncio") -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-async def _database(path: Path, url: str, rows: int) -> Any:
+async def _database(path: Path, url: str, rows: int, synchronous: str = "full") -> Any:
     import studio_outbox
     import studio_state
 
-    conn = await studio_state.open_connection(path)
+    conn = await studio_state.open_connection(path, synchronous=synchronous)
     await studio_outbox.ensure_schema(conn)
     await studio_outbox.enqueue_many(
         conn, [{"kind": "bench", "deliver_to": url, "body": {"i": i}} for i in range(rows)]
@@ -143,12 +143,14 @@ async def _database(path: Path, url: str, rows: int) -> Any:
     return conn
 
 
-async def ours(path: Path, url: str, rows: int, concurrency: int) -> tuple[float, float]:
+async def ours(
+    path: Path, url: str, rows: int, concurrency: int, synchronous: str = "full"
+) -> tuple[float, float]:
     """Deliveries/s of one delivery pass over ``rows`` webhook dispatches, and the process's
     CPU milliseconds per delivery (the event loop and SQLite's thread)."""
     import studio_outbox
 
-    conn = await _database(path, url, rows)
+    conn = await _database(path, url, rows, synchronous)
     try:
         async with studio_outbox.WebhookTransport(SECRET) as webhooks:
             started, cpu = time.perf_counter(), time.process_time()
@@ -202,13 +204,17 @@ async def round_pair(
     workdir: Path, url: str, rows: int, concurrency: int, bare_first: bool
 ) -> dict[str, float]:
     """Both sides of one round, in the given order: ``webhook`` and ``bare_httpx``
-    (deliveries/s), ``webhook_cpu`` and ``bare_httpx_cpu`` (CPU ms per delivery)."""
+    (deliveries/s), ``webhook_cpu`` and ``bare_httpx_cpu`` (CPU ms per delivery); then ours
+    again on a synchronous=NORMAL database (``webhook_normal``), to show fsync's share."""
     out: dict[str, float] = {}
     order = ("bare_httpx", "webhook") if bare_first else ("webhook", "bare_httpx")
     for which in order:
         run = ours if which == "webhook" else bare
         rate, cpu = await run(workdir / f"{which}.db", url, rows, concurrency)
         out[which], out[which + "_cpu"] = rate, cpu
+    out["webhook_normal"], _ = await ours(
+        workdir / "webhook-normal.db", url, rows, concurrency, "normal"
+    )
     return out
 
 
