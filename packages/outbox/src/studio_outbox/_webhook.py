@@ -145,6 +145,7 @@ class WebhookTransport:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`aclose` has run (a closed transport cannot send)."""
         return self._client.is_closed
 
     def __repr__(self) -> str:
