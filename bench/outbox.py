@@ -4,7 +4,13 @@ Figures (DESIGN §9), each the median of ROUNDS rounds with min–max beside it:
   - enqueue rows/s, each in its own transaction; the same with a (unique) dedup key each;
     many enqueues inside one caller transaction (the transactional-outbox write); and
     `enqueue_many` of all the rows in one call (the reference has neither of the last two);
-  - deliveries/s through a `/bin/true` notify template at concurrency 1 and 4.
+  - deliveries/s through a `/bin/true` notify template at concurrency 1 and 4;
+and, without a reference (DESIGN §10.7, each a ratio measured in the same run):
+  - webhook deliveries/s at concurrency 16 to a loopback receiver (uvicorn, its own process)
+    beside a bare httpx loop posting the same bodies (bench/outbox_webhook.py; target ≥ 60%);
+  - enqueue with `synchronous=FULL` (the default, used by every figure above) beside
+    `synchronous=NORMAL`, one transaction each and `enqueue_many` (target: FULL ≥ 50% of
+    NORMAL with `enqueue_many`).
 Every round runs both implementations one after the other, each in a fresh child process on
 a fresh database, so machine load affects both alike. The reference runs in an interpreter
 that has `lionagi==0.36.0` (this one if it can import it, else `--reference-python`); if none
@@ -12,7 +18,7 @@ can, the script says so and prints our figures alone. Round trips to the SQLite 
 counted in one extra untimed pass and printed per operation.
 
     python bench/outbox.py [--rounds 5] [--enqueue-rows 1000] [--deliver-rows 200]
-                           [--reference-python /path/to/venv/bin/python]
+                           [--webhook-rows 1000] [--reference-python /path/to/venv/bin/python]
 """
 
 from __future__ import annotations
@@ -30,21 +36,61 @@ import time
 from pathlib import Path
 from typing import Any
 
+import outbox_webhook
+
 # Both implementations get the same transport. The reference insists on an exact
 # {deliver_to} element (it fails every send without one), and neither template has
 # {payload}, so both write the payload JSON to the child's stdin.
 TEMPLATE = ["/bin/true", "{deliver_to}"]
 ENQUEUE_TARGET = 3.0
 DELIVERY_TARGET = 5.0
+WEBHOOK_TARGET = 0.60
+SYNC_TARGET = 0.50
+WEBHOOK_CONCURRENCY = 16
 ANCHORS = {"enqueue_own": 890.0, "deliver": 155.0}  # DESIGN §9, reference on a 2-core box
 
 FIGURES = [
-    ("enqueue_own", "enqueue, own transaction each", "rows/s"),
+    ("enqueue_own", "enqueue, own transaction each (FULL)", "rows/s"),
     ("enqueue_dedup", "enqueue, own transaction + dedup key", "rows/s"),
     ("enqueue_caller_txn", "enqueue, inside one caller transaction", "rows/s"),
     ("enqueue_many", "enqueue_many, all rows in one call", "rows/s"),
     ("deliver_c1", "deliver /bin/true, concurrency 1", "/s"),
     ("deliver_c4", "deliver /bin/true, concurrency 4", "/s"),
+]
+# DESIGN §10.7: (label, ours key, anchor key, anchor label, unit, target ratio)
+WAVE2 = [
+    (
+        f"webhook delivery, concurrency {WEBHOOK_CONCURRENCY}",
+        "webhook",
+        "bare_httpx",
+        "bare httpx loop",
+        "/s",
+        WEBHOOK_TARGET,
+    ),
+    (
+        f"webhook delivery, c{WEBHOOK_CONCURRENCY}, synchronous=NORMAL",
+        "webhook_normal",
+        "bare_httpx",
+        "bare httpx loop",
+        "/s",
+        None,
+    ),
+    (
+        "enqueue, own transaction each: FULL vs NORMAL",
+        "enqueue_own",
+        "enqueue_own_normal",
+        "synchronous=NORMAL",
+        "rows/s",
+        None,
+    ),
+    (
+        "enqueue_many: FULL vs NORMAL",
+        "enqueue_many",
+        "enqueue_many_normal",
+        "synchronous=NORMAL",
+        "rows/s",
+        SYNC_TARGET,
+    ),
 ]
 
 
@@ -75,19 +121,19 @@ class HopCounter:
 # --------------------------------------------------------------------------- ours
 
 
-async def _ours_db(path: Path) -> Any:
+async def _ours_db(path: Path, synchronous: str = "full") -> Any:
     import studio_outbox
     import studio_state
 
-    conn = await studio_state.open_connection(path)
+    conn = await studio_state.open_connection(path, synchronous=synchronous)
     await studio_outbox.ensure_schema(conn)
     return conn
 
 
-async def ours_enqueue(path: Path, rows: int, mode: str) -> float:
+async def ours_enqueue(path: Path, rows: int, mode: str, synchronous: str = "full") -> float:
     import studio_outbox
 
-    conn = await _ours_db(path)
+    conn = await _ours_db(path, synchronous)
     try:
         started = time.perf_counter()
         if mode == "many":
@@ -187,6 +233,19 @@ async def ours_round(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
         "enqueue_many": await ours_enqueue(workdir / "e4.db", args.enqueue_rows, "many"),
         "deliver_c1": await ours_deliver(workdir / "d1.db", args.deliver_rows, 1),
         "deliver_c4": await ours_deliver(workdir / "d4.db", args.deliver_rows, 4),
+        "enqueue_own_normal": await ours_enqueue(
+            workdir / "n1.db", args.enqueue_rows, "own", "normal"
+        ),
+        "enqueue_many_normal": await ours_enqueue(
+            workdir / "n4.db", args.enqueue_rows, "many", "normal"
+        ),
+        **await outbox_webhook.round_pair(
+            workdir,
+            args.receiver_url,
+            args.webhook_rows,
+            WEBHOOK_CONCURRENCY,
+            bare_first=args.round % 2 == 0,  # alternate the order between rounds
+        ),
     }
 
 
@@ -305,6 +364,12 @@ def _run_worker(python: str, which: str, args: argparse.Namespace, hops: bool) -
         str(args.enqueue_rows),
         "--deliver-rows",
         str(args.deliver_rows),
+        "--webhook-rows",
+        str(args.webhook_rows),
+        "--receiver-url",
+        args.receiver_url or "",
+        "--round",
+        str(args.round),
     ]
     if hops:
         argv.append("--hops")
@@ -347,9 +412,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--enqueue-rows", type=int, default=1000)
     parser.add_argument("--deliver-rows", type=int, default=200)
+    parser.add_argument("--webhook-rows", type=int, default=1000)
+    parser.add_argument(
+        "--receiver",
+        choices=["asyncio", "uvicorn"],
+        default="asyncio",
+        help="the loopback webhook receiver (default: a minimal asyncio HTTP/1.1 server)",
+    )
     parser.add_argument("--reference-python", help="an interpreter with lionagi==0.36.0")
     parser.add_argument("--worker", choices=["ours", "ref"], help=argparse.SUPPRESS)
     parser.add_argument("--hops", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--receiver-url", help=argparse.SUPPRESS)
+    parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         _worker(args.worker, args)
@@ -373,18 +447,35 @@ def main() -> None:
         print(f"  reference: lionagi {ref_note} via {ref_python}")
     else:
         print(f"  reference: NOT MEASURED — lionagi 0.36.0 cannot be imported ({ref_note})")
+    print(
+        f"  webhooks: {args.webhook_rows} rows per figure per round, concurrency "
+        f"{WEBHOOK_CONCURRENCY}, receiver: {args.receiver} on 127.0.0.1 (its own process)"
+    )
     ours: dict[str, list[float]] = {key: [] for key, _, _ in FIGURES}
+    for key in (
+        "enqueue_own_normal",
+        "enqueue_many_normal",
+        "webhook",
+        "bare_httpx",
+        "webhook_cpu",
+        "bare_httpx_cpu",
+        "webhook_normal",
+    ):
+        ours[key] = []
     ref: dict[str, list[float]] = {key: [] for key, _, _ in FIGURES}
-    for number in range(1, args.rounds + 1):
-        got = _run_worker(sys.executable, "ours", args, hops=False)
-        for key in ours:
-            ours[key].append(got[key])
-        if ref_python:
-            got = _run_worker(ref_python, "ref", args, hops=False)
-            for key in ref:
-                if got[key] is not None:
-                    ref[key].append(got[key])
-        print(f"  round {number}/{args.rounds} done", flush=True)
+    with outbox_webhook.receiver(args.receiver) as receiver_url:
+        args.receiver_url = receiver_url
+        for number in range(1, args.rounds + 1):
+            args.round = number
+            got = _run_worker(sys.executable, "ours", args, hops=False)
+            for key in ours:
+                ours[key].append(got[key])
+            if ref_python:
+                got = _run_worker(ref_python, "ref", args, hops=False)
+                for key in ref:
+                    if got[key] is not None:
+                        ref[key].append(got[key])
+            print(f"  round {number}/{args.rounds} done", flush=True)
 
     print()
     head = f"{'figure':42} {'ours: median (min–max)':>26} {'reference':>26} {'ratio':>7}"
@@ -420,6 +511,31 @@ def main() -> None:
         f"enqueue {ANCHORS['enqueue_own']:.0f} rows/s, delivery {ANCHORS['deliver']:.0f}/s; "
         f"ours here: {statistics.median(ours['enqueue_own']) / ANCHORS['enqueue_own']:.1f}× and "
         f"{statistics.median(ours['deliver_c4']) / ANCHORS['deliver']:.1f}× those."
+    )
+
+    print()
+    print("DESIGN §10.7 (ours beside an anchor measured in the same run):")
+    head = f"{'figure':46} {'ours: median (min–max)':>26} {'anchor: median (min–max)':>26}"
+    print(head + f" {'ratio':>6}  target")
+    print("-" * (len(head) + 16))
+    for label, key, anchor_key, anchor, unit, target in WAVE2:
+        ratio = statistics.median(ours[key]) / statistics.median(ours[anchor_key])
+        verdict = (
+            "—"
+            if target is None
+            else f"≥ {target:.0%} " + ("met" if ratio >= target else "NOT MET")
+        )
+        print(
+            f"{label:46} {_fmt(ours[key]) + ' ' + unit:>26} "
+            f"{_fmt(ours[anchor_key]) + ' ' + unit:>26} {ratio:6.0%}  {verdict}"
+        )
+        print(f"{'':46} {'':>26} {'(' + anchor + ')':>26}")
+    ours_cpu, bare_cpu = ours["webhook_cpu"], ours["bare_httpx_cpu"]
+    print(
+        f"{'webhook delivery, CPU per delivery':46} "
+        f"{f'{statistics.median(ours_cpu):.2f} ({min(ours_cpu):.2f}–{max(ours_cpu):.2f}) ms':>26} "
+        f"{f'{statistics.median(bare_cpu):.2f} ({min(bare_cpu):.2f}–{max(bare_cpu):.2f}) ms':>26} "
+        f"{statistics.median(bare_cpu) / statistics.median(ours_cpu):6.0%}  (bare / ours)"
     )
 
     print()

@@ -44,7 +44,13 @@ def test_design_section_3_signatures() -> None:
         ("limit", kw, 100),
         ("concurrency", kw, 4),
     ]
-    assert [name for name, _, _ in deliver[5:]] == ["clock", "transport", "actor"]
+    assert [name for name, _, _ in deliver[5:]] == [
+        "clock",
+        "transport",
+        "actor",
+        "webhook_secret",
+        "webhook_transport",
+    ]
     assert _params(studio_outbox.ack_dispatch)[:3] == [
         ("conn", pos, empty),
         ("dispatch_id", pos, empty),
@@ -115,6 +121,7 @@ def test_reason_codes_are_the_design_list() -> None:
         "dispatch.expired.ttl",
         "dispatch.acked.consumer",
         "dispatch.pending.operator_retry",
+        "dispatch.dead_letter.gone",
     }
     assert studio_outbox.DISPATCH_STATUSES == (
         "pending",

@@ -14,6 +14,7 @@ async def test_every_reason_code_is_written_with_its_status_change(
 ) -> None:
     ok = transport_factory()
     failing = transport_factory(lambda env: TransportResult.failure("down"))
+    gone_ = transport_factory(lambda env: TransportResult.permanent_failure("HTTP 410: gone"))
 
     async def deliver(transport: Any) -> None:
         await studio_outbox.deliver_due_dispatches(conn, transport=transport, clock=clock)
@@ -43,6 +44,9 @@ async def test_every_reason_code_is_written_with_its_status_change(
     clock.advance(2)
     await deliver(ok)
     await studio_outbox.retry_dispatch(conn, expired, clock=clock)
+    gone = await enqueue()
+    clock.advance(1)
+    await deliver(gone_)
 
     rows = await conn.execute_fetchall(
         "SELECT entity_id, previous_status, status, reason_code, actor FROM status_transitions "
@@ -61,6 +65,7 @@ async def test_every_reason_code_is_written_with_its_status_change(
         ("pending", "dead_letter", DispatchReason.ACK_TIMEOUT),
         ("pending", "expired", DispatchReason.EXPIRED_TTL),
         ("expired", "pending", DispatchReason.OPERATOR_RETRY),
+        ("delivering", "dead_letter", DispatchReason.GONE),
     }
     assert {r["reason_code"] for r in rows} == set(DispatchReason.ALL)
     actors = {r["reason_code"]: r["actor"] for r in rows}
@@ -68,7 +73,7 @@ async def test_every_reason_code_is_written_with_its_status_change(
     assert actors[DispatchReason.ACKED] == "consumer"
     assert actors[DispatchReason.OPERATOR_RETRY] == "operator"
     # Each row's history replays to its current status, one transition per change.
-    for dispatch_id in (delivered, acked, retried, unacked, expired):
+    for dispatch_id in (delivered, acked, retried, unacked, expired, gone):
         history = await probe.history(dispatch_id)
         for before, after in zip(history, history[1:], strict=False):
             assert after["previous_status"] == before["status"]

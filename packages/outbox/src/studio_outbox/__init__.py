@@ -34,7 +34,16 @@ from ._exceptions import (
 from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
 from ._queries import count_dispatches, dispatch_backlog, get_dispatch, list_dispatches, next_due_at
 from ._schema import ensure_schema
+from ._secret import InvalidWebhookSecret, parse_webhook_secret
 from ._transport import CommandTransport, render_argv, validate_notify_template
+from ._url import is_webhook_url
+from ._verify import WebhookVerificationError, verify_webhook
+from ._webhook import (
+    WebhookTransport,
+    WebhookUnavailable,
+    parse_retry_after,
+    webhook_transport_available,
+)
 from .abc import DispatchEnvelope, Transport, TransportResult
 
 __all__ = [
@@ -51,10 +60,14 @@ __all__ = [
     "InvalidDispatch",
     "InvalidDispatchState",
     "InvalidNotifyTemplate",
+    "InvalidWebhookSecret",
     "NOTIFY_TIMEOUT_SECONDS",
     "OutboxError",
     "Transport",
     "TransportResult",
+    "WebhookTransport",
+    "WebhookUnavailable",
+    "WebhookVerificationError",
     "__version__",
     "ack_dispatch",
     "backoff_seconds",
@@ -65,10 +78,15 @@ __all__ = [
     "enqueue_many",
     "ensure_schema",
     "get_dispatch",
+    "is_webhook_url",
     "list_dispatches",
     "next_due_at",
+    "parse_retry_after",
+    "parse_webhook_secret",
     "purge_dispatch",
     "render_argv",
     "retry_dispatch",
     "validate_notify_template",
+    "verify_webhook",
+    "webhook_transport_available",
 ]

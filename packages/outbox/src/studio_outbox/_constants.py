@@ -41,6 +41,7 @@ class DispatchReason:
     EXPIRED_TTL: Final = "dispatch.expired.ttl"
     ACKED: Final = "dispatch.acked.consumer"
     OPERATOR_RETRY: Final = "dispatch.pending.operator_retry"
+    GONE: Final = "dispatch.dead_letter.gone"
 
     ALL: Final = (
         ENQUEUED,
@@ -53,6 +54,7 @@ class DispatchReason:
         EXPIRED_TTL,
         ACKED,
         OPERATOR_RETRY,
+        GONE,
     )
 
 

@@ -13,6 +13,8 @@ from studio_state import Clock, system_clock
 
 from ._constants import CLAIM_LEASE_SECONDS, DispatchReason
 from ._exceptions import InvalidArgument
+from ._routing import Routes
+from ._secret import parse_webhook_secret
 from ._steps import (
     Change,
     Claimed,
@@ -40,6 +42,7 @@ _COUNTED_AS = {
     DispatchReason.MAX_ATTEMPTS: "dead_letter",
     DispatchReason.ACK_TIMEOUT: "dead_letter",
     DispatchReason.EXPIRED_TTL: "expired",
+    DispatchReason.GONE: "dead_letter",
 }
 
 
@@ -61,6 +64,8 @@ async def deliver_due_dispatches(
     clock: Clock = system_clock,
     transport: Transport | None = None,
     actor: str | None = None,
+    webhook_secret: str | None = None,
+    webhook_transport: Transport | None = None,
 ) -> dict[str, int]:
     """Deliver the dispatches that are due; returns counts of what happened.
 
@@ -74,8 +79,15 @@ async def deliver_due_dispatches(
 
     ``now`` fixes the time of every decision; without it, ``clock`` is read at every claim
     and every outcome. ``transport`` (any :class:`studio_outbox.abc.Transport`) replaces the
-    argv transport built from ``notify_template``. With neither, delivery is paused: nothing
-    is claimed, no attempt is spent and all counts are zero.
+    argv transport built from ``notify_template``. With neither, delivery of those rows is
+    paused: they are not claimed, no attempt is spent and they are not counted.
+
+    Rows whose ``deliver_to`` is an ``http://`` or ``https://`` URL go to the webhook
+    transport instead: ``webhook_transport`` when given (a long-lived
+    :class:`studio_outbox.WebhookTransport`, kept open, so its connections are reused across
+    passes), else one built for this pass with ``webhook_secret`` (``whsec_<base64>``; the
+    requests are unsigned without it) and closed at its end. Without httpx (the ``http``
+    extra) and without ``webhook_transport``, URL rows are paused the same way.
 
     Returns ``{"attempted", "delivered", "retried", "dead_letter", "expired"}``: sends
     started, successful sends (including resends of rows awaiting an ack), failed sends put
@@ -90,6 +102,8 @@ async def deliver_due_dispatches(
         clock=clock,
         transport=transport,
         actor=actor,
+        webhook_secret=webhook_secret,
+        webhook_transport=webhook_transport,
     )
 
 
@@ -104,6 +118,8 @@ async def deliver(
     transport: Transport | None = None,
     actor: str | None = None,
     stop: asyncio.Event | None = None,
+    webhook_secret: str | None = None,
+    webhook_transport: Transport | None = None,
 ) -> dict[str, int]:
     """:func:`deliver_due_dispatches` with a ``stop`` event: once set, nothing new is
     claimed, and the sends in flight finish and are recorded before returning."""
@@ -117,8 +133,16 @@ async def deliver(
         raise InvalidArgument(
             "transport", f"must implement studio_outbox.abc.Transport, got {transport!r}"
         )
+    if webhook_transport is not None and not isinstance(webhook_transport, Transport):
+        raise InvalidArgument(
+            "webhook_transport",
+            f"must implement studio_outbox.abc.Transport, got {webhook_transport!r}",
+        )
+    if webhook_secret is not None:
+        parse_webhook_secret(webhook_secret, field="webhook_secret")
     counts = dict.fromkeys(_COUNT_KEYS, 0)
-    if transport is None:
+    routes = Routes(transport, webhook_transport, webhook_secret=webhook_secret, clock=clock)
+    if routes.paused:
         return counts
     if studio_state.in_owned_transaction(conn):
         raise InvalidArgument(
@@ -127,9 +151,9 @@ async def deliver(
             "its own short transactions)",
         )
     read: Callable[[], float] = clock if now is None else (lambda: float(now))
-    loop = _Loop(conn, transport, read, actor or DEFAULT_DELIVERY_ACTOR, counts, stop)
+    loop = _Loop(conn, routes, read, actor or DEFAULT_DELIVERY_ACTOR, counts, stop)
     scan_now = read()
-    rows = await scan(conn, scan_now, limit)
+    rows = [row for row in await scan(conn, scan_now, limit) if routes.can_send(row.deliver_to)]
     decided: list[Change] = []
     sendable: list[DueRow] = []
     for row in rows:
@@ -138,7 +162,10 @@ async def deliver(
             decided.append(change)
         elif not row.sweep:
             sendable.append(row)
-    await loop.run(decided, sendable, concurrency)
+    try:
+        await loop.run(decided, sendable, concurrency)
+    finally:
+        await routes.aclose()
     return counts
 
 

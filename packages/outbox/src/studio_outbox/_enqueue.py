@@ -17,6 +17,7 @@ from studio_state import Clock, system_clock
 
 from ._constants import DEFAULT_ACTOR, DEFAULT_MAX_ATTEMPTS, ENTITY_TYPE, PENDING, DispatchReason
 from ._exceptions import InvalidDispatch
+from ._url import check_deliver_to_url
 
 _COLUMNS = (
     "id, kind, deliver_to, payload, dedup_key, status, attempt, max_attempts, next_attempt_at, "
@@ -88,6 +89,7 @@ def _validate(
     kind_s = _text("kind", kind, allow_none=False, nonblank=True)
     deliver_s = _text("deliver_to", deliver_to, allow_none=False, nonblank=True)
     assert kind_s is not None and deliver_s is not None
+    check_deliver_to_url(deliver_s)
     if body is None:
         body = {}
     if not isinstance(body, Mapping):

@@ -8,6 +8,7 @@ RETURNING id``) so a step costs the same few round trips whatever its size.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -177,7 +178,14 @@ def outcome(claimed: Claimed, result: TransportResult, now: float) -> Change:
         )
     error = (result.error or "transport failed")[-LAST_ERROR_CHARS:]
     short = error[-_SUMMARY_ERROR_CHARS:]
-    if row.expired(now):
+    if result.gone:
+        status, reason, summary, at = (
+            DEAD_LETTER,
+            DispatchReason.GONE,
+            f"{of}: the destination is gone, no further send: {short}",
+            None,
+        )
+    elif row.expired(now):
         status, reason, summary, at = (
             EXPIRED,
             DispatchReason.EXPIRED_TTL,
@@ -192,12 +200,15 @@ def outcome(claimed: Claimed, result: TransportResult, now: float) -> Change:
             None,
         )
     else:
-        delay = backoff_seconds(attempt)
+        wait: float = backoff_seconds(attempt)
+        if result.retry_after is not None and not math.isnan(result.retry_after):
+            # the destination's Retry-After replaces the backoff for this attempt
+            wait = min(max(float(result.retry_after), 1.0), float(backoff_seconds(99)))
         status, reason, summary, at = (
             PENDING,
             DispatchReason.RETRY_BACKOFF,
-            f"{of} failed, retry in {delay}s: {short}",
-            now + delay,
+            f"{of} failed, retry in {wait:g}s: {short}",
+            now + wait,
         )
     return Change(
         row.id,

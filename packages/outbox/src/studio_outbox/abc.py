@@ -30,14 +30,24 @@ class TransportResult:
 
     ok: bool
     error: str | None = None
+    retry_after: float | None = None
+    """For a failure: seconds to wait before the next send instead of the backoff (the
+    destination's ``Retry-After``); the delivery loop keeps it within 1..1800 s."""
+    gone: bool = False
+    """For a failure: the destination refused for good (HTTP 410); no further send is made."""
 
     @classmethod
     def success(cls) -> TransportResult:
         return cls(True, None)
 
     @classmethod
-    def failure(cls, error: str) -> TransportResult:
-        return cls(False, error or "transport failed")
+    def failure(cls, error: str, *, retry_after: float | None = None) -> TransportResult:
+        return cls(False, error or "transport failed", retry_after)
+
+    @classmethod
+    def permanent_failure(cls, error: str) -> TransportResult:
+        """A failure that dead-letters the row at once (``dispatch.dead_letter.gone``)."""
+        return cls(False, error or "destination gone", gone=True)
 
 
 @runtime_checkable
