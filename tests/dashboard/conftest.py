@@ -18,7 +18,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from studio_launcher.testing import write_fake_li
 
@@ -64,6 +71,10 @@ def find_chromium() -> str:
         if found:
             return found
     pytest.fail(INSTALL_HINT, pytrace=False)
+
+
+# live parts refresh every 3 s, and runs take a few seconds: wait for them generously
+expect.set_options(timeout=20_000)
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,7 @@ def test_schedules_runs_and_actions_from_the_pages(
         "nightly-report",
         action_kind="command",
         action_command="python3",
-        action_command_args=["-c", "print('report written')"],
+        action_command_args=["-c", "import time; print('report written'); time.sleep(4)"],
         description="writes the nightly report",
     )
     failing = create(
@@ -55,17 +55,26 @@ def test_schedules_runs_and_actions_from_the_pages(
     expect(row(page, "nightly-report")).to_contain_text("enabled")
     shots.take(page, "02-schedules")
 
-    # Trigger from the list: the notice links the new run, whose page shows it completed
+    # Trigger from the list: the notice links the new run; the overview shows it in flight
     row(page, "nightly-report").get_by_role("button", name="Trigger").click()
     notice = page.locator(".flash-notice")
     expect(notice).to_contain_text(f"Schedule {report['id']} triggered")
     run_id = notice.get_by_role("link").inner_text()
     assert re.fullmatch(r"[0-9a-f]{12}", run_id)
-    notice.get_by_role("link").click()
+    page.get_by_role("link", name="Studio").click()
+    in_flight = page.locator("section", has=page.get_by_role("heading", name="In flight"))
+    expect(in_flight.locator(f'a[href="/runs/{run_id}"]')).to_be_visible()
+    expect(in_flight).to_contain_text("running")
+    shots.take(page, "01-overview-in-flight")
+
+    # the run page turns from running to completed by itself: no reload (the marker stays)
+    in_flight.get_by_role("link", name=run_id).click()
     expect(page).to_have_url(f"{url}/runs/{run_id}")
+    page.evaluate("window.__notReloaded = true")
     expect(page.locator("#live-run [data-status]").first).to_have_attribute(
         "data-status", "completed"
-    )  # the live region refreshes without a reload
+    )
+    assert page.evaluate("window.__notReloaded === true")
     expect(page.locator("#live-run")).to_contain_text("nightly-report")
     routes = api_routes(studio)
     if LOG_STREAM in routes:
@@ -98,7 +107,7 @@ def test_schedules_runs_and_actions_from_the_pages(
     failures = page.locator("section", has=page.get_by_role("heading", name="Recent failures"))
     expect(failures).to_contain_text("flaky-agent")
     expect(failures.get_by_role("link", name=re.compile("^[0-9a-f]{12}$")).first).to_be_visible()
-    shots.take(page, "01-overview")
+    shots.take(page, "01-overview-failures")
     page.get_by_role("link", name="Runs", exact=True).click()
     expect(page.locator("#live-runs")).to_contain_text(run_id)
     shots.take(page, "06-runs")
