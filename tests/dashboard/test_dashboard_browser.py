@@ -102,6 +102,22 @@ def test_schedules_runs_and_actions_from_the_pages(
         expect(page.locator("#cancel-unavailable")).to_be_visible()
     shots.take(page, "05-run-failed")
 
+    if CANCEL in routes:  # served once the run cancel route exists: Cancel a long run
+        sleeper = create(
+            studio,
+            "long-sleeper",
+            action_kind="command",
+            action_command="python3",
+            action_command_args=["-c", "import time; time.sleep(120)"],
+        )
+        page.goto(f"{url}/schedules/{sleeper['id']}")
+        page.get_by_role("button", name="Trigger").click()
+        page.locator(".flash-notice").get_by_role("link").click()
+        status = page.locator("#live-run [data-status]").first
+        expect(status).to_have_attribute("data-status", "running")
+        page.get_by_role("button", name="Cancel").click()
+        expect(status).to_have_attribute("data-status", "cancelled")
+
     # the overview lists the failure, with its run linked
     page.get_by_role("link", name="Studio").click()
     failures = page.locator("section", has=page.get_by_role("heading", name="Recent failures"))
