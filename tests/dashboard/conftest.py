@@ -169,7 +169,8 @@ def start_studio(base: Path, **env: str) -> StudioProcess:
 
 @pytest.fixture
 def studio(tmp_path: Path) -> Iterator[StudioProcess]:
-    server = start_studio(tmp_path / "studio")
+    # a zone other than UTC, so the pages show local times with UTC on hover
+    server = start_studio(tmp_path / "studio", LIONAGI_SCHEDULER_TZ="America/New_York")
     yield server
     server.close()
     server.stop()

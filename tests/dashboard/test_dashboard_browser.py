@@ -87,7 +87,10 @@ def test_schedules_runs_and_actions_from_the_pages(
     page.get_by_role("link", name="nightly-report").click()
     expect(page.get_by_role("heading", name="nightly-report")).to_be_visible()
     expect(page.locator("ol.fires li")).to_have_count(10)
-    assert page.locator("ol.fires time").first.get_attribute("title", timeout=5000).endswith("UTC")
+    first_fire = page.locator("ol.fires time").first
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d E[SD]T", first_fire.inner_text())
+    utc = first_fire.get_attribute("title") or ""
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ UTC", utc)
     expect(page.locator("#live-runs")).to_contain_text(run_id)
     expect(page.locator(".settings")).to_contain_text("writes the nightly report")
     shots.take(page, "03-schedule")
