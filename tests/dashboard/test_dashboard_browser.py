@@ -238,6 +238,7 @@ def test_login_logout_and_csrf_with_a_token(tmp_path: Path, page: Page, shots: S
         assert httpx.get(f"{url}/api/schedules").status_code == 401
         page.goto(f"{url}/schedules")
         expect(page).to_have_url(re.compile(r"/login\?next=%2Fschedules$"))
+        expect(page.get_by_role("button", name="Log out")).to_have_count(0)
         shots.take(page, "09-login")
         page.get_by_label(re.compile("Studio token")).fill("not-the-token")
         page.get_by_role("button", name="Log in").click()

@@ -105,6 +105,7 @@ def render(
         path=request.url.path,
         csrf=who.csrf if who is not None else "",
         login_required=signer_of(request).login_required,
+        logged_in=who is not None and who.session.authenticated,
         notice=request.query_params.get("notice"),
         error=request.query_params.get("error"),
         started_run=request.query_params.get("run"),
