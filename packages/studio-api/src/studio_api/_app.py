@@ -16,6 +16,7 @@ from studio_state import StateError
 
 from .__about__ import __version__
 from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
+from ._dashboard import install_dashboard
 from ._errors import LastResortMiddleware, install_error_handlers
 from ._models import ErrorOut
 from ._settings import StudioSettings
@@ -73,6 +74,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     app.include_router(schedules.router)
     app.include_router(runs.router)
     app.include_router(dispatch.router)
+    install_dashboard(app)
     app.add_middleware(LastResortMiddleware)
     if settings.auth_token is not None:
         app.add_middleware(BearerAuthMiddleware, token=settings.auth_token.get_secret_value())

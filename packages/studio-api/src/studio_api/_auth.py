@@ -1,4 +1,5 @@
-"""Bearer-token authentication for every route but ``/api/health``."""
+"""Bearer-token authentication for every route but ``/api/health`` (and the dashboard's pages,
+which check their own session cookie)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import hmac
 import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ._dashboard._paths import is_dashboard_path
 
 #: Paths served without a token (liveness probes must work without the secret).
 PUBLIC_PATHS = frozenset({"/api/health"})
@@ -39,7 +42,8 @@ class BearerAuthMiddleware:
         self._token = token.encode("ascii")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in PUBLIC_PATHS or is_dashboard_path(path):
             await self.app(scope, receive, send)
             return
         header = next(

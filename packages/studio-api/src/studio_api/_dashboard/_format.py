@@ -1,0 +1,104 @@
+"""Jinja filters: times in a zone (UTC on hover), durations, statuses with a word and an icon."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+# Each status has an icon and a word beside its colour, so the page reads in grey too.
+STATUS_ICONS = {
+    "completed": "✓",
+    "acked": "✓",
+    "delivered": "✓",
+    "ok": "✓",
+    "enabled": "●",
+    "running": "▶",
+    "delivering": "▶",
+    "queued": "…",
+    "pending": "…",
+    "waiting_dependency": "…",
+    "retry_wait": "↻",
+    "failed": "✗",
+    "dead_letter": "✗",
+    "timed_out": "◷",
+    "expired": "◷",
+    "degraded": "!",
+    "skipped": "↷",
+    "cancelled": "⊘",
+    "disabled": "○",
+}
+_TONES = {
+    "completed": "good",
+    "acked": "good",
+    "delivered": "good",
+    "ok": "good",
+    "enabled": "good",
+    "running": "busy",
+    "delivering": "busy",
+    "failed": "bad",
+    "dead_letter": "bad",
+    "timed_out": "bad",
+    "expired": "bad",
+    "degraded": "bad",
+}
+
+
+def zone_of(name: str | None, fallback: str) -> ZoneInfo:
+    """The zone called ``name`` (else ``fallback``, else UTC)."""
+    for candidate in (name, fallback):
+        if candidate:
+            try:
+                return ZoneInfo(candidate)
+            except (ZoneInfoNotFoundError, ValueError):
+                continue
+    return ZoneInfo("UTC")
+
+
+def local_time(epoch: float | None, zone: ZoneInfo) -> str:
+    """``2026-12-03 10:20:33 CET`` (empty for no time)."""
+    if epoch is None:
+        return ""
+    return dt.datetime.fromtimestamp(float(epoch), zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def utc_time(epoch: float | None) -> str:
+    """ISO-8601 UTC, for the ``title`` of a time (shown on hover)."""
+    if epoch is None:
+        return ""
+    moment = dt.datetime.fromtimestamp(float(epoch), dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") + " UTC"
+
+
+def duration(seconds: float | None) -> str:
+    """``850 ms``, ``4.2 s``, ``3 min 05 s``, ``2 h 07 min``, ``3 d 4 h``."""
+    if seconds is None:
+        return ""
+    value = max(0.0, float(seconds))
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 60:
+        return f"{value:.1f} s"
+    whole = int(value)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+def run_duration(run: dict[str, Any], now: float) -> str:
+    """How long a run took (or has been running)."""
+    start = run.get("fired_at")
+    if start is None:
+        return ""
+    end = run.get("ended_at")
+    return duration((end if end is not None else now) - start)
+
+
+def status_icon(status: str | None) -> str:
+    return STATUS_ICONS.get(status or "", "•")
+
+
+def status_tone(status: str | None) -> str:
+    return _TONES.get(status or "", "neutral")

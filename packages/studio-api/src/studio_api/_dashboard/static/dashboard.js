@@ -1,0 +1,47 @@
+// Studio dashboard: live regions refresh without a full reload, the run log streams over SSE,
+// destructive forms ask first. Plain JS, no dependencies, nothing from another origin.
+(function () {
+  "use strict";
+  var REFRESH_MS = 3000;
+
+  function refresh() {
+    var regions = document.querySelectorAll("[data-live]:not([data-final])");
+    if (!regions.length || document.hidden) return;
+    fetch(window.location.href, { headers: { "X-Studio-Refresh": "1" }, cache: "no-store" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        regions.forEach(function (old) {
+          if (old.contains(document.activeElement)) return; // never under the user's cursor
+          var next = old.id && fresh.getElementById(old.id);
+          if (next) old.replaceWith(document.importNode(next, true));
+        });
+      })
+      .catch(function () {});
+  }
+
+  function streamLog(pre) {
+    if (!window.EventSource) return;
+    var source = new EventSource(pre.getAttribute("data-sse"));
+    source.onmessage = function (event) {
+      pre.append(event.data + "\n");
+      pre.scrollTop = pre.scrollHeight;
+    };
+    source.addEventListener("end", function (event) {
+      pre.setAttribute("data-ended", event.data || "");
+      source.close();
+    });
+    source.onerror = function () { if (source.readyState === EventSource.CLOSED) source.close(); };
+  }
+
+  document.addEventListener("submit", function (event) {
+    var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("pre[data-sse]").forEach(streamLog);
+    if (document.querySelector("[data-live]")) window.setInterval(refresh, REFRESH_MS);
+  });
+})();
