@@ -26,6 +26,7 @@ from ._exceptions import (
 )
 from ._followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._github import GithubPollSource
+from ._orphans import OrphanReaper
 from ._schema import ensure_schema
 from ._service import ScheduleService
 from ._settings import SchedulerSettings
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_CHAIN_DEPTH",
     "MetricThreshold",
     "OVERLAY_KEYS",
+    "OrphanReaper",
     "RunNotCancellable",
     "RunNotFound",
     "ScheduleNameTaken",

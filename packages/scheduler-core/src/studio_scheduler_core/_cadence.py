@@ -10,6 +10,8 @@ from ._cron import CronError, check_expression, iso, next_after
 from ._exceptions import ScheduleValidationError
 
 DEFAULT_POLL_INTERVAL_SEC = 300
+MAX_INTERVAL_SEC = 366 * 86400
+"""The longest ``interval_sec`` a schedule (or a preview) takes: 366 days."""
 
 
 def interval_next(due: float, interval: float, now: float) -> float:
@@ -64,8 +66,12 @@ def advance(
     return None
 
 
-def _entry(at: float, timezone: str) -> dict[str, Any]:
-    return {"at": at, "utc": iso(at), "local": iso(at, timezone)}
+def _entry(at: float, timezone: str) -> dict[str, Any] | None:
+    """One preview entry, or ``None`` past the last representable date (year 9999)."""
+    try:
+        return {"at": at, "utc": iso(at), "local": iso(at, timezone)}
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def preview_times(
@@ -89,7 +95,10 @@ def preview_times(
         at = start
         for _ in range(n):
             at = next_after(cron_expr, timezone, at)
-            out.append(_entry(at, timezone))
+            entry = _entry(at, timezone)
+            if entry is None:
+                break
+            out.append(entry)
         return out
     if trigger_type in ("interval", "github_poll"):
         step = interval_sec if trigger_type == "interval" else poll_interval_sec
@@ -100,7 +109,12 @@ def preview_times(
         if at < start:
             at = interval_next(at, step, start)
         for _ in range(n):
-            out.append(_entry(at, timezone))
+            # A stored interval or next fire time may lie past year 9999 (a row written before
+            # the bounds, or by hand): the preview ends there instead of raising.
+            entry = _entry(at, timezone)
+            if entry is None:
+                break
+            out.append(entry)
             at += step
         return out
     raise ValueError(f"unknown trigger_type {trigger_type!r}")
@@ -129,8 +143,14 @@ def preview_fire_times(
         except CronError as exc:
             raise ScheduleValidationError("cron_expr", str(exc)) from None
     if trigger_type == "interval":
-        if isinstance(interval_sec, bool) or not isinstance(interval_sec, int) or interval_sec < 1:
-            raise ScheduleValidationError("interval_sec", "must be an integer >= 1")
+        if (
+            isinstance(interval_sec, bool)
+            or not isinstance(interval_sec, int)
+            or not 1 <= interval_sec <= MAX_INTERVAL_SEC
+        ):
+            raise ScheduleValidationError(
+                "interval_sec", f"must be an integer between 1 and {MAX_INTERVAL_SEC}"
+            )
         return preview_times(
             trigger_type="interval", interval_sec=interval_sec, timezone=timezone, start=start, n=n
         )

@@ -27,6 +27,7 @@ from ._gates import Admission, Reservation
 from ._github import GithubPollSource
 from ._lock import EngineLock
 from ._occurrence import ScheduleClaim
+from ._orphans import OrphanReaper
 from ._reconcile import checkpoint, reap_stale, reconcile_startup
 from ._runner import FireRunner
 from ._schema import ensure_schema
@@ -76,6 +77,8 @@ class SchedulerEngine:
             settings=settings, db_path=self.db_path, clock=clock, wake=self.wake
         )
         self._on_run_terminal = on_run_terminal
+        self.reaper = OrphanReaper()
+        """Terminates the orphans start-up recovery finds, in the background."""
         self._lock = EngineLock(self.db_path)
         self._dbfile = DatabaseFile(self.db_path)
         self._database_problem: str | None = None
@@ -172,12 +175,13 @@ class SchedulerEngine:
             now = self.clock()
             self._last_checkpoint = now
             await self._recompute_cadence(now)
-            await reconcile_startup(conn, now=now)
+            await reconcile_startup(conn, now=now, reaper=self.reaper)
             await self._evaluator.missed_fires(now)
             self._data_version = await self._read_data_version()
             if loop:
                 self._loop_task = asyncio.create_task(self._loop(), name="studio-scheduler-loop")
         except BaseException:
+            await self.reaper.close()
             await self._close()
             raise
 
@@ -201,6 +205,7 @@ class SchedulerEngine:
                     await closer()
         if self._runner is not None:
             await self._runner.cancel_all()
+        await self.reaper.close()
         await self._close()
 
     async def _close(self) -> None:

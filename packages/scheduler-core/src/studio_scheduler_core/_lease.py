@@ -24,15 +24,11 @@ from typing import Any
 
 import aiosqlite
 
-from studio_launcher import (
-    LaunchError,
-    is_same_process,
-    process_start_time,
-    terminate_process_group,
-)
+from studio_launcher import is_same_process, process_start_time
 from studio_state import Transition, fetch_all, fetch_value, record_transitions, write_transaction
 
-from ._reconcile import DAEMON_RESTART, terminate_unrecorded
+from ._orphans import OrphanReaper
+from ._reconcile import DAEMON_RESTART, find_orphans, terminate_orphans
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -48,6 +44,7 @@ MAX_LEASE_ATTEMPTS = 3
 CLAIMED = "run.running.claimed"
 LEASE_EXPIRED = "run.queued.lease_expired"
 LEASE_EXHAUSTED = "run.failed.lease_exhausted"
+REQUEUED_SHUTDOWN = "run.queued.shutdown"
 
 _MAX_DETAIL = 2000
 
@@ -110,15 +107,27 @@ def lease_transition(
 
 
 async def recover_abandoned(
-    conn: aiosqlite.Connection, *, worker_id: str, now: float, max_attempts: int
+    conn: aiosqlite.Connection,
+    *,
+    worker_id: str,
+    now: float,
+    max_attempts: int,
+    reaper: OrphanReaper | None = None,
 ) -> dict[str, int]:
-    """Requeue or fail the running rows of other workers that are gone; counts per outcome."""
+    """Requeue or fail the running rows of other workers that are gone; counts per outcome.
+
+    Every live process of an abandoned row is terminated: its recorded group, and every
+    process carrying its invocation id in the environment (a child whose pid was never
+    recorded, a descendant that escaped with ``setsid``), all at once with one shared grace
+    (in the background through ``reaper``, so the tick does not wait on it).
+    """
     rows = await fetch_all(
         conn,
         "SELECT id, invocation_id, leased_by, lease_expires_at, lease_attempts, child_pid, "
         "child_started_at FROM schedule_runs WHERE status = 'running' AND leased_by IS NOT NULL",
     )
     counts = {"requeued": 0, "exhausted": 0, "orphaned": 0}
+    abandoned = []
     for row in rows:
         owner = row["leased_by"]
         if owner == worker_id:
@@ -126,29 +135,47 @@ async def recover_abandoned(
         expires = row["lease_expires_at"]
         if (expires is not None and float(expires) > now) and not owner_is_dead(owner):
             continue
-        outcome = await _recover_row(conn, row, now=now, max_attempts=max_attempts)
+        abandoned.append(row)
+    if not abandoned:
+        return counts
+    found = await find_orphans(
+        conn, [str(r["invocation_id"]) for r in abandoned if r["invocation_id"]]
+    )
+    pids: set[int] = set()
+    launched: dict[str, bool] = {}
+    for row in abandoned:
+        escaped = found.get(str(row["invocation_id"]), []) if row["invocation_id"] else []
+        # A live process with this invocation's id means the child did start, even when the
+        # owner died between exec and recording the pid: never re-run.
+        launched[str(row["id"])] = row["child_pid"] is not None or bool(escaped)
+        if child_alive(row):
+            logger.warning(
+                "terminating orphaned process group %s of ad-hoc run %s",
+                row["child_pid"],
+                row["id"],
+            )
+            pids.add(int(row["child_pid"]))
+        pids.update(escaped)
+    await terminate_orphans(pids, reaper)
+    for row in abandoned:
+        outcome = await _recover_row(
+            conn, row, now=now, max_attempts=max_attempts, launched=launched[str(row["id"])]
+        )
         if outcome is not None:
             counts[outcome] += 1
     return counts
 
 
 async def _recover_row(
-    conn: aiosqlite.Connection, row: Mapping[str, Any], *, now: float, max_attempts: int
+    conn: aiosqlite.Connection,
+    row: Mapping[str, Any],
+    *,
+    now: float,
+    max_attempts: int,
+    launched: bool,
 ) -> str | None:
     run_id, attempts = str(row["id"]), int(row["lease_attempts"])
-    launched = row["child_pid"] is not None
-    if not launched and row["invocation_id"]:
-        # The owner may have died between exec and recording the pid: a live process with
-        # this invocation's id in its environment means the child did start (never re-run).
-        launched = await terminate_unrecorded(conn, [str(row["invocation_id"])]) > 0
     if launched:
-        if child_alive(row):
-            pid = int(row["child_pid"])
-            logger.warning("terminating orphaned process group %d of ad-hoc run %s", pid, run_id)
-            try:
-                await terminate_process_group(pid)
-            except (LaunchError, OSError) as exc:
-                logger.warning("could not terminate process group %d: %s", pid, exc)
         outcome, status, reason, inv_status = "orphaned", "failed", DAEMON_RESTART, "failed"
         summary = (
             f"worker {row['leased_by']} is gone while this run's child was running; "
@@ -256,3 +283,69 @@ async def holds_lease(
         (run_id, worker_id, attempt),
     )
     return found is not None
+
+
+async def requeue_unstarted(
+    conn: aiosqlite.Connection,
+    run_id: str,
+    invocation_id: str,
+    *,
+    worker_id: str,
+    attempt: int,
+    now: float,
+) -> bool:
+    """Give back a claim whose child was never started (the worker is stopping).
+
+    The row returns to ``queued`` (``run.queued.shutdown``) with the claim's attempt given
+    back, and the attempt's invocation becomes ``aborted``: a shutdown only cancels runs that
+    are really running. Guarded on this worker's claim; ``False`` when the row moved on.
+    """
+    summary = f"worker {worker_id} stopped before this run's child started; queued again"
+    async with write_transaction(conn):
+        cursor = await conn.execute(
+            "UPDATE schedule_runs SET status = 'queued', leased_by = NULL, "
+            "lease_expires_at = NULL, invocation_id = NULL, child_pid = NULL, "
+            "child_started_at = NULL, lease_attempts = lease_attempts - 1, updated_at = ?, "
+            "status_reason_code = ?, status_reason_summary = ? "
+            "WHERE id = ? AND status = 'running' AND leased_by = ? AND lease_attempts = ? "
+            "AND child_pid IS NULL",
+            (now, REQUEUED_SHUTDOWN, summary, run_id, worker_id, attempt),
+        )
+        won = cursor.rowcount == 1
+        await cursor.close()
+        if not won:
+            return False
+        await conn.execute(
+            "UPDATE invocations SET status = 'aborted', ended_at = ?, updated_at = ?, "
+            "status_reason_code = ?, status_reason_summary = ? WHERE id = ? AND status = 'running'",
+            (now, now, REQUEUED_SHUTDOWN, summary, invocation_id),
+        )
+        meta = {"worker_id": worker_id, "lease_attempt": attempt}
+        await record_transitions(
+            conn,
+            [
+                lease_transition(
+                    "schedule_run",
+                    run_id,
+                    "running",
+                    "queued",
+                    REQUEUED_SHUTDOWN,
+                    summary,
+                    now,
+                    actor="adhoc_worker",
+                    metadata=meta,
+                ),
+                lease_transition(
+                    "invocation",
+                    invocation_id,
+                    "running",
+                    "aborted",
+                    REQUEUED_SHUTDOWN,
+                    summary,
+                    now,
+                    actor="adhoc_worker",
+                    refs=[{"kind": "schedule_run", "id": run_id}],
+                ),
+            ],
+        )
+    return True

@@ -253,12 +253,14 @@ _DEFERRAL_RUN = (
     "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
     "status, chain_depth, fired_at, ended_at, created_at, updated_at, status_reason_code, "
     "status_reason_summary, status_evidence_refs) "
-    "VALUES (?, ?, ?, ?, '[]', 'skipped', 0, ?, ?, ?, ?, ?, ?, ?)"
+    "SELECT ?, ?, ?, ?, '[]', 'skipped', 0, ?, ?, ?, ?, ?, ?, ? "
+    "WHERE EXISTS (SELECT 1 FROM schedules WHERE id = ?)"
 )
 _DEFERRAL_TRANSITION = (
     "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
     "reason_code, reason_summary, evidence_refs, actor, metadata, created_at) "
-    "VALUES (?, 'schedule_run', ?, NULL, 'skipped', ?, ?, ?, 'scheduler', ?, ?)"
+    "SELECT ?, 'schedule_run', ?, NULL, 'skipped', ?, ?, ?, 'scheduler', ?, ? "
+    "WHERE EXISTS (SELECT 1 FROM schedule_runs WHERE id = ?)"
 )
 
 
@@ -268,7 +270,9 @@ async def write_deferrals(
     """Insert many deferral records and their transitions in ONE transaction (executemany).
 
     The hot path of a tick with thousands of due rows and no free slot: parameters are built
-    directly (ids are hex, so the evidence JSON needs no encoder).
+    directly (ids are hex, so the evidence JSON needs no encoder). A record whose schedule was
+    deleted since the due scan is skipped (with its transition), not a foreign-key failure
+    that would roll back the whole batch. Returns how many records were written.
     """
     items = list(records)
     if not items:
@@ -307,12 +311,24 @@ async def write_deferrals(
                 record.reason_code,
                 record.summary,
                 evidence,
+                record.schedule_id,
             )
         )
         transitions.append(
-            (transition_id, run_id, record.reason_code, record.summary, evidence, metadata, now)
+            (
+                transition_id,
+                run_id,
+                record.reason_code,
+                record.summary,
+                evidence,
+                metadata,
+                now,
+                run_id,
+            )
         )
     async with write_transaction(conn):
-        await conn.executemany(_DEFERRAL_RUN, runs)
+        cursor = await conn.executemany(_DEFERRAL_RUN, runs)
+        written = cursor.rowcount
+        await cursor.close()
         await conn.executemany(_DEFERRAL_TRANSITION, transitions)
-    return len(runs)
+    return written

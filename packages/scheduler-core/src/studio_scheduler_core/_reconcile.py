@@ -20,10 +20,11 @@ from studio_launcher import (
     LaunchError,
     find_processes_by_env,
     is_same_process,
-    terminate_process_group,
     terminate_processes,
 )
 from studio_state import Transition, connect, fetch_all, record_transitions, write_transaction
+
+from ._orphans import OrphanReaper
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -109,44 +110,59 @@ async def database_path(conn: aiosqlite.Connection) -> str | None:
     return None
 
 
-async def terminate_unrecorded(
+async def find_orphans(
     conn: aiosqlite.Connection, invocation_ids: Collection[str], *, db_path: str | None = None
-) -> int:
-    """Terminate live processes started for these invocations, found by their environment.
+) -> dict[str, list[int]]:
+    """Live processes started for these invocations, found by their environment: id -> pids.
 
     A child whose pid was never recorded (the daemon died between exec and writing it down)
-    and a descendant that left its group still carry ``LIONAGI_INVOCATION_ID`` and
-    ``LIONAGI_STUDIO_DB``; only processes of this database are matched. Returns how many
-    processes were found.
+    and a descendant that left its group (``setsid``) still carry ``LIONAGI_INVOCATION_ID``
+    and ``LIONAGI_STUDIO_DB``; only processes of this database are matched. One ``/proc``
+    scan for all the ids.
     """
     if not invocation_ids:
-        return 0
+        return {}
     path = db_path if db_path is not None else await database_path(conn)
     if not path:
-        return 0
+        return {}
     found = find_processes_by_env(INVOCATION_ENV, invocation_ids, where={"LIONAGI_STUDIO_DB": path})
-    pids = [pid for group in found.values() for pid in group]
-    if pids:
+    if found:
         logger.warning(
-            "terminating %d orphaned process(es) of invocation(s) %s found by environment",
-            len(pids),
+            "found %d orphaned process(es) of invocation(s) %s by environment",
+            sum(len(pids) for pids in found.values()),
             ", ".join(sorted(found)),
         )
-        try:
-            await terminate_processes(pids)
-        except (LaunchError, OSError) as exc:
-            logger.warning("could not terminate orphans %s: %s", pids, exc)
-    return len(pids)
+    return found
+
+
+async def terminate_orphans(pids: Collection[int], reaper: OrphanReaper | None) -> None:
+    """Terminate the groups of ``pids`` at once: through ``reaper`` in the background, else
+    awaited here (one shared grace either way)."""
+    if not pids:
+        return
+    if reaper is not None:
+        reaper.terminate(pids)  # in the background: start-up and the tick never wait on it
+        return
+    try:
+        await terminate_processes(list(pids))
+    except (LaunchError, OSError) as exc:
+        logger.warning("could not terminate orphans %s: %s", sorted(pids), exc)
 
 
 async def reconcile_startup(
-    conn: aiosqlite.Connection, *, now: float, db_path: str | None = None
+    conn: aiosqlite.Connection,
+    *,
+    now: float,
+    db_path: str | None = None,
+    reaper: OrphanReaper | None = None,
 ) -> int:
     """Fail every scheduled run left ``running`` by a previous process; return how many.
 
-    Live orphans are terminated first: the recorded ``(child_pid, child_started_at)`` group,
-    then any process still carrying one of those invocations' ids in its environment (a
-    child whose pid was never written down because the daemon died right after exec).
+    Every live orphan is terminated: the recorded ``(child_pid, child_started_at)`` groups and
+    every process still carrying one of those invocations' ids in its environment (a child
+    whose pid was never written down, or a descendant that escaped its group with
+    ``setsid``). All of them are signalled at once and share one grace period; with a
+    ``reaper`` that happens in the background and this returns without waiting.
     Must only run while this engine holds the lock (no other engine can own those runs).
     """
     runs = await fetch_all(
@@ -154,14 +170,13 @@ async def reconcile_startup(
         "SELECT id, invocation_id, child_pid, child_started_at FROM schedule_runs "
         "WHERE status = 'running' AND leased_by IS NULL",
     )
+    pids: set[int] = set()
     for run in runs:
         if _alive(run):
-            pid = int(run["child_pid"])
-            logger.warning("terminating orphaned process group %d of run %s", pid, run["id"])
-            try:
-                await terminate_process_group(pid)
-            except (LaunchError, OSError) as exc:
-                logger.warning("could not terminate process group %d: %s", pid, exc)
+            logger.warning(
+                "terminating orphaned process group %s of run %s", run["child_pid"], run["id"]
+            )
+            pids.add(int(run["child_pid"]))
     orphans = await fetch_all(
         conn,
         "SELECT i.id FROM invocations i LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
@@ -171,7 +186,9 @@ async def reconcile_startup(
     invocation_ids.update(o["id"] for o in orphans)
     if not runs and not invocation_ids:
         return 0
-    await terminate_unrecorded(conn, invocation_ids, db_path=db_path)
+    found = await find_orphans(conn, invocation_ids, db_path=db_path)
+    pids.update(pid for group in found.values() for pid in group)
+    await terminate_orphans(pids, reaper)
     return await _terminalize(
         conn,
         runs,

@@ -16,6 +16,7 @@ import yaml
 
 from studio_launcher import InvalidAction, validate_action
 
+from ._cadence import MAX_INTERVAL_SEC
 from ._cron import CronError, check_expression, next_after
 from ._exceptions import ScheduleValidationError
 from ._followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS, apply_overlay
@@ -96,18 +97,38 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME = 200
 MAX_DESCRIPTION = 4000
 MAX_DISABLE_REASON = 500
+MAX_POLL_INTERVAL_SEC = 86400
+MAX_COUNT = 2**31 - 1
+"""The bound of ``max_runs`` and ``budget_tokens``."""
+MAX_BUDGET_USD = 1e9
+MAX_WINDOW_MINUTES = 366 * 1440
 
 
 def _err(field: str, message: str) -> ScheduleValidationError:
     return ScheduleValidationError(field, message)
 
 
-def _positive_int(field: str, value: Any) -> int:
+def _positive_int(field: str, value: Any, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _err(field, f"must be an integer, got {value!r}")
-    if value < 1:
-        raise _err(field, f"must be >= 1, got {value}")
+    if not 1 <= value <= maximum:
+        # str() of a huge int raises (Python's digit limit): describe it by its size instead.
+        shown = (
+            str(value) if value.bit_length() < 64 else f"an integer of {value.bit_length()} bits"
+        )
+        raise _err(field, f"must be between 1 and {maximum}, got {shown}")
     return value
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, or ``None`` (not a number, NaN, infinite, too large)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _str_list(field: str, value: Any) -> list[str]:
@@ -212,10 +233,11 @@ def check_threshold(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
         raise _err("threshold_config.metric", f"must be one of {', '.join(THRESHOLD_METRICS)}")
     if out["op"] not in THRESHOLD_OPS:
         raise _err("threshold_config.op", f"must be one of {', '.join(THRESHOLD_OPS)}")
-    number = out["value"]
-    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
+    if _finite(out["value"]) is None:
         raise _err("threshold_config.value", "must be a finite number")
-    out["window_minutes"] = _positive_int("threshold_config.window_minutes", out["window_minutes"])
+    out["window_minutes"] = _positive_int(
+        "threshold_config.window_minutes", out["window_minutes"], MAX_WINDOW_MINUTES
+    )
     return out
 
 
@@ -240,7 +262,7 @@ def _check_trigger(row: dict[str, Any], *, timezone: str, now: float) -> None:
     elif trigger == "interval":
         if row.get("interval_sec") is None:
             raise _err("interval_sec", "is required for trigger_type 'interval'")
-        row["interval_sec"] = _positive_int("interval_sec", row["interval_sec"])
+        row["interval_sec"] = _positive_int("interval_sec", row["interval_sec"], MAX_INTERVAL_SEC)
     else:
         repo = row.get("github_repo")
         if not repo:
@@ -251,7 +273,9 @@ def _check_trigger(row: dict[str, Any], *, timezone: str, now: float) -> None:
         row["github_filter"] = check_github_filter(row.get("github_filter"))
         if row.get("poll_interval_sec") is None:
             row["poll_interval_sec"] = 300
-        row["poll_interval_sec"] = _positive_int("poll_interval_sec", row["poll_interval_sec"])
+        row["poll_interval_sec"] = _positive_int(
+            "poll_interval_sec", row["poll_interval_sec"], MAX_POLL_INTERVAL_SEC
+        )
         if row.get("threshold_config") is not None:
             raise _err("threshold_config", "applies only to cron and interval schedules")
     row["threshold_config"] = check_threshold(row.get("threshold_config"))
@@ -260,14 +284,15 @@ def _check_trigger(row: dict[str, Any], *, timezone: str, now: float) -> None:
 def _check_limits(row: dict[str, Any]) -> None:
     for field in ("max_runs", "budget_tokens"):
         if row.get(field) is not None:
-            row[field] = _positive_int(field, row[field])
+            row[field] = _positive_int(field, row[field], MAX_COUNT)
     budget = row.get("budget_usd")
     if budget is not None:
         if isinstance(budget, bool) or not isinstance(budget, int | float):
-            raise _err("budget_usd", f"must be a number, got {budget!r}")
-        if not math.isfinite(budget) or budget <= 0:
-            raise _err("budget_usd", f"must be a finite number > 0, got {budget!r}")
-        row["budget_usd"] = float(budget)
+            raise _err("budget_usd", f"must be a number, got {type(budget).__name__}")
+        number = _finite(budget)
+        if number is None or not 0 < number <= MAX_BUDGET_USD:
+            raise _err("budget_usd", f"must be a finite number > 0 and <= {MAX_BUDGET_USD:g}")
+        row["budget_usd"] = number
 
 
 def check_action(row: Mapping[str, Any], *, settings: SchedulerSettings, prefix: str = "") -> None:

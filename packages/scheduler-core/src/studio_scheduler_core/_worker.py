@@ -23,7 +23,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock, fetch_all, record_transitions, write_transaction
+from studio_state import Clock, fetch_all, open_connection, record_transitions, write_transaction
 
 from ._exceptions import InvalidSettings
 from ._fire import FireEnv, Prepared, execute, finish, prepare
@@ -38,7 +38,9 @@ from ._lease import (
     new_worker_id,
     recover_abandoned,
     renew_lease,
+    requeue_unstarted,
 )
+from ._orphans import OrphanReaper
 from ._rows import decode_run
 from ._settings import SchedulerSettings
 
@@ -107,6 +109,12 @@ class AdhocWorker:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._open: dict[str, tuple[Prepared, int]] = {}
         self._revoked: set[str] = set()
+        self._started: set[str] = set()
+        """Runs whose execution began (a child may exist): never requeued by :meth:`stop`."""
+        self.reaper = OrphanReaper()
+        """Terminates the orphans recovery finds, in the background (closed by :meth:`stop`)."""
+        self._reader: aiosqlite.Connection | None = None
+        self._reader_lock = asyncio.Lock()
 
     # -- WorkerPass -------------------------------------------------------------------------
     async def run(self, conn: aiosqlite.Connection, *, now: float) -> None:
@@ -122,7 +130,11 @@ class AdhocWorker:
             self.launch(fire, attempt)
 
     async def stop(self) -> None:
-        """Cancel every run this worker executes (children terminated, runs ``cancelled``)."""
+        """Cancel every run this worker executes (children terminated, runs ``cancelled``).
+
+        A claimed run whose child was never started goes back to ``queued``: a shutdown
+        cancels only runs that are really running.
+        """
         self._stopping = True
         tasks = list(self._tasks.values())
         for task in tasks:
@@ -130,11 +142,20 @@ class AdhocWorker:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         env = self._env
-        for fire, _ in list(self._open.values()):
+        for fire, attempt in list(self._open.values()):
             fire.discard()
             if env is None:
                 continue
-            with contextlib.suppress(Exception):
+            try:
+                if fire.run_id not in self._started and await requeue_unstarted(
+                    env.conn,
+                    fire.run_id,
+                    fire.invocation_id,
+                    worker_id=self.worker_id,
+                    attempt=attempt,
+                    now=self.clock(),
+                ):
+                    continue
                 await finish(
                     env,
                     fire,
@@ -144,7 +165,15 @@ class AdhocWorker:
                     exit_code=None,
                     error_detail=None,
                 )
+            except Exception:
+                logger.exception("could not settle ad-hoc run %s at shutdown", fire.run_id)
         self._open.clear()
+        self._started.clear()
+        await self.reaper.close()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.close()
 
     def in_flight(self) -> int:
         """How many ad-hoc runs this worker has claimed and not yet finished."""
@@ -162,7 +191,11 @@ class AdhocWorker:
     async def recover(self, conn: aiosqlite.Connection, *, now: float) -> dict[str, int]:
         """Requeue or fail running rows whose owner is gone; return counts per outcome."""
         return await recover_abandoned(
-            conn, worker_id=self.worker_id, now=now, max_attempts=self.max_lease_attempts
+            conn,
+            worker_id=self.worker_id,
+            now=now,
+            max_attempts=self.max_lease_attempts,
+            reaper=self.reaper,
         )
 
     async def claim(self, conn: aiosqlite.Connection, *, now: float) -> list[tuple[Prepared, int]]:
@@ -301,6 +334,7 @@ class AdhocWorker:
         env = self._env
         task = asyncio.current_task()
         assert env is not None and task is not None
+        self._started.add(fire.run_id)
         watcher = asyncio.create_task(
             self._watch(env, fire, attempt, task), name=f"adhoc-lease-{fire.run_id}"
         )
@@ -316,6 +350,7 @@ class AdhocWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
             self._open.pop(fire.run_id, None)
+            self._started.discard(fire.run_id)
             self._revoked.discard(fire.run_id)
             if self._wake is not None and not self._stopping:
                 self._wake()
@@ -340,7 +375,10 @@ class AdhocWorker:
                     last_renewal = now
                 else:
                     ours = await holds_lease(
-                        env.conn, fire.run_id, worker_id=self.worker_id, attempt=attempt
+                        await self._ownership_reader(),
+                        fire.run_id,
+                        worker_id=self.worker_id,
+                        attempt=attempt,
                     )
             except Exception:
                 logger.exception("lease check of ad-hoc run %s failed", fire.run_id)
@@ -350,6 +388,25 @@ class AdhocWorker:
                 self._revoked.add(fire.run_id)
                 task.cancel()
                 return
+
+    async def _ownership_reader(self) -> aiosqlite.Connection:
+        """A query-only connection of its own for "is this row still ours" reads.
+
+        The engine's connection is shared by every task: a read there sees another task's
+        open transaction, e.g. this run's own uncommitted terminal write, and would cancel the
+        run mid-commit (the terminal write then rolls back and the run stays ``running``). A
+        separate connection sees committed rows only.
+        """
+        async with self._reader_lock:
+            if self._reader is None:
+                reader = await open_connection(self.db_path)
+                try:
+                    await reader.execute("PRAGMA query_only = ON")
+                except BaseException:
+                    await reader.close()
+                    raise
+                self._reader = reader
+            return self._reader
 
     async def revoke(self, run_id: str) -> bool:
         """Stop the run's child at once if this worker executes it (its row already changed).
