@@ -15,7 +15,7 @@ import aiosqlite
 
 from studio_state import fetch_value
 
-from ._exceptions import DatabaseUnavailable
+from .._exceptions import DatabaseUnavailable
 
 # SQLite's words for a storage fault (as opposed to a bug or a bad statement).
 _STORAGE_FAULTS = (
