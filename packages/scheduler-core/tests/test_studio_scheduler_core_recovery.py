@@ -144,6 +144,7 @@ async def test_reconciliation_after_a_crash_terminates_the_orphan_and_never_refi
         "failed",
         "run.failed.daemon_restart",
     )
+    await engine.reaper.wait()  # start-up signals orphans and does not wait for them
     assert not is_same_process(pid, started)
     assert not h.group_has_live_member(pid)
     await engine.tick_once()

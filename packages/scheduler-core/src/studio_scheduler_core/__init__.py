@@ -11,6 +11,7 @@ from __future__ import annotations
 from .__about__ import __version__
 from ._adhoc.service import AdhocRunService
 from ._adhoc.worker import AdhocWorker
+from ._dbfile import storage_fault
 from ._engine.engine import SchedulerEngine
 from ._exceptions import (
     DatabaseUnavailable,
@@ -62,4 +63,5 @@ __all__ = [
     "ensure_schema",
     "preview_fire_times",
     "report_usage",
+    "storage_fault",
 ]

@@ -25,6 +25,7 @@ import aiosqlite
 
 from studio_state import Clock, fetch_all, open_connection, record_transitions, write_transaction
 
+from .._dbfile import StorageHealth
 from .._exceptions import InvalidSettings
 from .._fire.steps import FireEnv, Prepared, execute, finish, prepare
 from .._recovery.orphans import OrphanReaper
@@ -111,6 +112,8 @@ class AdhocWorker:
         self._revoked: set[str] = set()
         self._started: set[str] = set()
         """Runs whose execution began (a child may exist): never requeued by :meth:`stop`."""
+        self.storage = StorageHealth()
+        """Where terminal writes report a storage fault (the engine shares its own)."""
         self.reaper = OrphanReaper()
         """Terminates the orphans recovery finds, in the background (closed by :meth:`stop`)."""
         self._reader: aiosqlite.Connection | None = None
@@ -136,6 +139,8 @@ class AdhocWorker:
         cancels only runs that are really running.
         """
         self._stopping = True
+        if self._env is not None:
+            self._env.closing = True  # a failing terminal write is left to recovery now
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -183,7 +188,11 @@ class AdhocWorker:
     def _bind(self, conn: aiosqlite.Connection) -> FireEnv:
         if self._env is None or self._env.conn is not conn:
             self._env = FireEnv(
-                conn=conn, settings=self.settings, clock=self.clock, db_path=self.db_path
+                conn=conn,
+                settings=self.settings,
+                clock=self.clock,
+                db_path=self.db_path,
+                storage=self.storage,
             )
             self._stopping = False
         return self._env

@@ -19,6 +19,7 @@ from studio_state import Clock, fetch_all, fetch_value, open_connection, write_t
 from .._adhoc.service import AdhocRunService
 from .._adhoc.worker import AdhocWorker
 from .._admission.gates import Admission, Reservation
+from .._dbfile import DatabaseFile, StorageHealth, probe_writable, storage_fault
 from .._exceptions import DatabaseUnavailable, FireRefused, ScheduleNotFound, SchedulerError
 from .._fire.occurrence import ScheduleClaim
 from .._fire.runner import FireRunner
@@ -35,7 +36,6 @@ from .._triggers.cron import CronError, next_after
 from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
-from .dbfile import DatabaseFile, probe_writable, storage_fault
 from .evaluation import Evaluator
 from .lock import EngineLock
 
@@ -77,6 +77,9 @@ class SchedulerEngine:
             settings=settings, db_path=self.db_path, clock=clock, wake=self.wake
         )
         self._on_run_terminal = on_run_terminal
+        self._storage = StorageHealth()
+        if isinstance(self._worker, AdhocWorker):
+            self._worker.storage = self._storage  # one health for every terminal write
         self.reaper = OrphanReaper()
         """Terminates the orphans start-up recovery finds, in the background."""
         self._lock = EngineLock(self.db_path)
@@ -164,7 +167,14 @@ class SchedulerEngine:
             self._conn = conn
             self._database_problem = None
             self._stopping = False
-            env = FireEnv(conn=conn, settings=self.settings, clock=self.clock, db_path=self.db_path)
+            self._storage.problem = None
+            env = FireEnv(
+                conn=conn,
+                settings=self.settings,
+                clock=self.clock,
+                db_path=self.db_path,
+                storage=self._storage,
+            )
             admission = Admission(conn, self.settings, self._threshold)
             self._env, self._admission = env, admission
             self._runner = FireRunner(env, on_terminal=self._on_run_terminal, wake=self.wake)
@@ -190,6 +200,8 @@ class SchedulerEngine:
         if self._conn is None:
             return
         self._stopping = True
+        if self._env is not None:
+            self._env.closing = True  # a failing terminal write is left to start-up now
         self._wake_event.set()
         for task in (self._loop_task, self._delivery):
             if task is not None and not task.done():
@@ -276,7 +288,7 @@ class SchedulerEngine:
             self._wake_event.clear()
             try:
                 await self.tick_once()
-                if self._database_problem is not None:  # nothing advances: do not spin
+                if self._database_problem or self._storage.problem:  # nothing advances: no spin
                     target = started + self.settings.tick_seconds
                 else:
                     target = await self._next_wake(started)
@@ -362,6 +374,11 @@ class SchedulerEngine:
             self._last_tick_error = problem
             return {"database": problem}
         self._database_problem = None
+        # Nothing advances while the storage refuses writes: probe it, tick once it heals.
+        if self._storage.problem is not None and not await self._storage_writable(conn):
+            self._last_tick_at = now
+            self._last_tick_error = f"storage fault: {self._storage.problem}"
+            return {"database": self._storage.problem}
         errors: list[str] = []
         for name, concern in (
             ("reapers", self._reap),
@@ -373,8 +390,13 @@ class SchedulerEngine:
             try:
                 report[name] = await concern(now)
             except Exception as exc:
-                logger.exception("scheduler concern %r failed", name)
-                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                problem = self._storage.failed(exc)
+                if problem is None:
+                    logger.exception("scheduler concern %r failed", name)
+                errors.append(f"{name}: {problem or type(exc).__name__}: {exc}")
+        fault = self._storage.problem  # met by this tick, or by a terminal write meanwhile
+        if fault is not None and not any(fault in error for error in errors):
+            errors.append(f"storage fault: {fault}")
         self._last_tick_at = now
         self._last_tick_error = "; ".join(errors) or None
         try:
@@ -394,6 +416,19 @@ class SchedulerEngine:
         except Exception:
             logger.exception("reading the scheduler's backlog figures failed")
         return report
+
+    async def _storage_writable(self, conn: aiosqlite.Connection) -> bool:
+        """Write the header once (``user_version`` to its own value): has the fault healed?"""
+        try:
+            async with write_transaction(conn):
+                version = int(await fetch_value(conn, "PRAGMA user_version") or 0)
+                await conn.execute(f"PRAGMA user_version = {version}")
+        except (sqlite3.Error, OSError) as exc:
+            if self._storage.failed(exc) is None:
+                logger.warning("storage probe failed: %s", exc)
+            return False
+        self._storage.succeeded()
+        return True
 
     async def _reap(self, now: float) -> int | None:
         if (
@@ -487,17 +522,27 @@ class SchedulerEngine:
 
     # -- introspection ----------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
-        """Liveness and backlog figures (cheap: no database access)."""
+        """Liveness and backlog figures (cheap: no database access).
+
+        ``status`` is ``degraded`` while the loop is not running, the last tick had an error,
+        or ``database_error`` names a problem: the database file was deleted or replaced, or
+        a storage fault ("disk full", "read-only …", "disk I/O error" …) met by the tick or a
+        terminal write, cleared once a write succeeds again.
+        """
         admission = self._admission
+        running = self._loop_task is not None and not self._loop_task.done()
+        problem = self._database_problem or self._storage.problem
+        degraded = not running or problem is not None or self._last_tick_error is not None
         return {
-            "running": self._loop_task is not None and not self._loop_task.done(),
+            "status": "degraded" if degraded else "ok",
+            "running": running,
             "last_tick_at": self._last_tick_at,
             "last_tick_error": self._last_tick_error,
             "in_flight": 0 if admission is None else len(admission.slots),
             "due_backlog": self._due_backlog,
             "dispatch_backlog": self._dispatch_backlog,
             "delivery_paused": self.settings.notify_template is None,
-            "database_error": self._database_problem,
+            "database_error": problem,
             "global_cap": self.settings.max_scheduled_concurrent,
             "holders": [] if admission is None else admission.holders(),
         }

@@ -147,8 +147,10 @@ class Evaluator:
                 if outcome in ("defer", "disable", "lost"):
                     break
             return outcome
-        except Exception:
-            logger.exception("evaluating schedule %s failed; retrying after a tick", sid)
+        except Exception as exc:
+            problem = self._env.storage.failed(exc)
+            if problem is None:
+                logger.exception("evaluating schedule %s failed; retrying after a tick", sid)
             self.backoff[sid] = now + self._env.settings.tick_seconds
             return "error"
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ from studio_launcher import (
 )
 from studio_state import Clock, Transition, new_id, record_transitions, write_transaction
 
+from .._dbfile import StorageHealth
 from .._settings import SchedulerSettings
 from .occurrence import ScheduleClaim, commit_fire
 
@@ -54,6 +56,8 @@ _SESSION_PRECEDENCE = (
     "completed",
 )
 _MAX_DETAIL = 2000
+_RETRY_FIRST = 0.05
+_RETRY_MAX = 5.0
 
 
 @dataclass
@@ -68,6 +72,10 @@ class FireEnv:
     """run id → (child pid, start time) of children this process is running."""
     committed: set[str] = field(default_factory=set)
     """Runs committed ``running`` by this process and not yet terminal."""
+    storage: StorageHealth = field(default_factory=StorageHealth)
+    """Where a terminal write reports a storage fault (shared with the engine's health)."""
+    closing: bool = False
+    """Set at shutdown: a failing terminal write is then given up (start-up reconciles it)."""
 
     def child_env(self, invocation_id: str) -> dict[str, str]:
         """The child's environment: base env + LIONAGI_INVOCATION_ID + LIONAGI_STUDIO_DB."""
@@ -279,7 +287,65 @@ async def finish(
     error_detail: str | None,
     on_commit: Callable[[], None] | None = None,
 ) -> bool:
-    """The terminal transaction of a running run and its invocation (guarded on running).
+    """The terminal transaction of a running run and its invocation, retried until it lands.
+
+    A storage fault (disk full, read-only, I/O error …) or a lock held past the busy timeout
+    must not leave the run ``running`` with no process: the write is retried with backoff
+    (each attempt bounded by the busy timeout, no bound in total), every failure logged and a
+    storage fault reported through ``env.storage`` until a write succeeds. At shutdown
+    (``env.closing``) a failing write is given up and raised; start-up reconciles the row.
+    """
+    delay = _RETRY_FIRST
+    failures = 0
+    while True:
+        try:
+            won = await _finish_once(
+                env,
+                fire,
+                status=status,
+                reason_code=reason_code,
+                summary=summary,
+                exit_code=exit_code,
+                error_detail=error_detail,
+                on_commit=on_commit,
+            )
+        except sqlite3.Error as exc:
+            problem = env.storage.failed(exc)
+            busy = getattr(exc, "sqlite_errorcode", None) in (5, 6)  # BUSY, LOCKED
+            if (problem is None and not busy) or env.closing:
+                raise
+            failures += 1
+            logger.error(
+                "terminal write of run %s (%s) failed %d time(s): %s; retrying in %.2fs",
+                fire.run_id,
+                status,
+                failures,
+                problem or exc,
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RETRY_MAX)
+            continue
+        env.storage.succeeded()
+        if failures:
+            logger.warning(
+                "terminal write of run %s landed after %d failure(s)", fire.run_id, failures
+            )
+        return won
+
+
+async def _finish_once(
+    env: FireEnv,
+    fire: Prepared,
+    *,
+    status: str,
+    reason_code: str,
+    summary: str,
+    exit_code: int | None,
+    error_detail: str | None,
+    on_commit: Callable[[], None] | None = None,
+) -> bool:
+    """One attempt of the terminal transaction (guarded on running).
 
     The invocation's status is resolved from its sessions (timed_out > failed > aborted >
     cancelled > completed_empty > completed), else from the run's outcome. ``on_commit`` runs
