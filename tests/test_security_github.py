@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from conftest import count
 
-from studio_scheduler_core._github_client import GithubClient
-from studio_scheduler_core._github_events import fingerprint
-from studio_scheduler_core._github_scan import MAX_PAGES, scan
+from studio_scheduler_core._github.client import GithubClient
+from studio_scheduler_core._github.events import fingerprint
+from studio_scheduler_core._github.scan import MAX_PAGES, scan
 
 TIMEOUT = 1.0
 BOUND = 5.0  # seconds a request may take at most against a 1 s timeout (generous: loaded CI)

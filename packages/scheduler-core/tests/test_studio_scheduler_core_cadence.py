@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from studio_scheduler_core._cadence import advance, interval_next, preview_times
-from studio_scheduler_core._cron import next_after
+from studio_scheduler_core._triggers.cadence import advance, interval_next, preview_times
+from studio_scheduler_core._triggers.cron import next_after
 
 
 def _fires(expr: str, tz: str, start: datetime, end: datetime) -> list[datetime]:

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from studio_scheduler_core._github_client import GithubClient, retry_at
-from studio_scheduler_core._github_events import (
+from studio_scheduler_core._github.client import GithubClient, retry_at
+from studio_scheduler_core._github.events import (
     collect,
     format_cursor,
     matches,
@@ -15,7 +15,7 @@ from studio_scheduler_core._github_events import (
     query_params,
     to_event,
 )
-from studio_scheduler_core._github_scan import scan
+from studio_scheduler_core._github.scan import scan
 
 GITHUB_SERVER_MODULE = "studio_scheduler_core_test_github_server"
 gh = sys.modules[GITHUB_SERVER_MODULE]  # loaded once by conftest.py, with the `github` fixture

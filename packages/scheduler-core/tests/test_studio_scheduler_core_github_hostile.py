@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from studio_scheduler_core._github_client import (
+from studio_scheduler_core._github.client import (
     MAX_PAGE_ITEMS,
     MAX_RESPONSE_BYTES,
     GithubClient,
 )
-from studio_scheduler_core._github_events import collect, normalize_ts
+from studio_scheduler_core._github.events import collect, normalize_ts
 
 URL = "https://api.example.test/repos/o/r/pulls"
 

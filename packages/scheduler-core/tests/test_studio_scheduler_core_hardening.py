@@ -53,7 +53,7 @@ async def test_the_lease_watcher_never_sees_the_runs_own_uncommitted_terminal_wr
 async def test_a_schedule_deleted_before_the_deferral_flush_does_not_sink_the_batch(
     conn, service, clock, h, tmp_path
 ) -> None:
-    from studio_scheduler_core._occurrence import Deferral, write_deferrals
+    from studio_scheduler_core._fire.occurrence import Deferral, write_deferrals
 
     kept = await service.create(h.command_schedule(h.env_dump, str(tmp_path / "a"), name="kept"))
     gone = await service.create(h.command_schedule(h.env_dump, str(tmp_path / "b"), name="gone"))

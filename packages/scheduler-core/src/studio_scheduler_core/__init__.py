@@ -9,10 +9,10 @@ table Studio needs.
 from __future__ import annotations
 
 from .__about__ import __version__
-from ._adhoc import AdhocRunService
-from ._cadence import preview_fire_times
+from ._adhoc.service import AdhocRunService
+from ._adhoc.worker import AdhocWorker
 from ._dbfile import storage_fault
-from ._engine import SchedulerEngine
+from ._engine.engine import SchedulerEngine
 from ._exceptions import (
     DatabaseUnavailable,
     EngineLocked,
@@ -25,16 +25,16 @@ from ._exceptions import (
     SchedulerError,
     ScheduleValidationError,
 )
-from ._followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
-from ._github import GithubPollSource
-from ._orphans import OrphanReaper
+from ._github.source import GithubPollSource
+from ._recovery.orphans import OrphanReaper
+from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
+from ._schedules.service import ScheduleService
 from ._schema import ensure_schema
-from ._service import ScheduleService
 from ._settings import SchedulerSettings
-from ._threshold import MetricThreshold
-from ._triggers import CadenceTrigger, TriggerRegistry
+from ._triggers.cadence import preview_fire_times
+from ._triggers.registry import CadenceTrigger, TriggerRegistry
+from ._triggers.threshold import MetricThreshold
 from ._usage import report_usage
-from ._worker import AdhocWorker
 
 __all__ = [
     "AdhocRunService",

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from ._settings import SchedulerSettings
-from ._store import fired_run_count
-from ._usage import schedule_spend
-from .abc import ThresholdDecision, ThresholdGate
+from .._schedules.store import fired_run_count
+from .._settings import SchedulerSettings
+from .._usage import schedule_spend
+from ..abc import ThresholdDecision, ThresholdGate
 
 Outcome = Literal["fire", "skip", "defer", "advance", "disable"]
 

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
 
-from ._fire import FireEnv, Prepared, commit, prepare
-from ._gates import Admission, Decision, Reservation
-from ._occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
-from ._rows import decode_schedule
-from ._triggers import CadenceTrigger, TriggerRegistry
-from .abc import Occurrence, TriggerSource
+from .._admission.gates import Admission, Decision, Reservation
+from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
+from .._fire.steps import FireEnv, Prepared, commit, prepare
+from .._rows import decode_schedule
+from .._triggers.registry import CadenceTrigger, TriggerRegistry
+from ..abc import Occurrence, TriggerSource
 
 logger = logging.getLogger("studio_scheduler_core")
 

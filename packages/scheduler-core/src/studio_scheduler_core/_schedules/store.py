@@ -8,9 +8,9 @@ import aiosqlite
 
 from studio_state import fetch_all, fetch_one, fetch_value, record_transition, write_transaction
 
-from ._exceptions import ScheduleValidationError
-from ._rows import TERMINAL_RUN_STATUSES, decode_run, decode_schedule
-from ._schema import RUN_STATUSES
+from .._exceptions import ScheduleValidationError
+from .._rows import TERMINAL_RUN_STATUSES, decode_run, decode_schedule
+from .._schema import RUN_STATUSES
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATUSES)
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._github_client import GithubClient, Page, PageStatus
-from ._github_events import (
+from .client import GithubClient, Page, PageStatus
+from .events import (
     Key,
     PullEvent,
     after_cursor,

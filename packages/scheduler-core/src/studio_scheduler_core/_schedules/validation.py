@@ -16,12 +16,12 @@ import yaml
 
 from studio_launcher import InvalidAction, validate_action
 
-from ._cadence import MAX_INTERVAL_SEC
-from ._cron import CronError, check_expression, next_after
-from ._exceptions import ScheduleValidationError
-from ._followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS, apply_overlay
-from ._schema import ACTION_KINDS, TRIGGER_TYPES
-from ._settings import SchedulerSettings
+from .._exceptions import ScheduleValidationError
+from .._schema import ACTION_KINDS, TRIGGER_TYPES
+from .._settings import SchedulerSettings
+from .._triggers.cadence import MAX_INTERVAL_SEC
+from .._triggers.cron import CronError, check_expression, next_after
+from .followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS, apply_overlay
 
 CREATE_FIELDS = (
     "name",

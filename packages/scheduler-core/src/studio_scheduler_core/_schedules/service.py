@@ -23,13 +23,13 @@ from studio_state import (
     write_transaction,
 )
 
-from ._cadence import first_fire_at, preview_times
-from ._exceptions import RunNotFound, ScheduleNameTaken, ScheduleNotFound, ScheduleValidationError
-from ._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
-from ._settings import SchedulerSettings
-from ._store import fired_run_count, load_schedule, page_runs, set_enabled
-from ._usage import schedule_spend
-from ._validation import CREATE_FIELDS, check_disable_reason, normalize
+from .._exceptions import RunNotFound, ScheduleNameTaken, ScheduleNotFound, ScheduleValidationError
+from .._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
+from .._settings import SchedulerSettings
+from .._triggers.cadence import first_fire_at, preview_times
+from .._usage import schedule_spend
+from .store import fired_run_count, load_schedule, page_runs, set_enabled
+from .validation import CREATE_FIELDS, check_disable_reason, normalize
 
 Rows = list[dict[str, Any]]
 """A list of decoded rows (an alias: the class below has a method named ``list``)."""

@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
-from ._cadence import interval_next, poll_interval
-from ._github_client import GithubClient
-from ._github_events import (
+from .._settings import SchedulerSettings
+from .._triggers.cadence import interval_next, poll_interval
+from ..abc import Occurrence
+from .client import GithubClient
+from .events import (
     Key,
     PullEvent,
     event_name,
@@ -36,10 +38,8 @@ from ._github_events import (
     format_cursor,
     parse_cursor,
 )
-from ._github_scan import MAX_PAGES, DeepScan, ScanResult, scan
-from ._github_store import arm, count_401, move_next, quiet, stamp_healthy
-from ._settings import SchedulerSettings
-from .abc import Occurrence
+from .scan import MAX_PAGES, DeepScan, ScanResult, scan
+from .store import arm, count_401, move_next, quiet, stamp_healthy
 
 if TYPE_CHECKING:
     import httpx

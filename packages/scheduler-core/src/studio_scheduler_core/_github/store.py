@@ -10,7 +10,7 @@ import aiosqlite
 
 from studio_state import execute, fetch_value, write_transaction
 
-from ._store import set_enabled
+from .._schedules.store import set_enabled
 
 logger = logging.getLogger("studio_scheduler_core")
 

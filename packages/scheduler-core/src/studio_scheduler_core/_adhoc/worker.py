@@ -25,10 +25,13 @@ import aiosqlite
 
 from studio_state import Clock, fetch_all, open_connection, record_transitions, write_transaction
 
-from ._dbfile import StorageHealth
-from ._exceptions import InvalidSettings
-from ._fire import FireEnv, Prepared, execute, finish, prepare
-from ._lease import (
+from .._dbfile import StorageHealth
+from .._exceptions import InvalidSettings
+from .._fire.steps import FireEnv, Prepared, execute, finish, prepare
+from .._recovery.orphans import OrphanReaper
+from .._rows import decode_run
+from .._settings import SchedulerSettings
+from .lease import (
     CLAIMED,
     LEASE_SECONDS,
     MAX_LEASE_ATTEMPTS,
@@ -41,9 +44,6 @@ from ._lease import (
     renew_lease,
     requeue_unstarted,
 )
-from ._orphans import OrphanReaper
-from ._rows import decode_run
-from ._settings import SchedulerSettings
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -35,14 +35,14 @@ from studio_state import (
     write_transaction,
 )
 
-from ._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
-from ._rows import decode_run, dumps
-from ._settings import SchedulerSettings
-from ._store import page_runs
-from ._validation import CREATE_FIELDS, normalize
+from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
+from .._rows import decode_run, dumps
+from .._schedules.store import page_runs
+from .._schedules.validation import CREATE_FIELDS, normalize
+from .._settings import SchedulerSettings
 
 if TYPE_CHECKING:
-    from ._worker import AdhocWorker
+    from .worker import AdhocWorker
 
 logger = logging.getLogger("studio_scheduler_core")
 

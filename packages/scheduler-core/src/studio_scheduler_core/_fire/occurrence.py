@@ -17,7 +17,7 @@ import aiosqlite
 
 from studio_state import Transition, new_id, record_transitions, write_transaction
 
-from ._rows import dumps
+from .._rows import dumps
 
 ClaimKind = Literal["occurrence", "manual", "follow_up"]
 

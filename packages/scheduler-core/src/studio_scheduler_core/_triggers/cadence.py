@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ._cron import CronError, check_expression, iso, next_after
-from ._exceptions import ScheduleValidationError
+from .._exceptions import ScheduleValidationError
+from .cron import CronError, check_expression, iso, next_after
 
 DEFAULT_POLL_INTERVAL_SEC = 300
 MAX_INTERVAL_SEC = 366 * 86400

@@ -27,8 +27,8 @@ import aiosqlite
 from studio_launcher import is_same_process, process_start_time
 from studio_state import Transition, fetch_all, fetch_value, record_transitions, write_transaction
 
-from ._orphans import OrphanReaper
-from ._reconcile import DAEMON_RESTART, find_orphans, terminate_orphans
+from .._recovery.orphans import OrphanReaper
+from .._recovery.reconcile import DAEMON_RESTART, find_orphans, terminate_orphans
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -16,13 +16,13 @@ from typing import Any
 
 from studio_state import fetch_one
 
-from ._fire import FireEnv, Outcome, Prepared, commit, execute, finish, prepare
-from ._followups import apply_overlay, child_context, select_follow_up
-from ._gates import MAX_RUNS, Reservation
-from ._occurrence import ScheduleClaim
-from ._rows import decode_run
-from ._store import fired_run_count, load_schedule, set_enabled
-from .abc import RunTerminalHook
+from .._admission.gates import MAX_RUNS, Reservation
+from .._rows import decode_run
+from .._schedules.followups import apply_overlay, child_context, select_follow_up
+from .._schedules.store import fired_run_count, load_schedule, set_enabled
+from ..abc import RunTerminalHook
+from .occurrence import ScheduleClaim
+from .steps import FireEnv, Outcome, Prepared, commit, execute, finish, prepare
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -7,7 +7,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from ._exceptions import EngineLocked
+from .._exceptions import EngineLocked
 
 
 def lock_path_for(db_path: str | Path) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 
 import aiosqlite
 
-from ._cadence import advance
-from .abc import Occurrence, ThresholdDecision, TriggerSource
+from ..abc import Occurrence, ThresholdDecision, TriggerSource
+from .cadence import advance
 
 
 class CadenceTrigger:

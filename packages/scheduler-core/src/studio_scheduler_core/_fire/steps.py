@@ -34,9 +34,9 @@ from studio_launcher import (
 )
 from studio_state import Clock, Transition, new_id, record_transitions, write_transaction
 
-from ._dbfile import StorageHealth
-from ._occurrence import ScheduleClaim, commit_fire
-from ._settings import SchedulerSettings
+from .._dbfile import StorageHealth
+from .._settings import SchedulerSettings
+from .occurrence import ScheduleClaim, commit_fire
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -24,7 +24,7 @@ from studio_launcher import (
 )
 from studio_state import Transition, connect, fetch_all, record_transitions, write_transaction
 
-from ._orphans import OrphanReaper
+from .orphans import OrphanReaper
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:  # httpx is imported on first use: CLI commands never pay for it
     import httpx
 
-from .__about__ import __version__
+from ..__about__ import __version__
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -16,28 +16,28 @@ import aiosqlite
 from studio_outbox import deliver_due_dispatches, dispatch_backlog, next_due_at
 from studio_state import Clock, fetch_all, fetch_value, open_connection, write_transaction
 
-from ._adhoc import AdhocRunService
-from ._cadence import first_fire_at
-from ._cron import CronError, next_after
-from ._dbfile import DatabaseFile, StorageHealth, probe_writable, storage_fault
-from ._evaluation import Evaluator
-from ._exceptions import DatabaseUnavailable, FireRefused, ScheduleNotFound, SchedulerError
-from ._fire import FireEnv, commit, prepare
-from ._gates import Admission, Reservation
-from ._github import GithubPollSource
-from ._lock import EngineLock
-from ._occurrence import ScheduleClaim
-from ._orphans import OrphanReaper
-from ._reconcile import checkpoint, reap_stale, reconcile_startup
-from ._runner import FireRunner
-from ._schema import ensure_schema
-from ._service import ScheduleService
-from ._settings import SchedulerSettings
-from ._store import load_schedule
-from ._threshold import MetricThreshold
-from ._triggers import default_registry
-from ._worker import AdhocWorker
-from .abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
+from .._adhoc.service import AdhocRunService
+from .._adhoc.worker import AdhocWorker
+from .._admission.gates import Admission, Reservation
+from .._dbfile import DatabaseFile, StorageHealth, probe_writable, storage_fault
+from .._exceptions import DatabaseUnavailable, FireRefused, ScheduleNotFound, SchedulerError
+from .._fire.occurrence import ScheduleClaim
+from .._fire.runner import FireRunner
+from .._fire.steps import FireEnv, commit, prepare
+from .._github.source import GithubPollSource
+from .._recovery.orphans import OrphanReaper
+from .._recovery.reconcile import checkpoint, reap_stale, reconcile_startup
+from .._schedules.service import ScheduleService
+from .._schedules.store import load_schedule
+from .._schema import ensure_schema
+from .._settings import SchedulerSettings
+from .._triggers.cadence import first_fire_at
+from .._triggers.cron import CronError, next_after
+from .._triggers.registry import default_registry
+from .._triggers.threshold import MetricThreshold
+from ..abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
+from .evaluation import Evaluator
+from .lock import EngineLock
 
 logger = logging.getLogger("studio_scheduler_core")
 

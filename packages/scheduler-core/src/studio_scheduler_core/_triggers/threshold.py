@@ -23,8 +23,8 @@ import aiosqlite
 
 from studio_state import execute, fetch_value, write_transaction
 
-from ._metrics import MEASURES, measure
-from .abc import ThresholdDecision
+from ..abc import ThresholdDecision
+from .metrics import MEASURES, measure
 
 logger = logging.getLogger("studio_scheduler_core")
 
