@@ -16,9 +16,11 @@ from studio_state import StateError
 
 from .__about__ import __version__
 from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
+from ._body_limit import BodyLimitMiddleware
 from ._errors import LastResortMiddleware, install_error_handlers
 from ._models import ErrorOut
 from ._settings import StudioSettings
+from ._storage import StorageHealth
 from .routes import dispatch, health, runs, schedules
 
 logger = logging.getLogger("studio_api")
@@ -48,12 +50,14 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
             app.state.startup_error = exc
             raise
         app.state.engine = engine
+        app.state.synchronous = await apply_synchronous(engine, settings.synchronous)
         logger.info(
-            "studio %s: scheduler started on %s (tick %ss, time zone %s)",
+            "studio %s: scheduler started on %s (tick %ss, time zone %s, synchronous=%s)",
             __version__,
             settings.db,
             settings.tick_seconds,
             settings.timezone,
+            app.state.synchronous,
         )
         try:
             yield
@@ -68,6 +72,8 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.storage = StorageHealth(settings.db, synchronous=settings.synchronous)
+    app.state.synchronous = settings.synchronous
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(schedules.router)
@@ -77,8 +83,23 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     if settings.auth_token is not None:
         app.add_middleware(BearerAuthMiddleware, token=settings.auth_token.get_secret_value())
         _document_bearer_auth(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(StartupMessageMiddleware, owner=app)
     return app
+
+
+_SYNCHRONOUS_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}
+
+
+async def apply_synchronous(engine: SchedulerEngine, mode: str) -> str:
+    """Set ``PRAGMA synchronous`` on the engine's connection (every request and the tick use
+    it) and return the mode SQLite reports back, which health shows."""
+    conn = engine.conn
+    await conn.execute(f"PRAGMA synchronous = {mode.upper()}")
+    async with conn.execute("PRAGMA synchronous") as cursor:
+        row = await cursor.fetchone()
+    value = next(iter(dict(row).values())) if row else None
+    return _SYNCHRONOUS_NAMES.get(int(value), str(value)) if value is not None else mode
 
 
 #: Startup failures an operator can fix (another engine holds the database, a schema from a

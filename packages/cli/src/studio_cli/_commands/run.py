@@ -1,4 +1,4 @@
-"""``studio run ACTION …``: queue an ad-hoc run (DESIGN §5.8), and list / show / cancel them.
+"""``studio run ACTION …``: queue an ad-hoc run, and list / show / cancel them.
 
 Queueing writes a ``queued`` row to the database directly (no server needed); the running
 server's host task worker claims and executes it (its engine notices the write within about
@@ -255,7 +255,7 @@ def command_kind(name: str, args: Sequence[str], **opts: Any) -> None:
 @json_option
 def list_runs(status: str | None, limit: int, offset: int, db: str | None, as_json: bool) -> None:
     """List ad-hoc runs, newest first."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _list() -> tuple[list[dict[str, Any]], int]:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings
@@ -292,7 +292,7 @@ def list_runs(status: str | None, limit: int, offset: int, db: str | None, as_js
 @json_option
 def show(run_id: str, db: str | None, as_json: bool) -> None:
     """Show one ad-hoc run."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _show() -> dict[str, Any]:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings
@@ -313,7 +313,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
 @json_option
 def cancel(run_id: str, db: str | None, as_json: bool) -> None:
     """Cancel a queued or running ad-hoc run (a running one's process group is terminated)."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _cancel() -> tuple[str, dict[str, Any]]:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings

@@ -14,6 +14,7 @@ from typing import IO, Any, TypeVar
 import click
 
 from .._context import open_service, resolve_db_path, run_async, scheduler_settings
+from .._errors import FIELD_FLAGS, CliError
 from .._types import duration_option, parse_json_flag
 from ._common import db_option, json_option, show_schedule_result
 
@@ -178,7 +179,22 @@ def _field_values(opts: dict[str, Any]) -> dict[str, Any]:
         data["action_extra_args"] = list(opts["extra_arg"])
     if opts["command_arg"]:
         data["action_command_args"] = list(opts["command_arg"])
+    _check_limits(data)
     return data
+
+
+def _check_limits(data: dict[str, Any]) -> None:
+    """Refuse a number beyond its field's bound (exit 1 naming the flag) before any I/O."""
+    from studio_api import FIELD_LIMITS, check_field_limit
+
+    for field in FIELD_LIMITS:
+        value = data.get(field)
+        if value is None:
+            continue
+        try:
+            check_field_limit(field, value)
+        except ValueError as exc:
+            raise CliError(f"invalid value for {FIELD_FLAGS[field]} ({field}): {exc}") from None
 
 
 def _infer_action(data: dict[str, Any]) -> str:
@@ -281,7 +297,7 @@ def update(
         changes[field] = empty
     if not changes:
         raise click.UsageError("nothing to update: give at least one field flag or --clear")
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _update() -> dict[str, Any]:
         async with open_service(db_path) as service:
