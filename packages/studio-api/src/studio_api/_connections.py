@@ -32,6 +32,9 @@ KEEP_ALIVE_SECONDS = 5
 MAX_HEAD_BYTES = 64 * 1024
 #: Descriptors kept free for the database, children's pipes and log files.
 RESERVED_DESCRIPTORS = 256
+#: The listen backlog, which is also how many connections asyncio accepts in one go before
+#: any of them is seen (and possibly closed) by the protocol: the cap leaves room for it.
+ACCEPT_BATCH = 128
 #: The connection cap when the descriptor limit allows more.
 MAX_CONNECTIONS = 4096
 _CAP_LOG_EVERY_SECONDS = 60.0
@@ -52,7 +55,7 @@ def connection_cap() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
-    return max(16, min(MAX_CONNECTIONS, soft - RESERVED_DESCRIPTORS))
+    return max(16, min(MAX_CONNECTIONS, soft - RESERVED_DESCRIPTORS - ACCEPT_BATCH))
 
 
 def guarded_h11_protocol(
@@ -140,5 +143,5 @@ def server_options(max_connections: int | None = None) -> dict[str, Any]:
         "timeout_keep_alive": KEEP_ALIVE_SECONDS,
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
         "limit_concurrency": cap * 2,
-        "backlog": min(2048, cap),
+        "backlog": min(ACCEPT_BATCH, cap),
     }
