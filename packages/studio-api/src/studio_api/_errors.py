@@ -85,18 +85,34 @@ def _fault_code(exc: BaseException) -> str | None:
     return next((code for words, code in _FAULT_MESSAGES.items() if words in text), None)
 
 
+_FS_ERRNOS = {
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EIO: "the device reports I/O errors",
+}
+
+
 def file_system_state(path: Path | None) -> str | None:
-    """What the file system under ``path`` says now: read-only, or out of space."""
+    """What the file system under ``path`` says to a small write beside it now: read-only,
+    out of space, I/O errors; ``None`` when the write succeeds (or fails for another reason).
+
+    SQLite reports most of these as a plain "disk I/O error"; the file system's own answer
+    tells the operator which it is (a file system remounted read-only after an error does not
+    always say so in its mount flags).
+    """
     if path is None:
         return None
+    probe = path.with_name(f".{path.name}.probe-{os.getpid()}")
     try:
-        info = os.statvfs(path.parent)
-    except OSError:
-        return None
-    if info.f_flag & os.ST_RDONLY:
-        return "the file system is read-only"
-    if info.f_bavail == 0:
-        return "the disk is full"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        return _FS_ERRNOS.get(exc.errno or 0)
     return None
 
 
