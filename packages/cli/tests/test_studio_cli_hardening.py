@@ -181,3 +181,68 @@ def test_serve_on_a_busy_port_fails_before_touching_the_database(
         "(another server is listening there)"
     )
     assert not db.parent.exists(), "the engine must not have opened the database"
+
+
+def test_serve_with_an_invalid_synchronous_setting_is_refused(
+    studio: Studio, tmp_path: Path
+) -> None:
+    db = tmp_path / "never" / "state.db"
+    result = studio.run(
+        "serve",
+        "--port",
+        "0",
+        "--db",
+        str(db),
+        env={"LIONAGI_STUDIO_SYNCHRONOUS": "fast"},
+        expect=1,
+    )
+    _assert_one_clean_line(result.error_line, "LIONAGI_STUDIO_SYNCHRONOUS", "'fast'")
+    assert not db.parent.exists()
+
+
+def test_input_paths_that_were_unexpected_errors(studio: Studio, tmp_path: Path) -> None:
+    """Every input found to end in an 'unexpected …' error now names what is wrong."""
+    binary = tmp_path / "binary.dat"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    nested = "[" * 100_000
+    calls: list[tuple[tuple[str, ...], str]] = [
+        (("schedule", "list", "--offset", "99999999999999999999"), "--offset"),
+        (("dispatch", "list", "--offset", "99999999999999999999"), "--offset"),
+        (("run", "list", "--offset", "99999999999999999999"), "--offset"),
+        (
+            ("schedule", "create", "x", "--interval", "1h", "--prompt", "p", "--on-fail", nested),
+            "--on-fail: invalid JSON",
+        ),
+        (
+            ("schedule", "create", "x", "--interval", "1h", "--prompt-file", str(binary)),
+            "--prompt-file",
+        ),
+        (
+            (
+                "schedule",
+                "create",
+                "x",
+                "--interval",
+                "1h",
+                "--prompt",
+                "p",
+                "--flow-yaml",
+                str(binary),
+            ),
+            "--flow-yaml",
+        ),
+        (("run", "flow_yaml", str(binary)), "FILE"),
+        (("run", "agent", "--model", "m", "--prompt-file", str(binary)), "--prompt-file"),
+        (
+            ("schedule", "create", "x", "--interval", "1h", "--prompt", "\udcff"),
+            "the value of --prompt is not valid UTF-8",
+        ),
+        (("schedule", "show", "\udcff"), "argument 3 is not valid UTF-8"),
+        (("usage", "report", "--input-tokens", "99999999999999999999999"), "--input-tokens"),
+        (("usage", "report", "--cost-usd", "1e308"), "--cost-usd"),
+    ]
+    results = studio.run_many([Call(args, {"expect": None}) for args, _ in calls])
+    for (args, needle), result in zip(calls, results, strict=True):
+        assert result.code in (1, 2), (args, result.stderr)
+        _assert_one_clean_line(result.error_line, needle)
+    assert studio.schedule_names() == []

@@ -28,7 +28,7 @@ from .._output import (
     say,
     shorten,
 )
-from .._types import duration_option
+from .._types import duration_option, read_text
 from ._common import (
     RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -109,7 +109,7 @@ def _prompt(argument: str | None, option: str | None, stream: IO[str] | None) ->
     if len(given) > 1:
         raise click.UsageError("give the prompt once: PROMPT, --prompt or --prompt-file")
     if stream is not None:
-        return stream.read().rstrip("\r\n")
+        return (read_text("--prompt-file", stream) or "").rstrip("\r\n")
     return argument if argument is not None else option
 
 
@@ -229,7 +229,11 @@ run_group.add_command(play, "playbook")
 @_common_options
 def flow_yaml(spec: IO[str], project: str | None, **opts: Any) -> None:
     """Queue `li o flow -f FILE`: the flow spec YAML is stored with the run ('-' = stdin)."""
-    data = {"action_kind": "flow_yaml", "action_flow_yaml": spec.read(), "action_project": project}
+    data = {
+        "action_kind": "flow_yaml",
+        "action_flow_yaml": read_text("FILE", spec),
+        "action_project": project,
+    }
     _enqueue(data, opts)
 
 
