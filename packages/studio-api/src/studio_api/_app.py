@@ -93,7 +93,11 @@ _SYNCHRONOUS_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}
 
 async def apply_synchronous(engine: SchedulerEngine, mode: str) -> str:
     """Set ``PRAGMA synchronous`` on the engine's connection (every request and the tick use
-    it) and return the mode SQLite reports back, which health shows."""
+    it) and return the mode SQLite reports back, which health shows.
+
+    The engine opens its connection with the library default (FULL) and its startup writes
+    use it. WIRING: once SchedulerEngine takes ``synchronous=``, pass the setting there instead.
+    """
     conn = engine.conn
     await conn.execute(f"PRAGMA synchronous = {mode.upper()}")
     async with conn.execute("PRAGMA synchronous") as cursor:

@@ -135,6 +135,35 @@ def guarded_h11_protocol(
     return GuardedH11Protocol
 
 
+class AcceptErrorFilter(logging.Filter):
+    """At most one "socket.accept() out of system resource" record a minute, without its
+    traceback: when descriptors run out for another reason, asyncio retries accept() every
+    tenth of a second and would log a traceback each time."""
+
+    def __init__(self, every: float = _CAP_LOG_EVERY_SECONDS) -> None:
+        super().__init__()
+        self.every = every
+        self._last = -every
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "accept" not in str(record.msg):
+            return True
+        now = time.monotonic()
+        if now - self._last < self.every:
+            return False
+        self._last = now
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+def install_accept_error_filter() -> None:
+    """Add :class:`AcceptErrorFilter` to the ``asyncio`` logger (once)."""
+    target = logging.getLogger("asyncio")
+    if not any(isinstance(f, AcceptErrorFilter) for f in target.filters):
+        target.addFilter(AcceptErrorFilter())
+
+
 def server_options(max_connections: int | None = None) -> dict[str, Any]:
     """The ``uvicorn.Config`` keyword arguments of a guarded server."""
     cap = connection_cap() if max_connections is None else max_connections

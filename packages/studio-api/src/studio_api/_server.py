@@ -13,7 +13,7 @@ import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
 from ._app import create_app
-from ._connections import raise_nofile_limit, server_options
+from ._connections import install_accept_error_filter, raise_nofile_limit, server_options
 from ._exceptions import PortUnavailable
 from ._settings import StudioSettings
 
@@ -58,6 +58,7 @@ def run(
     settings.check_bind()
     check_port(settings.host, settings.port)
     raise_nofile_limit()
+    install_accept_error_filter()
     if reload:
         for name in ("host", "port", "db"):
             value = getattr(settings, name)
@@ -122,5 +123,8 @@ def strip_secrets(settings: StudioSettings) -> None:
     """Remove the secrets children and transports must not inherit from this process's
     environment (the settings already hold them), so every child and notify transport this
     server starts, whoever builds its environment, goes without them."""
+    # The scheduled children get SchedulerSettings.child_env (the same mapping); the notify
+    # transport copies os.environ. WIRING: once the outbox's argv transport takes env=, the
+    # engine should pass it SchedulerSettings.child_env too, and this becomes belt and braces.
     for name in settings.stripped_secrets():
         os.environ.pop(name, None)
