@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -50,7 +52,11 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
             app.state.startup_error = exc
             raise
         app.state.engine = engine
-        app.state.synchronous = await apply_synchronous(engine, settings.synchronous)
+        try:
+            app.state.synchronous = await apply_synchronous(engine, settings.synchronous)
+        except BaseException:
+            await engine.stop()
+            raise
         logger.info(
             "studio %s: scheduler started on %s (tick %ss, time zone %s, synchronous=%s)",
             __version__,
@@ -89,6 +95,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
 
 
 _SYNCHRONOUS_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}
+_SYNCHRONOUS_WAIT_SECONDS = 30.0
 
 
 async def apply_synchronous(engine: SchedulerEngine, mode: str) -> str:
@@ -97,13 +104,26 @@ async def apply_synchronous(engine: SchedulerEngine, mode: str) -> str:
 
     The engine opens its connection with the library default (FULL) and its startup writes
     use it. WIRING: once SchedulerEngine takes ``synchronous=``, pass the setting there instead.
+    SQLite refuses to change the mode inside a transaction, and the engine's tasks may have one
+    open on the connection as soon as it started: the change waits for a moment between them.
     """
     conn = engine.conn
-    await conn.execute(f"PRAGMA synchronous = {mode.upper()}")
+    deadline = time.monotonic() + _SYNCHRONOUS_WAIT_SECONDS
+    while (current := await _synchronous_of(conn)) != mode:
+        try:
+            await conn.execute(f"PRAGMA synchronous = {mode.upper()}")
+        except sqlite3.OperationalError as exc:
+            if "transaction" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.01)
+    return current
+
+
+async def _synchronous_of(conn: Any) -> str:
     async with conn.execute("PRAGMA synchronous") as cursor:
         row = await cursor.fetchone()
     value = next(iter(dict(row).values())) if row else None
-    return _SYNCHRONOUS_NAMES.get(int(value), str(value)) if value is not None else mode
+    return _SYNCHRONOUS_NAMES.get(int(value), str(value)) if value is not None else "unknown"
 
 
 #: Startup failures an operator can fix (another engine holds the database, a schema from a
