@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -242,8 +243,10 @@ class StudioProcess:
         db: Path | None = None,
         env: Mapping[str, str] | None = None,
         unprivileged: bool = False,
+        nofile: tuple[int, int] | None = None,
     ) -> None:
         self.base = base
+        self.nofile = nofile
         self.db = db if db is not None else base / "state.db"
         self.env = isolated_env(base, env)
         self.prefix: list[str] = []
@@ -274,8 +277,24 @@ class StudioProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 cwd=self.base,
+                preexec_fn=None if self.nofile is None else self._limit_nofile,
             )
         return self.proc
+
+    def _limit_nofile(self) -> None:  # in the child, before exec (as `ulimit -n` would)
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
+
+    def open_descriptors(self) -> int:
+        """How many file descriptors the server process holds now."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def rss_kib(self) -> int:
+        """The server's resident set size (VmRSS) in KiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
 
     def start(self, timeout: float = 60.0) -> str:
         """Start and wait until ``/api/health`` answers with the scheduler running."""
@@ -386,10 +405,11 @@ def studio_process(tmp_path: Path) -> Iterator[Callable[..., StudioProcess]]:
         db: Path | None = None,
         env: Mapping[str, str] | None = None,
         unprivileged: bool = False,
+        nofile: tuple[int, int] | None = None,
     ) -> StudioProcess:
         where = base if base is not None else tmp_path / f"studio{len(made)}"
         where.mkdir(parents=True, exist_ok=True)
-        server = StudioProcess(where, db=db, env=env, unprivileged=unprivileged)
+        server = StudioProcess(where, db=db, env=env, unprivileged=unprivileged, nofile=nofile)
         made.append(server)
         return server
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -93,6 +94,8 @@ class Studio:
         self.db = tmp_path / "state.db"
         self.env = base_env(self.home)
         self.env["LIONAGI_STUDIO_DB"] = str(self.db)
+        # read commands refuse a missing database: start from the empty one `serve` leaves
+        asyncio.run(_migrate(self.db))
 
     def run(
         self,
@@ -157,6 +160,14 @@ class Studio:
             _ = result.error_line
         return result
 
+    def schedule_names(self) -> list[str]:
+        """Names of the schedules in the database (read with the test's own connection)."""
+        conn = sqlite3.connect(self.db)
+        try:
+            return [row[0] for row in conn.execute("SELECT name FROM schedules ORDER BY name")]
+        finally:
+            conn.close()
+
     def create(self, name: str, *flags: str) -> dict[str, Any]:
         """Create a schedule through the CLI (interval 1h + a command unless flags given)."""
         args = list(flags) or ["--interval", "1h", "--command", "python3", "--command-arg", "ok"]
@@ -180,6 +191,14 @@ class Studio:
             **fields,
         }
         return asyncio.run(_seed(self.db, data))
+
+
+async def _migrate(db: Path) -> None:
+    from studio_scheduler_core import ensure_schema
+    from studio_state import connect
+
+    async with connect(db) as conn:
+        await ensure_schema(conn)
 
 
 async def _seed(db: Path, data: dict[str, Any]) -> dict[str, Any]:

@@ -171,7 +171,7 @@ def test_conflicting_create_flags_are_usage_errors(studio: Studio) -> None:
     results = studio.run_many(calls, expect=2)
     for (args, needle), result in zip(CONFLICTING_CREATE_FLAGS, results, strict=True):
         assert needle in result.error_line, (args, result.error_line)
-    assert not studio.db.exists(), "a usage error must not create the database"
+    assert studio.schedule_names() == [], "a usage error must not write anything"
 
 
 def test_invalid_json_flag_exits_1_naming_the_flag(studio: Studio) -> None:
@@ -183,7 +183,7 @@ def test_invalid_json_flag_exits_1_naming_the_flag(studio: Studio) -> None:
     for flag, result in zip(flags, results, strict=True):
         assert result.stdout == ""
         assert result.error_line.startswith(f"error: {flag}: invalid JSON"), result.stderr
-    assert not studio.db.exists()
+    assert studio.schedule_names() == []
 
 
 def test_help_imports_no_heavy_module(studio: Studio) -> None:

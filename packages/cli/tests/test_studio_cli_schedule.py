@@ -340,13 +340,16 @@ def test_db_resolution_flag_env_and_default_home(cli: Studio, tmp_path: Path) ->
         [
             ("schedule", "list", "--db", str(other), "--json"),
             ("schedule", "list", "--json"),
-            Call(("schedule", "list", "--json"), {"env": {"LIONAGI_STUDIO_DB": None}}),
+            Call(("schedule", "list", "--json"), {"env": {"LIONAGI_STUDIO_DB": None}, "expect": 1}),
         ]
     )
     assert [s["name"] for s in by_flag.json()["schedules"]] == ["in-flag"]
     assert [s["name"] for s in by_env.json()["schedules"]] == ["in-env"]
-    assert by_default.json()["schedules"] == [] and by_default.json()["total"] == 0
-    assert (cli.home / ".lionagi" / "studio" / "state.db").is_file()
+    # a read command refuses a database that does not exist instead of creating it
+    default = cli.home / ".lionagi" / "studio" / "state.db"
+    expected = f"error: Studio database not found: {default} (from the default)"
+    assert by_default.error_line == expected
+    assert not default.parent.exists()
 
 
 def test_environment_and_database_errors_are_one_line(cli: Studio, tmp_path: Path) -> None:

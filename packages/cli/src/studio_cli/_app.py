@@ -18,6 +18,7 @@ from ._commands.schedule import schedule_group
 from ._commands.serve import serve
 from ._commands.usage import usage_group
 from ._errors import EXIT_INTERRUPTED, CliError, fail, usage_error
+from ._types import check_arguments
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -44,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run ``studio`` with ``argv`` (default ``sys.argv[1:]``) and exit with its status."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        check_arguments(args)
         app.main(args=args, prog_name="studio", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

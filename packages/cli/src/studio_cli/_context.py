@@ -28,6 +28,7 @@ DB_ENV = "LIONAGI_STUDIO_DB"
 URL_ENV = "LIONAGI_STUDIO_URL"
 TOKEN_ENV = "LIONAGI_STUDIO_AUTH_TOKEN"  # noqa: S105 - the variable's name, not a secret
 INVOCATION_ENV = "LIONAGI_INVOCATION_ID"
+SYNCHRONOUS_ENV = "LIONAGI_STUDIO_SYNCHRONOUS"
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
@@ -35,8 +36,13 @@ def default_db_path() -> Path:
     return Path("~/.lionagi/studio/state.db").expanduser()
 
 
-def resolve_db_path(option: str | None) -> Path:
-    """``--db`` if given, else ``$LIONAGI_STUDIO_DB``, else the default under ``~/.lionagi``."""
+def resolve_db_path(option: str | None, *, existing: bool = False) -> Path:
+    """``--db`` if given, else ``$LIONAGI_STUDIO_DB``, else the default under ``~/.lionagi``.
+
+    ``existing`` (read commands, and those that change rows that must already exist): a path
+    with no database file is refused, instead of creating its directory and an empty database
+    that would then report "nothing here".
+    """
     if option:
         path, source = Path(option).expanduser(), "--db"
     elif os.environ.get(DB_ENV, "").strip():
@@ -45,7 +51,27 @@ def resolve_db_path(option: str | None) -> Path:
         path, source = default_db_path(), "the default"
     if path.is_dir():
         raise CliError(f"database path is a directory: {path} (from {source})")
+    if existing and not path.is_file():
+        raise CliError(f"Studio database not found: {path} (from {source})")
     return path
+
+
+def synchronous_mode() -> str:
+    """``$LIONAGI_STUDIO_SYNCHRONOUS`` (``full``, the default, or ``normal``), validated.
+
+    Anything else is a one-line error naming the variable, before any database is opened.
+    """
+    from studio_state import InvalidSetting, check_synchronous
+
+    raw = os.environ.get(SYNCHRONOUS_ENV, "")
+    if not raw.strip():
+        return "full"
+    try:
+        return check_synchronous(raw)
+    except InvalidSetting:
+        raise CliError(
+            f"invalid settings: {SYNCHRONOUS_ENV}: must be 'full' or 'normal' (got {raw!r})"
+        ) from None
 
 
 def resolve_server(url_option: str | None) -> tuple[str, str]:
@@ -106,7 +132,7 @@ async def open_db(
     """
     from studio_state import connect
 
-    async with connect(db_path) as conn:
+    async with connect(db_path, synchronous=synchronous_mode()) as conn:
         if outbox_only:
             from studio_outbox import ensure_schema as outbox_schema
 

@@ -101,6 +101,9 @@ def _library_message(exc: BaseException) -> str | None:
     settings_error = getattr(api, "SettingsError", None) if api is not None else None
     if isinstance(settings_error, type) and isinstance(exc, settings_error):
         return f"invalid settings: {exc}"
+    api_error = getattr(api, "StudioApiError", None) if api is not None else None
+    if isinstance(api_error, type) and isinstance(exc, api_error):
+        return str(exc)
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
 
@@ -56,6 +56,34 @@ def duration_option(*names: str, help: str) -> Callable[[F], F]:
     return click.option(*names, metavar="DURATION", callback=duration_callback, help=help)
 
 
+def read_text(flag: str, stream: IO[str] | None) -> str | None:
+    """The whole text of the file given to ``flag``; not UTF-8 is a one-line error (exit 1)."""
+    if stream is None:
+        return None
+    try:
+        return stream.read()
+    except UnicodeDecodeError as exc:
+        name = getattr(stream, "name", "the file")
+        raise CliError(
+            f"{flag}: {name} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
+
+
+def check_arguments(args: list[str]) -> None:
+    """Refuse an argument that is not valid UTF-8 (naming the option it belongs to) before
+    anything runs: it could not be stored, sent or printed."""
+    for index, arg in enumerate(args):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            before = args[index - 1] if index > 0 else ""
+            option = arg.split("=", 1)[0] if arg.startswith("--") and "=" in arg else None
+            if option is None and before.startswith("-") and not arg.startswith("-"):
+                option = before
+            where = f"the value of {option}" if option else f"argument {index + 1}"
+            raise CliError(f"{where} is not valid UTF-8 text") from None
+
+
 def parse_json_flag(flag: str, text: str | None) -> Any:
     """Decode the JSON given to ``flag``; invalid JSON is a one-line error (exit 1)."""
     if text is None:
@@ -64,3 +92,5 @@ def parse_json_flag(flag: str, text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CliError(f"{flag}: invalid JSON: {exc.msg} at position {exc.pos}") from None
+    except RecursionError:
+        raise CliError(f"{flag}: invalid JSON: nested too deeply") from None

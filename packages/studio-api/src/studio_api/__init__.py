@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .__about__ import __version__
-from ._exceptions import SettingsError, StudioApiError
+from ._bounds import FIELD_LIMITS, check_field_limit
+from ._exceptions import PortUnavailable, SettingsError, StudioApiError
 from ._settings import StudioSettings
 
 if TYPE_CHECKING:
@@ -34,4 +35,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'studio_api' has no attribute {name!r}")
 
 
-__all__ = ["SettingsError", "StudioApiError", "StudioSettings", "__version__", "create_app", "run"]
+__all__ = [
+    "FIELD_LIMITS",
+    "PortUnavailable",
+    "SettingsError",
+    "StudioApiError",
+    "StudioSettings",
+    "__version__",
+    "check_field_limit",
+    "create_app",
+    "run",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ._app import EXPECTED_STARTUP_ERRORS
-from ._exceptions import SettingsError
+from ._exceptions import PortUnavailable, SettingsError
 from ._server import run
 
 
@@ -20,6 +20,9 @@ def main() -> int:
     except SettingsError as exc:
         print(f"studio: {exc}", file=sys.stderr)
         return 2
+    except PortUnavailable as exc:
+        print(f"studio cannot start: {exc}", file=sys.stderr)
+        return 1
     except EXPECTED_STARTUP_ERRORS as exc:
         print(f"studio cannot start: {exc}", file=sys.stderr)
         return 1

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,10 +18,12 @@ from studio_state import StateError
 
 from .__about__ import __version__
 from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
+from ._body_limit import BodyLimitMiddleware
 from ._dashboard import install_dashboard
 from ._errors import LastResortMiddleware, install_error_handlers
 from ._models import ErrorOut
 from ._settings import StudioSettings
+from ._storage import StorageHealth
 from .routes import dispatch, health, runs, schedules
 
 logger = logging.getLogger("studio_api")
@@ -49,12 +53,18 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
             app.state.startup_error = exc
             raise
         app.state.engine = engine
+        try:
+            app.state.synchronous = await apply_synchronous(engine, settings.synchronous)
+        except BaseException:
+            await engine.stop()
+            raise
         logger.info(
-            "studio %s: scheduler started on %s (tick %ss, time zone %s)",
+            "studio %s: scheduler started on %s (tick %ss, time zone %s, synchronous=%s)",
             __version__,
             settings.db,
             settings.tick_seconds,
             settings.timezone,
+            app.state.synchronous,
         )
         try:
             yield
@@ -69,6 +79,8 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.storage = StorageHealth(settings.db, synchronous=settings.synchronous)
+    app.state.synchronous = settings.synchronous
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(schedules.router)
@@ -79,8 +91,41 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     if settings.auth_token is not None:
         app.add_middleware(BearerAuthMiddleware, token=settings.auth_token.get_secret_value())
         _document_bearer_auth(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(StartupMessageMiddleware, owner=app)
     return app
+
+
+_SYNCHRONOUS_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}
+_SYNCHRONOUS_WAIT_SECONDS = 30.0
+
+
+async def apply_synchronous(engine: SchedulerEngine, mode: str) -> str:
+    """Set ``PRAGMA synchronous`` on the engine's connection (every request and the tick use
+    it) and return the mode SQLite reports back, which health shows.
+
+    The engine opens its connection with the library default (FULL) and its startup writes
+    use it. WIRING: once SchedulerEngine takes ``synchronous=``, pass the setting there instead.
+    SQLite refuses to change the mode inside a transaction, and the engine's tasks may have one
+    open on the connection as soon as it started: the change waits for a moment between them.
+    """
+    conn = engine.conn
+    deadline = time.monotonic() + _SYNCHRONOUS_WAIT_SECONDS
+    while (current := await _synchronous_of(conn)) != mode:
+        try:
+            await conn.execute(f"PRAGMA synchronous = {mode.upper()}")
+        except sqlite3.OperationalError as exc:
+            if "transaction" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.01)
+    return current
+
+
+async def _synchronous_of(conn: Any) -> str:
+    async with conn.execute("PRAGMA synchronous") as cursor:
+        row = await cursor.fetchone()
+    value = next(iter(dict(row).values())) if row else None
+    return _SYNCHRONOUS_NAMES.get(int(value), str(value)) if value is not None else "unknown"
 
 
 #: Startup failures an operator can fix (another engine holds the database, a schema from a

@@ -9,15 +9,20 @@
 - 409 ``{"detail", "reason_code"}``: ``FireRefused``.
 - 409 ``{"detail"}``: ``InvalidDispatchState``, ``AckTokenMismatch``, ``AckNotRequired``,
   any other outbox or scheduler error.
-- 503 ``{"detail"}`` with ``Retry-After``: SQLite busy or locked.
+- 503 ``{"detail"}`` with ``Retry-After``: SQLite busy or locked; a storage fault (read-only or
+  full file system, I/O error, corrupt or unopenable file: :func:`storage_problem`), whatever
+  error wraps it, with the problem in ``detail``; health reports it (``degraded``).
 - 500 ``{"detail": "internal server error"}``: anything else, its traceback logged.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -46,6 +51,97 @@ from studio_scheduler_core import (
 )
 
 logger = logging.getLogger("studio_api")
+
+# SQLite result codes (primary, without the extended part) that mean the storage refused.
+_FAULT_CODES = {
+    "SQLITE_READONLY": "the database is read-only",
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_IOERR": "disk I/O error",
+    "SQLITE_CORRUPT": "the database file is corrupt",
+    "SQLITE_NOTADB": "the database file is corrupt",
+    "SQLITE_CANTOPEN": "the database file cannot be opened",
+}
+# The same, by the messages of SQLite builds or wrappers that do not set ``sqlite_errorname``.
+_FAULT_MESSAGES = {
+    "readonly database": "SQLITE_READONLY",
+    "read-only file system": "SQLITE_READONLY",
+    "database or disk is full": "SQLITE_FULL",
+    "disk i/o error": "SQLITE_IOERR",
+    "database disk image is malformed": "SQLITE_CORRUPT",
+    "file is not a database": "SQLITE_NOTADB",
+    "unable to open database file": "SQLITE_CANTOPEN",
+}
+_MAX_CHAIN = 8
+
+
+def _fault_code(exc: BaseException) -> str | None:
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    for code in _FAULT_CODES:
+        if name == code or name.startswith(code + "_"):
+            return code
+    text = str(exc).lower()
+    return next((code for words, code in _FAULT_MESSAGES.items() if words in text), None)
+
+
+_FS_ERRNOS = {
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EIO: "the device reports I/O errors",
+}
+
+
+def file_system_state(path: Path | None) -> str | None:
+    """What the file system under ``path`` says to a small write beside it now: read-only,
+    out of space, I/O errors; ``None`` when the write succeeds (or fails for another reason).
+
+    SQLite reports most of these as a plain "disk I/O error"; the file system's own answer
+    tells the operator which it is (a file system remounted read-only after an error does not
+    always say so in its mount flags).
+    """
+    if path is None:
+        return None
+    probe = path.with_name(f".{path.name}.probe-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        return _FS_ERRNOS.get(exc.errno or 0)
+    return None
+
+
+def storage_problem(exc: BaseException, db_path: Path | None = None) -> str | None:
+    """A one-line description if ``exc`` (or an exception it was raised from) is a storage
+    fault of SQLite (read-only, full, I/O error, corrupt, cannot open); else ``None``.
+
+    ``db_path`` lets the description say what the file system reports (an I/O error on a file
+    system that turned read-only says so). This is the one place that classifies storage
+    faults; the answer of every route and of health follows it.
+    """
+    seen: BaseException | None = exc
+    for _ in range(_MAX_CHAIN):
+        if seen is None:
+            return None
+        code = _fault_code(seen)
+        if code is not None:
+            what = _FAULT_CODES[code]
+            if code in ("SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_FULL"):
+                state = file_system_state(db_path)
+                if state is not None and state != what:
+                    what = f"{what}: {state}"
+            where = f" ({db_path})" if db_path is not None else ""
+            return f"storage fault{where}: {what} ({seen})"
+        if isinstance(seen, OSError) and seen.errno in (errno.EROFS, errno.ENOSPC, errno.EIO):
+            return f"storage fault: {seen.strerror}"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
 
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 
@@ -100,8 +196,9 @@ async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
         # FastAPI answers 400 for a body it cannot decode at all (not UTF-8, truncated); that
         # is invalid input like any other malformed JSON.
         return JSONResponse(error_body(f"body: {exc.detail}", field="body"), status_code=422)
+    field = "body" if exc.status_code == 413 else None
     return JSONResponse(
-        error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        error_body(str(exc.detail), field=field), status_code=exc.status_code, headers=exc.headers
     )
 
 
@@ -137,6 +234,9 @@ async def _fire_refused(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _conflict(request: Request, exc: Exception) -> JSONResponse:
+    fault = storage_fault_response(request.app, exc)  # a library error raised from one
+    if fault is not None:
+        return fault
     return JSONResponse(error_body(str(exc)), status_code=409)
 
 
@@ -147,14 +247,32 @@ async def _invalid_dispatch(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _operational(request: Request, exc: Exception) -> JSONResponse:
+def storage_fault_response(app: Any, exc: BaseException) -> JSONResponse | None:
+    """503 naming the storage fault behind ``exc`` (recorded for health), or ``None``."""
+    settings = getattr(getattr(app, "state", None), "settings", None)
+    db_path = getattr(settings, "db", None)
+    problem = storage_problem(exc, db_path if isinstance(db_path, Path) else None)
+    if problem is None:
+        return None
+    storage = getattr(app.state, "storage", None)
+    if storage is not None:
+        if storage.problem != problem:
+            logger.error("%s", problem)  # once per distinct problem, without a traceback
+        storage.record(problem)
+    return JSONResponse(error_body(problem), status_code=503, headers={"Retry-After": "30"})
+
+
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     text = str(exc).lower()
-    if "locked" in text or "busy" in text:
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
         return JSONResponse(
             error_body("database is busy, retry shortly"),
             status_code=503,
             headers={"Retry-After": "1"},
         )
+    fault = storage_fault_response(request.app, exc)
+    if fault is not None:
+        return fault
     logger.error("database error on %s %s", request.method, request.url.path, exc_info=exc)
     return JSONResponse(error_body("internal server error"), status_code=500)
 
@@ -175,7 +293,7 @@ def install_error_handlers(app: FastAPI) -> None:
     for conflict in (InvalidDispatchState, AckTokenMismatch, AckNotRequired, OutboxError):
         app.add_exception_handler(conflict, _conflict)
     app.add_exception_handler(SchedulerError, _conflict)
-    app.add_exception_handler(sqlite3.OperationalError, _operational)
+    app.add_exception_handler(sqlite3.Error, _database_error)
 
 
 _INTERNAL = json.dumps(error_body("internal server error")).encode()
@@ -206,7 +324,11 @@ class LastResortMiddleware:
 
         try:
             await self.app(scope, receive, tracking_send)
-        except Exception:
+        except Exception as exc:
+            fault = None if started else storage_fault_response(scope.get("app"), exc)
+            if fault is not None:
+                await fault(scope, receive, send)
+                return
             logger.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
             if started:
                 raise

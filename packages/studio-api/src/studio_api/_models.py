@@ -1,7 +1,8 @@
 """Request and response models of the HTTP API (extra keys are refused everywhere).
 
-Request models check only shape: types, SQLite's integer range, finite numbers, strings SQLite
-can store (valid UTF-8) and a bounded nesting depth. The meaning of a value (a valid cron
+Request models check only shape: types, SQLite's integer range, finite numbers, the upper bound
+of each numeric schedule field (``_bounds``), strings SQLite can store (valid UTF-8) and a
+bounded nesting depth. The meaning of a value (a valid cron
 expression, a positive interval, an allowed command …) is the schedule service's to judge, so
 the API and the CLI refuse the same things with the same messages.
 """
@@ -13,6 +14,8 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ._bounds import MAX_BUDGET_USD, MAX_COUNT, MAX_INTERVAL_SEC, MAX_POLL_INTERVAL_SEC, MIN_COUNT
 
 SQLITE_INT_MAX = 2**63 - 1
 MAX_NESTING = 32
@@ -34,8 +37,10 @@ RunStatus = Literal[
 ]
 DispatchStatus = Literal["pending", "delivering", "delivered", "acked", "dead_letter", "expired"]
 
-SqlInt = Annotated[int, Field(ge=-SQLITE_INT_MAX - 1, le=SQLITE_INT_MAX)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+IntervalSec = Annotated[int, Field(ge=MIN_COUNT, le=MAX_INTERVAL_SEC)]
+PollIntervalSec = Annotated[int, Field(ge=MIN_COUNT, le=MAX_POLL_INTERVAL_SEC)]
+Count = Annotated[int, Field(ge=MIN_COUNT, le=MAX_COUNT)]
+BudgetUsd = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_BUDGET_USD, le=MAX_BUDGET_USD)]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -114,21 +119,21 @@ class _ActionFields(RequestModel):
 class _ScheduleFields(_ActionFields):
     description: str | None = None
     cron_expr: str | None = None
-    interval_sec: SqlInt | None = None
+    interval_sec: IntervalSec | None = None
     github_repo: str | None = None
     github_filter: dict[str, Any] | None = None
-    poll_interval_sec: SqlInt | None = None
+    poll_interval_sec: PollIntervalSec | None = None
     on_success: dict[str, Any] | None = None
     on_fail: dict[str, Any] | None = None
-    max_runs: SqlInt | None = None
-    budget_usd: Finite | None = None
-    budget_tokens: SqlInt | None = None
+    max_runs: Count | None = None
+    budget_usd: BudgetUsd | None = None
+    budget_tokens: Count | None = None
     project: str | None = None
     threshold_config: dict[str, Any] | None = None
 
 
 class ScheduleCreate(_ScheduleFields):
-    """Body of ``POST /api/schedules`` (ADR-0070 D2 create model, plus cwd, command, enabled)."""
+    """Body of ``POST /api/schedules`` (the create model, plus cwd, command, enabled)."""
 
     name: str
     trigger_type: TriggerType
@@ -343,13 +348,23 @@ class DispatchHealth(ResponseModel):
     delivery_paused: bool
 
 
+class DatabaseHealth(ResponseModel):
+    """The database: its durability mode, and the storage fault writes meet now (if any)."""
+
+    synchronous: str
+    problem: str | None = None
+    problem_since: float | None = None
+
+
 class HealthOut(ResponseModel):
-    """``GET /api/health``: ``status`` is ``ok``, or ``degraded`` when the tick is not healthy."""
+    """``GET /api/health``: ``status`` is ``ok``, or ``degraded`` when the tick is not healthy
+    or writes to the database fail (``database.problem``)."""
 
     status: Literal["ok", "degraded"]
     version: str
     scheduler: SchedulerHealth
     dispatch: DispatchHealth
+    database: DatabaseHealth
 
 
 class DispatchOut(ResponseModel):

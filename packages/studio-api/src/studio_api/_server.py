@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import errno
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,8 @@ import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
 from ._app import create_app
+from ._connections import install_accept_error_filter, raise_nofile_limit, server_options
+from ._exceptions import PortUnavailable
 from ._settings import StudioSettings
 
 #: Loggers of the Studio packages, shown beside uvicorn's own in the same format.
@@ -42,7 +46,8 @@ def run(
 
     ``host``, ``port`` and ``db`` override ``settings`` (default: read from the environment).
     Raises :class:`SettingsError` for an invalid value or for a non-loopback ``host`` without
-    ``LIONAGI_STUDIO_AUTH_TOKEN``, before anything is bound or opened; when the engine cannot
+    ``LIONAGI_STUDIO_AUTH_TOKEN``, and :class:`PortUnavailable` when ``host:port`` is taken,
+    before anything is bound or opened; when the engine cannot
     start (``EngineLocked``: another Studio serves this database, ``SchemaTooNew``, an
     unwritable path ...) that error is raised once the server has given up. With ``reload`` the
     server restarts on code changes and re-reads its settings from the environment, so the
@@ -51,6 +56,9 @@ def run(
     base = settings if settings is not None else StudioSettings()
     settings = base.with_overrides(host=host, port=port, db=db)
     settings.check_bind()
+    check_port(settings.host, settings.port)
+    raise_nofile_limit()
+    install_accept_error_filter()
     if reload:
         for name in ("host", "port", "db"):
             value = getattr(settings, name)
@@ -65,6 +73,7 @@ def run(
             log_config=log_config(log_level),
         )
         return
+    strip_secrets(settings)
     app = create_app(settings)
     try:
         uvicorn.run(
@@ -74,6 +83,7 @@ def run(
             log_level=log_level,
             log_config=log_config(log_level),
             timeout_graceful_shutdown=10,
+            **server_options(),
         )
     except SystemExit:
         # uvicorn exits when the lifespan fails; give the caller the reason instead
@@ -81,3 +91,40 @@ def run(
         if isinstance(error, BaseException):
             raise error from None
         raise
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise :class:`PortUnavailable` if ``host:port`` cannot be bound now (port 0 always can).
+
+    Checked before the app starts: the engine takes the database's lock and reconciles its
+    runs on startup, which a server that then fails to bind must not do.
+    """
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise PortUnavailable(host, port, str(exc)) from None
+    family, _, _, _, address = infos[0]
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
+        probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            reason += " (another server is listening there)"
+        raise PortUnavailable(host, port, reason) from None
+    finally:
+        probe.close()
+
+
+def strip_secrets(settings: StudioSettings) -> None:
+    """Remove the secrets children and transports must not inherit from this process's
+    environment (the settings already hold them), so every child and notify transport this
+    server starts, whoever builds its environment, goes without them."""
+    # The scheduled children get SchedulerSettings.child_env (the same mapping); the notify
+    # transport copies os.environ. WIRING: once the outbox's argv transport takes env=, the
+    # engine should pass it SchedulerSettings.child_env too, and this becomes belt and braces.
+    for name in settings.stripped_secrets():
+        os.environ.pop(name, None)

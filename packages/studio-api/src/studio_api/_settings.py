@@ -1,4 +1,4 @@
-"""``StudioSettings``: every environment setting of DESIGN §8, validated once at startup."""
+"""``StudioSettings``: every environment setting of a Studio host, validated once at startup."""
 
 from __future__ import annotations
 
@@ -34,9 +34,13 @@ DEFAULT_PORT = 8765
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Secrets are never echoed back in an error message.
 _SECRET_FIELDS = frozenset({"auth_token", "github_token"})
-# Environment variables removed from the environment handed to children: the API's own bearer
-# token is for the operator's clients, not for every scheduled command.
-_CHILD_ENV_DROP = ("LIONAGI_STUDIO_AUTH_TOKEN",)
+SECRET_ENV_VARS = ("GITHUB_TOKEN", "LIONAGI_STUDIO_AUTH_TOKEN", "LIONAGI_STUDIO_WEBHOOK_SECRET")
+"""Removed from the environment of every child and notify transport (the API's bearer token is
+for the operator's clients, the GitHub token for the poller, the webhook secret for signing),
+unless ``LIONAGI_SCHEDULER_CHILD_ENV_PASS`` names them."""
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # When False, construction reads only its keyword arguments (``from_env`` with an explicit
 # mapping passes the variables that way); the default reads ``os.environ`` too.
@@ -90,7 +94,7 @@ def _env(name: str) -> Any:
 
 
 class StudioSettings(BaseSettings):
-    """The settings of a Studio host, read from the environment (DESIGN §8).
+    """The settings of a Studio host, read from the environment.
 
     Build it once at startup (``StudioSettings()`` or :meth:`from_env`) and pass it down; the
     library packages never read the environment. Keyword arguments use the field names
@@ -155,6 +159,16 @@ class StudioSettings(BaseSettings):
         default="https://api.github.com", validation_alias="LIONAGI_STUDIO_GITHUB_API_URL"
     )
     github_token: SecretStr | None = _env("GITHUB_TOKEN")
+    synchronous: str = Field(default="full", validation_alias="LIONAGI_STUDIO_SYNCHRONOUS")
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES,
+        ge=1,
+        le=1024**3,
+        validation_alias="LIONAGI_STUDIO_MAX_BODY_BYTES",
+    )
+    child_env_pass: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), validation_alias="LIONAGI_SCHEDULER_CHILD_ENV_PASS"
+    )
 
     #: field name -> environment variable name
     ENV_VARS: ClassVar[dict[str, str]] = {}
@@ -289,6 +303,33 @@ class StudioSettings(BaseSettings):
             return names
         return value
 
+    @field_validator("synchronous", mode="before")
+    @classmethod
+    def _check_synchronous(cls, value: Any) -> Any:
+        from studio_state import InvalidSetting, check_synchronous
+
+        if not isinstance(value, str):
+            return value
+        try:
+            return check_synchronous(value)
+        except InvalidSetting:
+            raise ValueError("must be 'full' or 'normal'") from None
+
+    @field_validator("child_env_pass", mode="before")
+    @classmethod
+    def _split_env_pass(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, list | tuple):
+            names = tuple(str(part).strip() for part in value if str(part).strip())
+            for name in names:
+                if not _ENV_NAME.fullmatch(name):
+                    raise ValueError(
+                        f"{name!r} is not an environment variable name (comma separated names)"
+                    )
+            return names
+        return value
+
     @field_validator("li_executable")
     @classmethod
     def _check_li(cls, value: str | None) -> str | None:
@@ -348,7 +389,6 @@ class StudioSettings(BaseSettings):
         """The ``studio_scheduler_core.SchedulerSettings`` these settings describe."""
         from studio_scheduler_core import SchedulerSettings
 
-        child_env = {k: v for k, v in os.environ.items() if k not in _CHILD_ENV_DROP}
         return SchedulerSettings(
             tick_seconds=self.tick_seconds,
             max_scheduled_concurrent=self.max_scheduled_concurrent,
@@ -365,8 +405,19 @@ class StudioSettings(BaseSettings):
             github_token=(
                 self.github_token.get_secret_value() if self.github_token is not None else None
             ),
-            child_env=child_env,
+            child_env=self.child_environment(),
         )
+
+    def stripped_secrets(self) -> frozenset[str]:
+        """The secret variables children and transports do not get (those not passed through)."""
+        return frozenset(SECRET_ENV_VARS) - frozenset(self.child_env_pass)
+
+    def child_environment(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment children and notify transports inherit: ``environ`` (default
+        ``os.environ``) minus :data:`SECRET_ENV_VARS` not named in ``child_env_pass``."""
+        drop = self.stripped_secrets()
+        source = os.environ if environ is None else environ
+        return {key: value for key, value in source.items() if key not in drop}
 
 
 StudioSettings.ENV_VARS = {

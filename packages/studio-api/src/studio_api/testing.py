@@ -24,6 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from ._app import create_app
+from ._connections import server_options
 from ._settings import StudioSettings, is_loopback_host
 
 __all__ = ["StudioServer", "serve_studio"]
@@ -50,6 +51,7 @@ class StudioServer:
             lifespan="on",
             log_level=log_level,
             timeout_graceful_shutdown=5,
+            **server_options(),
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name="studio-test-server", daemon=True)

@@ -62,7 +62,7 @@ def limit_option(default: int = 50) -> Callable[[F], F]:
 def offset_option(func: F) -> F:
     return click.option(
         "--offset",
-        type=click.IntRange(0),
+        type=click.IntRange(0, 2**63 - 1),
         default=0,
         show_default=True,
         help="Skip this many rows.",

@@ -60,7 +60,7 @@ def list_dispatches(
     Example:
       studio dispatch list --status dead_letter
     """
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _list() -> tuple[list[dict[str, Any]], int]:
         from studio_outbox import count_dispatches
@@ -103,7 +103,7 @@ def list_dispatches(
 @json_option
 def show(dispatch_id: str, db: str | None, as_json: bool) -> None:
     """Show one dispatch with its payload (the ack token is never shown)."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _show() -> dict[str, Any] | None:
         from studio_outbox import get_dispatch
@@ -132,7 +132,7 @@ def show(dispatch_id: str, db: str | None, as_json: bool) -> None:
 @json_option
 def ack(dispatch_id: str, token: str, db: str | None, as_json: bool) -> None:
     """Acknowledge DISPATCH_ID with the consumer's TOKEN."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _ack() -> bool:
         from studio_outbox import ack_dispatch
@@ -154,7 +154,7 @@ def ack(dispatch_id: str, token: str, db: str | None, as_json: bool) -> None:
 @json_option
 def retry(dispatch_id: str, db: str | None, as_json: bool) -> None:
     """Send a dead-lettered or expired dispatch again (attempts reset)."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _retry() -> dict[str, Any] | None:
         from studio_outbox import get_dispatch, retry_dispatch
@@ -178,7 +178,7 @@ def retry(dispatch_id: str, db: str | None, as_json: bool) -> None:
 @json_option
 def purge(dispatch_id: str, yes: bool, db: str | None, as_json: bool) -> None:
     """Delete one dispatch (refused while it is being delivered)."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _purge() -> str:
         from studio_outbox import get_dispatch, purge_dispatch

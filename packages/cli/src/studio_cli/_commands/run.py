@@ -1,4 +1,4 @@
-"""``studio run ACTION …``: queue an ad-hoc run (DESIGN §5.8), and list / show / cancel them.
+"""``studio run ACTION …``: queue an ad-hoc run, and list / show / cancel them.
 
 Queueing writes a ``queued`` row to the database directly (no server needed); the running
 server's host task worker claims and executes it (its engine notices the write within about
@@ -28,7 +28,7 @@ from .._output import (
     say,
     shorten,
 )
-from .._types import duration_option
+from .._types import duration_option, read_text
 from ._common import (
     RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -109,7 +109,7 @@ def _prompt(argument: str | None, option: str | None, stream: IO[str] | None) ->
     if len(given) > 1:
         raise click.UsageError("give the prompt once: PROMPT, --prompt or --prompt-file")
     if stream is not None:
-        return stream.read().rstrip("\r\n")
+        return (read_text("--prompt-file", stream) or "").rstrip("\r\n")
     return argument if argument is not None else option
 
 
@@ -229,7 +229,11 @@ run_group.add_command(play, "playbook")
 @_common_options
 def flow_yaml(spec: IO[str], project: str | None, **opts: Any) -> None:
     """Queue `li o flow -f FILE`: the flow spec YAML is stored with the run ('-' = stdin)."""
-    data = {"action_kind": "flow_yaml", "action_flow_yaml": spec.read(), "action_project": project}
+    data = {
+        "action_kind": "flow_yaml",
+        "action_flow_yaml": read_text("FILE", spec),
+        "action_project": project,
+    }
     _enqueue(data, opts)
 
 
@@ -255,7 +259,7 @@ def command_kind(name: str, args: Sequence[str], **opts: Any) -> None:
 @json_option
 def list_runs(status: str | None, limit: int, offset: int, db: str | None, as_json: bool) -> None:
     """List ad-hoc runs, newest first."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _list() -> tuple[list[dict[str, Any]], int]:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings
@@ -292,7 +296,7 @@ def list_runs(status: str | None, limit: int, offset: int, db: str | None, as_js
 @json_option
 def show(run_id: str, db: str | None, as_json: bool) -> None:
     """Show one ad-hoc run."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _show() -> dict[str, Any]:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings
@@ -313,7 +317,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
 @json_option
 def cancel(run_id: str, db: str | None, as_json: bool) -> None:
     """Cancel a queued or running ad-hoc run (a running one's process group is terminated)."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _cancel() -> tuple[str, dict[str, Any]]:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from .._context import open_db, open_service, resolve_db_path, run_async, scheduler_settings
+from .._errors import CliError
 from .._output import emit_json, fmt_time, print_record, print_rows, say
 from ._common import (
     RUN_COLUMNS,
@@ -69,7 +70,7 @@ def list_schedules(
     Example:
       studio schedule list --enabled --json
     """
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _list() -> tuple[list[dict[str, Any]], int]:
         async with open_service(db_path, validating=False) as service:
@@ -97,7 +98,7 @@ def show(schedule: str, db: str | None, as_json: bool) -> None:
     Example:
       studio schedule show nightly
     """
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _show() -> dict[str, Any]:
         async with open_service(db_path, validating=False) as service:
@@ -116,7 +117,7 @@ def show(schedule: str, db: str | None, as_json: bool) -> None:
 @json_option
 def enable(schedule: str, db: str | None, as_json: bool) -> None:
     """Enable SCHEDULE; its next fire time is recomputed from now."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _enable() -> dict[str, Any]:
         async with open_service(db_path) as service:
@@ -133,7 +134,7 @@ def enable(schedule: str, db: str | None, as_json: bool) -> None:
 @json_option
 def disable(schedule: str, reason: str | None, db: str | None, as_json: bool) -> None:
     """Disable SCHEDULE (runs already in flight are not stopped)."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _disable() -> dict[str, Any]:
         async with open_service(db_path, validating=False) as service:
@@ -150,7 +151,7 @@ def disable(schedule: str, reason: str | None, db: str | None, as_json: bool) ->
 @json_option
 def delete(schedule: str, yes: bool, db: str | None, as_json: bool) -> None:
     """Delete SCHEDULE and its run history."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _delete() -> dict[str, Any]:
         async with open_service(db_path, validating=False) as service:
@@ -182,7 +183,7 @@ def runs(
     Example:
       studio schedule runs nightly --status failed --limit 5
     """
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _runs() -> tuple[list[dict[str, Any]], int]:
         async with open_service(db_path, validating=False) as service:
@@ -204,7 +205,7 @@ def runs(
 @json_option
 def run(run_id: str, db: str | None, as_json: bool) -> None:
     """Show one run (with its follow-up runs)."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _run() -> dict[str, Any]:
         async with open_service(db_path, validating=False) as service:
@@ -247,7 +248,7 @@ def preview(
         times, zone = _preview_cron(cron, tz, count)
         subject: dict[str, Any] = {"cron_expr": cron}
     else:
-        db_path = resolve_db_path(db)
+        db_path = resolve_db_path(db, existing=True)
         assert schedule is not None
 
         async def _preview() -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -269,10 +270,22 @@ def _preview_cron(cron: str, tz: str | None, count: int) -> tuple[list[dict[str,
     from studio_scheduler_core import preview_fire_times
 
     zone = tz or scheduler_settings().timezone
+    if tz is not None and not _is_zone(tz):
+        raise CliError(f"invalid value for --tz: {tz!r} is not a known IANA time zone")
     times = preview_fire_times(
         trigger_type="cron", cron_expr=cron, timezone=zone, start=time.time(), n=count
     )
     return times, zone
+
+
+def _is_zone(name: str) -> bool:
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
 
 
 _HOLDERS_SQL = (
@@ -291,7 +304,7 @@ _ADHOC_SQL = (
 @json_option
 def limits(db: str | None, as_json: bool) -> None:
     """Show the concurrency caps and the runs holding a slot now."""
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
     settings = scheduler_settings()
 
     async def _limits() -> dict[str, Any]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from .._context import open_service, resolve_db_path, run_async, scheduler_settings
-from .._types import duration_option, parse_json_flag
+from .._errors import FIELD_FLAGS, CliError
+from .._types import duration_option, parse_json_flag, read_text
 from ._common import db_option, json_option, show_schedule_result
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,12 +110,6 @@ def _field_options(func: F) -> F:
     return func
 
 
-def _read(stream: IO[str] | None) -> str | None:
-    if stream is None:
-        return None
-    return stream.read()
-
-
 def _trigger_fields(opts: dict[str, Any]) -> dict[str, Any]:
     given = [
         flag
@@ -146,7 +141,7 @@ def _field_values(opts: dict[str, Any]) -> dict[str, Any]:
     data = _trigger_fields(opts)
     prompt = opts["prompt"]
     if opts["prompt_file"] is not None:
-        prompt = _read(opts["prompt_file"])
+        prompt = read_text("--prompt-file", opts["prompt_file"])
         if prompt is not None:
             prompt = prompt.rstrip("\r\n")
     simple = {
@@ -159,7 +154,7 @@ def _field_values(opts: dict[str, Any]) -> dict[str, Any]:
         "action_prompt": prompt,
         "action_agent": opts["agent"],
         "action_playbook": opts["playbook"],
-        "action_flow_yaml": _read(opts["flow_yaml"]),
+        "action_flow_yaml": read_text("--flow-yaml", opts["flow_yaml"]),
         "action_project": opts["project"],
         "action_command": opts["command_name"],
         "on_success": parse_json_flag("--on-success", opts["on_success"]),
@@ -178,7 +173,22 @@ def _field_values(opts: dict[str, Any]) -> dict[str, Any]:
         data["action_extra_args"] = list(opts["extra_arg"])
     if opts["command_arg"]:
         data["action_command_args"] = list(opts["command_arg"])
+    _check_limits(data)
     return data
+
+
+def _check_limits(data: dict[str, Any]) -> None:
+    """Refuse a number beyond its field's bound (exit 1 naming the flag) before any I/O."""
+    from studio_api import FIELD_LIMITS, check_field_limit
+
+    for field in FIELD_LIMITS:
+        value = data.get(field)
+        if value is None:
+            continue
+        try:
+            check_field_limit(field, value)
+        except ValueError as exc:
+            raise CliError(f"invalid value for {FIELD_FLAGS[field]} ({field}): {exc}") from None
 
 
 def _infer_action(data: dict[str, Any]) -> str:
@@ -281,7 +291,7 @@ def update(
         changes[field] = empty
     if not changes:
         raise click.UsageError("nothing to update: give at least one field flag or --clear")
-    db_path = resolve_db_path(db)
+    db_path = resolve_db_path(db, existing=True)
 
     async def _update() -> dict[str, Any]:
         async with open_service(db_path) as service:

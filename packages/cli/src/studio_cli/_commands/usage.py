@@ -23,13 +23,16 @@ def usage_group() -> None:
     """Usage evidence reported by scheduled children."""
 
 
+SQLITE_INT_MAX = 2**63 - 1
+
+
 @usage_group.command("report")
 @click.option(
     "--status", default="completed", show_default=True, help="The session's terminal status."
 )
-@click.option("--input-tokens", type=click.IntRange(0), help="Input tokens used.")
-@click.option("--output-tokens", type=click.IntRange(0), help="Output tokens used.")
-@click.option("--cost-usd", type=click.FloatRange(0), help="Cost in USD.")
+@click.option("--input-tokens", type=click.IntRange(0, SQLITE_INT_MAX), help="Input tokens used.")
+@click.option("--output-tokens", type=click.IntRange(0, SQLITE_INT_MAX), help="Output tokens used.")
+@click.option("--cost-usd", type=click.FloatRange(0, 1e9), help="Cost in USD.")
 @click.option("--db", metavar="PATH", help=f"Database (default ${DB_ENV}; required one way).")
 @json_option
 def report(

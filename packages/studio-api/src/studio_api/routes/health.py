@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from .. import __about__
 from .._deps import EngineDep, SettingsDep
-from .._models import DispatchHealth, HealthOut, Holder, SchedulerHealth
+from .._models import DatabaseHealth, DispatchHealth, HealthOut, Holder, SchedulerHealth
+from .._storage import StorageHealth
 
 router = APIRouter(prefix="/api", tags=["health"])
 
@@ -18,12 +19,17 @@ _STALE_SLACK_SECONDS = 60.0
 
 
 @router.get("/health", response_model=HealthOut)
-async def health(engine: EngineDep, settings: SettingsDep) -> HealthOut:
-    """The tick's last run, in-flight fires, due and dispatch backlogs, delivery pause.
+async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> HealthOut:
+    """The tick's last run, in-flight fires, due and dispatch backlogs, delivery pause, and the
+    database's durability mode and storage fault.
 
     ``status`` is ``degraded`` when the loop is not running, its last tick is older than three
-    tick intervals (plus a minute), or a concern of the last tick failed (``last_tick_error``).
+    tick intervals (plus a minute), a concern of the last tick failed (``last_tick_error``),
+    or writes to the database fail (``database.problem``: a read-only or full file system, an
+    I/O error ...; re-checked every few seconds until a write lands again).
     """
+    storage: StorageHealth = request.app.state.storage
+    problem = await storage.check()
     data = engine.health()
     last_tick = data.get("last_tick_at")
     age = max(0.0, time.time() - last_tick) if last_tick is not None else None
@@ -32,6 +38,7 @@ async def health(engine: EngineDep, settings: SettingsDep) -> HealthOut:
         bool(data.get("running"))
         and (age is None or age <= stale_after)
         and not data.get("last_tick_error")
+        and problem is None
     )
     scheduler = SchedulerHealth.of(
         data,
@@ -48,4 +55,9 @@ async def health(engine: EngineDep, settings: SettingsDep) -> HealthOut:
         version=__about__.__version__,
         scheduler=scheduler,
         dispatch=dispatch,
+        database=DatabaseHealth(
+            synchronous=str(request.app.state.synchronous),
+            problem=problem,
+            problem_since=storage.since if problem is not None else None,
+        ),
     )

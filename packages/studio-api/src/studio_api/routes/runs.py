@@ -1,4 +1,4 @@
-"""``/api/runs``: ad-hoc runs (DESIGN §5.8) the host task worker claims and executes."""
+"""``/api/runs``: ad-hoc runs the host task worker claims and executes."""
 
 from __future__ import annotations
 
