@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Collection, Mapping
+from typing import Protocol
 
 from ._exceptions import LaunchError
 
@@ -20,6 +21,16 @@ TERMINATE_GRACE_SECONDS = 5.0
 
 KILL_WAIT_SECONDS = 5.0
 """How long to wait for a group to disappear after SIGKILL before giving up."""
+
+
+class Leader(Protocol):
+    """The child a group teardown also waits for (reaped by its owner once it exits)."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _POLL_MIN = 0.005
@@ -212,7 +223,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-async def _wait_gone(pgid: int, timeout: float, leader: asyncio.subprocess.Process | None) -> bool:
+async def _wait_gone(pgid: int, timeout: float, leader: Leader | None) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     delay = _POLL_MIN
@@ -230,7 +241,7 @@ async def terminate_group(
     pgid: int,
     *,
     grace: float = TERMINATE_GRACE_SECONDS,
-    leader: asyncio.subprocess.Process | None = None,
+    leader: Leader | None = None,
 ) -> bool:
     """SIGTERM the group, wait up to ``grace``, SIGKILL what is left; return whether it is gone.
 

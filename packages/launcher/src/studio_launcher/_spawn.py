@@ -1,7 +1,8 @@
 """Running one child: no shell, its own session, a bounded stderr tail, group teardown.
 
-stderr is read from a pipe this module owns (not an asyncio transport pipe), so completion is
-the child's exit: a grandchild that keeps the pipe open cannot hold a run open.
+stderr is read from a pipe this module owns (not an asyncio transport pipe), and the child's
+exit is watched through a pidfd, so completion is the child's exit: a grandchild that keeps the
+pipe open cannot hold a run open.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import math
 import os
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping
+from subprocess import Popen
 
+from ._child import Child
+from ._descendants import enable_subreaper, end_run
 from ._exceptions import DeadlineExceeded, InvalidAction, SpawnFailed
 from ._process import terminate_group
 
@@ -120,12 +124,10 @@ async def _call_on_spawn(on_spawn: OnSpawn | None, pid: int) -> None:
         logger.exception("on_spawn(%d) failed; the child keeps running", pid)
 
 
-async def _exec(
-    argv: list[str], cwd: str | None, env: dict[str, str], stderr_fd: int
-) -> asyncio.subprocess.Process:
+def _exec(argv: list[str], cwd: str | None, env: dict[str, str], stderr_fd: int) -> Popen[bytes]:
     try:
-        return await asyncio.create_subprocess_exec(
-            *argv,
+        return Popen(
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr_fd,
@@ -153,6 +155,7 @@ async def spawn_and_wait(
     env: dict[str, str] | None = None,
     deadline_seconds: float | None = None,
     on_spawn: OnSpawn | None = None,
+    kill_descendants: bool = False,
 ) -> tuple[int, str]:
     """Run ``argv`` to completion and return ``(exit_code, stderr_tail)``.
 
@@ -161,13 +164,22 @@ async def spawn_and_wait(
     environment is ``env`` (default: this process's) plus ``LIONAGI_INVOCATION_ID``.
     ``on_spawn(pid)`` (sync or async) is called once the process exists; its exceptions are
     logged, not raised. The call returns when the child exits, even if a grandchild still
-    holds stderr (descendants still running then are left alone: a child may daemonise on
-    purpose); a negative exit code means the child died of that signal.
+    holds stderr; a negative exit code means the child died of that signal.
 
     On cancellation or when ``deadline_seconds`` pass, the whole process group gets SIGTERM,
     5 s grace, then SIGKILL, and :class:`asyncio.CancelledError` / :class:`DeadlineExceeded` is
-    raised. If exec fails (missing file, permission, E2BIG, missing cwd) :class:`SpawnFailed`
-    is raised and nothing runs. ``tmp_path`` is removed in every case.
+    raised.
+
+    ``kill_descendants=False`` (the default) leaves descendants that are still running when the
+    child exits alone, and ends only the process group on cancellation or deadline. With
+    ``True``, no process outlives the run: this process becomes a child subreaper (once,
+    process-wide; see :func:`enable_subreaper`) and, when the child exits, is cancelled or
+    passes its deadline, every descendant (its group, and those that left it with ``setsid``
+    or by daemonising, found by ``LIONAGI_INVOCATION_ID``) gets SIGTERM, 5 s grace, SIGKILL,
+    and the adopted ones are reaped before the call returns or raises.
+
+    If exec fails (missing file, permission, E2BIG, missing cwd) :class:`SpawnFailed` is raised
+    and nothing runs. ``tmp_path`` is removed in every case.
     """
     try:
         _check_inputs(argv, invocation_id, env, deadline_seconds)
@@ -181,11 +193,19 @@ async def spawn_and_wait(
             os.close(write_fd)
             raise
         try:
+            if kill_descendants:
+                enable_subreaper()  # before the child exists, so nothing it orphans goes to init
             try:
-                proc = await _exec(list(argv), cwd, child_env, write_fd)
+                proc = _exec(list(argv), cwd, child_env, write_fd)
             finally:
                 os.close(write_fd)  # the child has its copy; EOF then means every writer is gone
-            return await _supervise(proc, tail, invocation_id, deadline_seconds, on_spawn)
+            child = Child(proc, auto_reap=not kill_descendants)
+            try:
+                return await _supervise(
+                    child, tail, invocation_id, deadline_seconds, on_spawn, kill_descendants
+                )
+            finally:
+                child.close()
         finally:
             tail.close()
     finally:
@@ -194,21 +214,29 @@ async def spawn_and_wait(
                 os.unlink(tmp_path)
 
 
+async def _teardown(child: Child, invocation_id: str, kill_descendants: bool) -> None:
+    if kill_descendants:
+        await end_run(INVOCATION_ENV, invocation_id, child)
+    else:
+        await terminate_group(child.pid, leader=child)
+
+
 async def _supervise(
-    proc: asyncio.subprocess.Process,
+    child: Child,
     tail: _StderrTail,
     invocation_id: str,
     deadline_seconds: float | None,
     on_spawn: OnSpawn | None,
+    kill_descendants: bool,
 ) -> tuple[int, str]:
-    pid = proc.pid
+    pid = child.pid
     logger.debug("invocation %s: started pid %d", invocation_id, pid)
     loop = asyncio.get_running_loop()
     deadline_at = None if deadline_seconds is None else loop.time() + deadline_seconds
     try:
         async with asyncio.timeout_at(deadline_at):
             await _call_on_spawn(on_spawn, pid)
-            returncode = await proc.wait()
+            await child.wait_exited()
     except TimeoutError:
         assert deadline_seconds is not None
         logger.warning(
@@ -217,11 +245,14 @@ async def _supervise(
             pid,
             deadline_seconds,
         )
-        await terminate_group(pid, leader=proc)
+        await _teardown(child, invocation_id, kill_descendants)
         raise DeadlineExceeded(invocation_id, deadline_seconds, tail.text()) from None
     except asyncio.CancelledError:
         logger.warning("invocation %s: cancelled; terminating process group %d", invocation_id, pid)
-        await terminate_group(pid, leader=proc)
+        await _teardown(child, invocation_id, kill_descendants)
         raise
+    if kill_descendants:
+        await end_run(INVOCATION_ENV, invocation_id, child)
+    returncode = child.reap()
     logger.debug("invocation %s: pid %d exited with %d", invocation_id, pid, returncode)
     return returncode, tail.text()
