@@ -35,6 +35,7 @@ from ._process import (
     terminate_processes,
 )
 from ._render import render_template
+from ._runlog import RUN_LOG_BYTES, RUN_LOG_HEAD_BYTES
 from ._spawn import INVOCATION_ENV, STDERR_TAIL_BYTES, spawn_and_wait
 from ._validation import (
     ACTION_KINDS,
@@ -55,6 +56,8 @@ __all__ = [
     "LI_EXECUTABLE_ENV",
     "LaunchError",
     "MAX_ARGUMENT_BYTES",
+    "RUN_LOG_BYTES",
+    "RUN_LOG_HEAD_BYTES",
     "STDERR_TAIL_BYTES",
     "SpawnFailed",
     "TERMINATE_GRACE_SECONDS",
