@@ -229,8 +229,10 @@ async def test_other_runs_and_other_children_keep_their_processes_and_exit_statu
     same_session = subprocess.Popen([PY, "-c", "import sys; sys.exit(9)"])
     via_asyncio = await asyncio.create_subprocess_exec(PY, "-c", "import sys; sys.exit(5)")
     assert helpers.wait_for(
-        lambda: helpers.proc_state(own_session.pid) == "Z"
-        and helpers.proc_state(same_session.pid) == "Z",
+        lambda: (
+            helpers.proc_state(own_session.pid) == "Z"
+            and helpers.proc_state(same_session.pid) == "Z"
+        ),
         30,
     )
     other_file = tmp_path / "other"
