@@ -305,3 +305,31 @@ async def test_terminate_descendants_by_another_tag(
     finally:
         for pid in pids:
             helpers.kill_quietly(pid)
+
+
+def test_escapees_are_found_when_the_loop_runs_in_another_thread(
+    tmp_path: Path, helpers: SimpleNamespace
+) -> None:
+    # The leader is forked by a worker thread; orphans still go to this process's main thread.
+    import threading
+
+    results: list[object] = []
+
+    def worker() -> None:
+        try:
+            results.append(asyncio.run(_run(tmp_path, SETSID.format(then="pass"), SLEEP)))
+        except BaseException as exc:  # reported below
+            results.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(60)
+    [outcome] = results
+    assert not isinstance(outcome, BaseException), outcome
+    result, pids = outcome  # type: ignore[misc]
+    try:
+        assert result == (0, "")
+        assert all(_absent(p) for p in pids)
+    finally:
+        for pid in pids:
+            helpers.kill_quietly(pid)

@@ -107,19 +107,41 @@ def _dead(info: _Stat | None) -> bool:
     return info is None or info.state in ("Z", "X", "x")
 
 
+def _task_children(pid: int, task: int | str) -> list[int] | None:
+    try:
+        fd = os.open(f"/proc/{pid}/task/{task}/children", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = chunk = os.read(fd, 4096)
+        while len(chunk) == 4096:
+            chunk = os.read(fd, 4096)
+            data += chunk
+        return [int(p) for p in data.split()]
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def _children_of(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (any thread may have forked them)."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
     found: list[int] = []
     for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
-                found.extend(int(p) for p in handle.read().split())
-        except (OSError, ValueError):
-            continue
+        found.extend(_task_children(pid, task) or ())
     return found
+
+
+def _adopted_candidates() -> list[int]:
+    """This process's children that may have been adopted: the kernel gives orphans to the
+    subreaper's first live thread, the main one, so its list is enough while it lives."""
+    me = os.getpid()
+    main = _task_children(me, me)
+    return _children_of(me) if main is None else main
 
 
 def _tagged(pid: int, name: bytes, value: bytes) -> bool:
@@ -138,23 +160,25 @@ class _Sweep:
         self.session = os.getsid(0)
         self.subreaper = enable_subreaper()
         self.claimed: dict[int, int] = {}
-        leader_stat = None if leader is None else _stat(leader.pid)
-        self.since = 0 if leader_stat is None else leader_stat.start
+        self._since: int | None = None
 
     def _is_root(self, pid: int, info: _Stat) -> bool:
         if self.leader is not None and info.pgrp == self.leader.pid:
             return True
-        return info.start >= self.since and _tagged(pid, self.name, self.value)
+        if self._since is None:  # read only when needed: most runs leave no child behind
+            leader_stat = None if self.leader is None else _stat(self.leader.pid)
+            self._since = 0 if leader_stat is None else leader_stat.start
+        return info.start >= self._since and _tagged(pid, self.name, self.value)
 
     def find(self) -> dict[int, int]:
-        """Live descendants of the run not claimed before (and claim them)."""
+        """Live descendants of the run not claimed before (and claim them); reaps adopted
+        zombies on the way."""
         roots: list[int] = []
         leader = None if self.leader is None else self.leader.pid
-        for pid in _children_of(self.me):
-            if pid == leader or pid in LEADERS:
-                continue
-            info = _stat(pid)
-            if not _dead(info) and info is not None and self._is_root(pid, info):
+        children = _own_children(leader)
+        _reap_adopted(self.claimed, leader, children)
+        for pid, info in children:
+            if not _dead(info) and self._is_root(pid, info):
                 roots.append(pid)
         if not self.subreaper:
             for pids in find_processes_by_env(
@@ -164,18 +188,18 @@ class _Sweep:
         if leader is not None and self.leader is not None and not self.leader.exited:
             roots.extend(_children_of(leader))
         for pid, start in self.claimed.items():  # look below them again: they may have forked
-            info = _stat(pid)
-            if info is not None and info.start == start and not _dead(info):
+            known = _stat(pid)
+            if known is not None and known.start == start and not _dead(known):
                 roots.extend(_children_of(pid))
         seen: dict[int, int] = {}
         while roots:
             pid = roots.pop()
             if pid in seen or pid == leader:
                 continue
-            info = _stat(pid)
-            if info is None or _dead(info):
+            found = _stat(pid)
+            if found is None or _dead(found):
                 continue
-            seen[pid] = info.start
+            seen[pid] = found.start
             roots.extend(_children_of(pid))
         new = {p: s for p, s in seen.items() if self.claimed.get(p) != s}
         self.claimed.update(new)
@@ -192,7 +216,8 @@ class _Sweep:
 
     def reap(self) -> None:
         """Reap this process's zombie children that were provably adopted (never by -1)."""
-        _reap_adopted(self.claimed, None if self.leader is None else self.leader.pid)
+        leader = None if self.leader is None else self.leader.pid
+        _reap_adopted(self.claimed, leader, _own_children(leader))
 
     def signal(self, targets: dict[int, int], sig: signal.Signals) -> None:
         if self.leader is not None and self.leader.returncode is None:
@@ -223,16 +248,31 @@ def _pidfd_pids() -> set[int]:
     return pids
 
 
-def _reap_adopted(claimed: dict[int, int], leader: int | None) -> None:
-    me, session = os.getpid(), os.getsid(0)
-    now = time.monotonic()
-    holders: set[int] | None = None
-    recheck = False
-    for pid in _children_of(me):
+def _own_children(leader: int | None) -> list[tuple[int, _Stat]]:
+    """This process's children other than the launcher's own unreaped leaders, with their stat."""
+    found = []
+    for pid in _adopted_candidates():
         if pid == leader or pid in LEADERS:
             continue
         info = _stat(pid)
-        if info is None or info.state != "Z":
+        if info is not None:
+            found.append((pid, info))
+    return found
+
+
+def _recheck() -> None:
+    _reap_adopted({}, None, _own_children(None))
+
+
+def _reap_adopted(
+    claimed: dict[int, int], leader: int | None, children: list[tuple[int, _Stat]]
+) -> None:
+    session = os.getsid(0)
+    now = time.monotonic()
+    holders: set[int] | None = None
+    recheck = False
+    for pid, info in children:
+        if info.state != "Z":
             continue
         adopted = (
             claimed.get(pid) == info.start
@@ -259,7 +299,7 @@ def _reap_adopted(claimed: dict[int, int], leader: int | None) -> None:
         del _suspects[pid]
     if recheck:
         with contextlib.suppress(RuntimeError):  # no running loop: the next sweep looks again
-            asyncio.get_running_loop().call_later(_SUSPECT_AGE, _reap_adopted, {}, None)
+            asyncio.get_running_loop().call_later(_SUSPECT_AGE, _recheck)
 
 
 def _signal_exact(pid: int, start: int, sig: signal.Signals) -> None:
@@ -289,9 +329,9 @@ async def _wait(sweep: _Sweep, timeout: float, sig: signal.Signals) -> bool:
     while True:
         if sweep.leader is not None and sweep.leader.exited:
             sweep.leader.reap()
-        sweep.reap()
         sweep.signal(sweep.find(), sig)  # newcomers: adopted or forked since the last look
         if not sweep.alive():
+            sweep.reap()  # the last ones may have died since that look
             return True
         remaining = deadline - loop.time()
         if remaining <= 0:
@@ -310,6 +350,10 @@ async def end_run(
     """
     sweep = _Sweep(env_name, env_value, leader)
     sweep.signal(sweep.find(), signal.SIGTERM)
+    if leader is not None and leader.exited:
+        leader.reap()  # after the group signal: until now its id could not be reused
+    if not sweep.claimed and (leader is None or leader.returncode is not None):
+        return True  # the common case: the run left nothing behind
     try:
         if await _wait(sweep, grace, signal.SIGTERM):
             return True
@@ -317,6 +361,8 @@ async def end_run(
         sweep.signal(dict(sweep.claimed), signal.SIGKILL)
         if leader is not None:
             leader.kill()
+            if leader.exited:
+                leader.reap()
         raise
     sweep.signal(dict(sweep.claimed), signal.SIGKILL)
     if leader is not None:
