@@ -333,3 +333,21 @@ def test_escapees_are_found_when_the_loop_runs_in_another_thread(
     finally:
         for pid in pids:
             helpers.kill_quietly(pid)
+
+
+async def test_without_pidfds_a_waiting_thread_watches_the_child(
+    tmp_path: Path, helpers: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on a kernel or sandbox without pidfd_open: the probe's answer is what changes.
+    from studio_launcher import _child
+
+    monkeypatch.setattr(_child, "_supported", False)
+    assert await spawn_and_wait([PY, "-c", "import sys; sys.exit(6)"], "i") == (6, "")
+    pids: list[int] = []
+    try:
+        result, pids = await _run(tmp_path, SETSID.format(then="pass"), SLEEP)
+        assert result == (0, "")
+        assert all(_absent(p) for p in pids)
+    finally:
+        for pid in pids:
+            helpers.kill_quietly(pid)
