@@ -10,8 +10,10 @@ the bound), the file grows by plain appends, and only when an append would pass 
 the tail rewritten in place (after the head: marker, then the newest half of the room), so the
 rewrite cost is spread over half a bound of new output. When the run ends the tail is rewritten
 once more with all the room filled. A reader following the file sees appends as they are
-written; after a rewrite the file is shorter than what a caught-up reader has read, which is
-its sign to read again from the end of the head (the marker line).
+written; after a rewrite during the run the file is shorter than what a caught-up reader has
+read, which is its sign to read again from the end of the head (the marker line). The last
+rewrite, when the run ends, may make it longer again (only for output that passed the bound):
+a reader that wants the final content reads the file again once the run has ended.
 """
 
 from __future__ import annotations
