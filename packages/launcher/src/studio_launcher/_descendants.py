@@ -156,14 +156,19 @@ class _Sweep:
         self.name = os.fsencode(name)
         self.value = os.fsencode(value)
         self.leader = leader
-        self.me = os.getpid()
-        self.session = os.getsid(0)
         self.subreaper = enable_subreaper()
         self.claimed: dict[int, int] = {}
         self._since: int | None = None
 
+    @property
+    def group(self) -> int | None:
+        """The run's process-group id while the leader is unreaped (its id cannot be reused)."""
+        if self.leader is None or self.leader.returncode is not None:
+            return None
+        return self.leader.pid
+
     def _is_root(self, pid: int, info: _Stat) -> bool:
-        if self.leader is not None and info.pgrp == self.leader.pid:
+        if info.pgrp == self.group:
             return True
         if self._since is None:  # read only when needed: most runs leave no child behind
             leader_stat = None if self.leader is None else _stat(self.leader.pid)
@@ -176,7 +181,7 @@ class _Sweep:
         roots: list[int] = []
         leader = None if self.leader is None else self.leader.pid
         children = _own_children(leader)
-        _reap_adopted(self.claimed, leader, children)
+        _reap_adopted(self.claimed, self.group, children)
         for pid, info in children:
             if not _dead(info) and self._is_root(pid, info):
                 roots.append(pid)
@@ -217,13 +222,12 @@ class _Sweep:
     def reap(self) -> None:
         """Reap this process's zombie children that were provably adopted (never by -1)."""
         leader = None if self.leader is None else self.leader.pid
-        _reap_adopted(self.claimed, leader, _own_children(leader))
+        _reap_adopted(self.claimed, self.group, _own_children(leader))
 
     def signal(self, targets: dict[int, int], sig: signal.Signals) -> None:
-        if self.leader is not None and self.leader.returncode is None:
-            # unreaped, so its pid is still its group's id and cannot have been reused
+        if self.group is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.leader.pid, sig)
+                os.killpg(self.group, sig)
         for pid, start in targets.items():
             _signal_exact(pid, start, sig)
 
@@ -265,7 +269,7 @@ def _recheck() -> None:
 
 
 def _reap_adopted(
-    claimed: dict[int, int], leader: int | None, children: list[tuple[int, _Stat]]
+    claimed: dict[int, int], group: int | None, children: list[tuple[int, _Stat]]
 ) -> None:
     session = os.getsid(0)
     now = time.monotonic()
@@ -276,7 +280,7 @@ def _reap_adopted(
             continue
         adopted = (
             claimed.get(pid) == info.start
-            or (leader is not None and info.pgrp == leader)
+            or (group is not None and info.pgrp == group)
             or info.session not in (pid, session)
         )
         if not adopted and info.session == pid:
