@@ -331,9 +331,9 @@ async def _wait(sweep: _Sweep, timeout: float, sig: signal.Signals) -> bool:
     deadline = loop.time() + timeout
     delay = _POLL_MIN
     while True:
-        if sweep.leader is not None and sweep.leader.exited:
-            sweep.leader.reap()
         sweep.signal(sweep.find(), sig)  # newcomers: adopted or forked since the last look
+        if sweep.leader is not None and sweep.leader.exited:
+            sweep.leader.reap()  # after that look: it still counted the group's members
         if not sweep.alive():
             sweep.reap()  # the last ones may have died since that look
             return True
