@@ -85,12 +85,13 @@ class RunLog:
         self.total = 0  # bytes of output received
         self.dropped = 0
         self._broken = False
-        parent = os.path.dirname(self.path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
-            if parent:
-                os.makedirs(parent, mode=0o700, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-            self._fd: int | None = os.open(self.path, flags, 0o600)
+            try:
+                self._fd: int | None = os.open(self.path, flags, 0o600)
+            except FileNotFoundError:  # the first log in a new directory
+                os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+                self._fd = os.open(self.path, flags, 0o600)
             os.fchmod(self._fd, 0o600)
         except OSError as exc:
             raise SpawnFailed(
