@@ -74,8 +74,10 @@ def enable_subreaper() -> bool:
     if _subreaper_pid != pid:
         _subreaper_pid = pid
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _subreaper_ok = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+            prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+            prctl.restype = ctypes.c_int
+            _subreaper_ok = prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
         except (OSError, AttributeError):
             _subreaper_ok = False
         if not _subreaper_ok:
