@@ -176,6 +176,26 @@ async def test_the_log_keeps_output_of_a_run_past_its_deadline(tmp_path: Path) -
     assert log.read_bytes() == b"before\n"
 
 
+async def test_the_log_keeps_output_written_while_a_cancelled_run_ends(
+    tmp_path: Path, helpers: SimpleNamespace
+) -> None:
+    log = tmp_path / "run.log"
+    code = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    sys.stderr.write('got SIGTERM\\n'); sys.stderr.flush(); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('running', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    task = asyncio.create_task(spawn_and_wait([PY, "-c", code], "i", log_path=log))
+    assert await helpers.async_wait_for(lambda: log.exists() and log.read_bytes(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert log.read_bytes() == b"running\ngot SIGTERM\n"
+
+
 async def test_without_a_log_path_stdout_is_still_discarded(tmp_path: Path) -> None:
     before = set(os.listdir(tmp_path))
     assert await spawn_and_wait([PY, "-c", "print('x' * 100)"], "i") == (0, "")

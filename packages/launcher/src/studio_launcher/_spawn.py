@@ -307,6 +307,7 @@ async def _supervise(
     except asyncio.CancelledError:
         logger.warning("invocation %s: cancelled; terminating process group %d", invocation_id, pid)
         await _teardown(child, invocation_id, kill_descendants)
+        _output(pipes)  # the last output reaches the log
         raise
     if kill_descendants:
         await end_run(INVOCATION_ENV, invocation_id, child)
