@@ -134,6 +134,25 @@ async def test_grandchild_token(fake_li: Path, tmp_path: Path, helpers: SimpleNa
         helpers.kill_quietly(entry["grandchild_pid"])
 
 
+async def test_setsid_and_stdout_tokens(
+    fake_li: Path, tmp_path: Path, helpers: SimpleNamespace
+) -> None:
+    log = tmp_path / "log.jsonl"
+    run_log = tmp_path / "run.log"
+    env = {**os.environ, "FAKE_LI_LOG": str(log)}
+    argv = [str(fake_li), "o", "flow", "--", "m", "setsid=30 stdout=hello stderr=bye"]
+    code, tail = await spawn_and_wait(argv, "i", env=env, log_path=run_log)
+    [entry] = _log(log)
+    try:
+        assert (code, tail) == (0, "bye\n")
+        assert sorted(run_log.read_bytes().splitlines()) == [b"bye", b"hello"]
+        escaped = entry["setsid_pid"]
+        assert escaped and not helpers.gone(escaped)
+        assert os.getsid(escaped) == escaped != entry["pid"]  # it left the session
+    finally:
+        helpers.kill_quietly(entry["setsid_pid"])
+
+
 def test_usage_errors_exit_2_and_positional_errors_exit_1(fake_li: Path) -> None:
     assert _run(fake_li, "agent", "--yolo", "--", "m", "p").returncode == 2
     assert _run(fake_li, "o", "flow", "--bogus", "x", "--", "m", "p").returncode == 2

@@ -124,3 +124,28 @@ async def test_terminate_refuses_special_pids(pid: int) -> None:
 async def test_terminate_refuses_our_own_group() -> None:
     with pytest.raises(LaunchError, match="own group"):
         await terminate_process_group(os.getpgrp())
+
+
+_OPENED: list[str] | None = None
+
+
+def _record_open(event: str, args: tuple[object, ...]) -> None:
+    if _OPENED is not None and event == "open" and args and isinstance(args[0], str):
+        _OPENED.append(args[0])
+
+
+sys.addaudithook(_record_open)
+
+
+def test_boot_time_is_read_once_per_process_not_per_call() -> None:
+    global _OPENED
+    first = process_start_time(os.getpid())
+    _OPENED = []
+    try:
+        again = [process_start_time(os.getpid()) for _ in range(3)]
+        opened = list(_OPENED)
+    finally:
+        _OPENED = None
+    assert again == [first] * 3
+    assert f"/proc/{os.getpid()}/stat" in opened  # the hook does see the per-pid reads
+    assert "/proc/stat" not in opened

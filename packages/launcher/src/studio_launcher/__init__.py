@@ -4,7 +4,9 @@ Stored, user-supplied schedule fields become a child's argv, cwd and environment
 :func:`validate_action` and :func:`build_argv` refuse anything that could inject a flag or fail
 at exec, :func:`resolve_cwd` picks the working directory, :func:`spawn_and_wait` runs the child
 without a shell in its own process group and tears the group down on cancellation or deadline,
-and :func:`is_same_process` / :func:`terminate_process_group` serve crash reconciliation.
+with ``kill_descendants=True`` also every descendant that escaped the group
+(:func:`enable_subreaper`, :func:`terminate_descendants`), and :func:`is_same_process` /
+:func:`terminate_process_group` serve crash reconciliation.
 Stdlib only. :mod:`studio_launcher.testing` ships a fake ``li`` for tests.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 from .__about__ import __version__
 from ._argv import build_argv, unfilled_placeholders
 from ._cwd import resolve_cwd
+from ._descendants import enable_subreaper, terminate_descendants
 from ._exceptions import (
     CwdUnavailable,
     DeadlineExceeded,
@@ -32,6 +35,7 @@ from ._process import (
     terminate_processes,
 )
 from ._render import render_template
+from ._runlog import RUN_LOG_BYTES, RUN_LOG_HEAD_BYTES
 from ._spawn import INVOCATION_ENV, STDERR_TAIL_BYTES, spawn_and_wait
 from ._validation import (
     ACTION_KINDS,
@@ -52,12 +56,15 @@ __all__ = [
     "LI_EXECUTABLE_ENV",
     "LaunchError",
     "MAX_ARGUMENT_BYTES",
+    "RUN_LOG_BYTES",
+    "RUN_LOG_HEAD_BYTES",
     "STDERR_TAIL_BYTES",
     "SpawnFailed",
     "TERMINATE_GRACE_SECONDS",
     "ValidatedAction",
     "__version__",
     "build_argv",
+    "enable_subreaper",
     "find_processes_by_env",
     "is_same_process",
     "normalize_action_kind",
@@ -69,6 +76,7 @@ __all__ = [
     "resolve_cwd",
     "resolve_li_executable",
     "spawn_and_wait",
+    "terminate_descendants",
     "terminate_process_group",
     "terminate_processes",
     "unfilled_placeholders",

@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Collection, Mapping
+from typing import Protocol
 
 from ._exceptions import LaunchError
 
@@ -21,6 +22,17 @@ TERMINATE_GRACE_SECONDS = 5.0
 KILL_WAIT_SECONDS = 5.0
 """How long to wait for a group to disappear after SIGKILL before giving up."""
 
+
+class Leader(Protocol):
+    """The child a group teardown also waits for (reaped by its owner once it exits)."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _POLL_MIN = 0.005
 _POLL_MAX = 0.05
 
@@ -39,7 +51,18 @@ def _read_stat(pid: int) -> list[str] | None:
     return raw[end + 1 :].decode("ascii", errors="replace").split()
 
 
+_boot_time_cache: float | None = None
+
+
 def _boot_time() -> float | None:
+    """``btime`` from /proc/stat, read once per process (it is fixed for the life of the boot)."""
+    global _boot_time_cache
+    if _boot_time_cache is None:
+        _boot_time_cache = _read_boot_time()
+    return _boot_time_cache
+
+
+def _read_boot_time() -> float | None:
     try:
         with open("/proc/stat", "rb") as handle:
             for line in handle:
@@ -54,7 +77,8 @@ def process_start_time(pid: int) -> float | None:
     """Return when process ``pid`` started, in UTC epoch seconds, or ``None`` if unknown.
 
     Read from ``/proc/<pid>/stat`` (``starttime``, clock ticks since boot) and ``btime`` in
-    ``/proc/stat``; precision is one clock tick, plus any wall-clock step since boot.
+    ``/proc/stat`` (read once per process, not per call); precision is one clock tick, plus any
+    wall-clock step since boot.
     """
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
@@ -64,10 +88,9 @@ def process_start_time(pid: int) -> float | None:
         return None
     try:
         ticks = int(fields[19])
-        hertz = os.sysconf("SC_CLK_TCK")
-    except (ValueError, OSError):
+    except ValueError:
         return None
-    return boot + ticks / hertz
+    return boot + ticks / _CLOCK_TICKS
 
 
 def _is_running(pid: int) -> bool:
@@ -200,7 +223,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-async def _wait_gone(pgid: int, timeout: float, leader: asyncio.subprocess.Process | None) -> bool:
+async def _wait_gone(pgid: int, timeout: float, leader: Leader | None) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     delay = _POLL_MIN
@@ -218,7 +241,7 @@ async def terminate_group(
     pgid: int,
     *,
     grace: float = TERMINATE_GRACE_SECONDS,
-    leader: asyncio.subprocess.Process | None = None,
+    leader: Leader | None = None,
 ) -> bool:
     """SIGTERM the group, wait up to ``grace``, SIGKILL what is left; return whether it is gone.
 

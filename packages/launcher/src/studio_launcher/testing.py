@@ -14,12 +14,16 @@ Tokens in the prompt (for ``o flow -f FILE``, the file's text counts as the prom
   does not exist);
 - ``term=ignore``: ignore SIGTERM (so only SIGKILL stops it);
 - ``grandchild=S``: start a grandchild that sleeps S seconds holding stderr, in the same
-  process group.
+  process group;
+- ``setsid=S``: start a grandchild that sleeps S seconds in a new session (it escapes the
+  process group, as a daemon would);
+- ``stdout=TEXT``: write TEXT (up to the next whitespace) and a newline to stdout, before
+  any sleep.
 
 With ``$FAKE_LI_LOG`` set it appends one JSON line per run: ``argv``, ``cwd``, ``pid``,
 ``invocation_id``, ``studio_db``, ``command`` (agent, o flow, o fanout, play, engine run),
-``model``, ``prompt``, ``options`` and ``grandchild_pid``. Unknown flags exit 2 (like
-argparse); positional-count errors exit 1 (like ``li``).
+``model``, ``prompt``, ``options``, ``grandchild_pid`` and ``setsid_pid``. Unknown flags exit 2
+(like argparse); positional-count errors exit 1 (like ``li``).
 """
 
 from __future__ import annotations
@@ -164,6 +168,13 @@ def main():
         grandchild_pid = subprocess.Popen(
             [sys.executable, "-c", "import time, sys; time.sleep(float(sys.argv[1]))",
              found.group(1)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL).pid
+    setsid_pid = None
+    found = re.search(r"setsid=([0-9.]+)", text)
+    if found:
+        setsid_pid = subprocess.Popen(
+            [sys.executable, "-c", "import time, sys; time.sleep(float(sys.argv[1]))",
+             found.group(1)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True).pid
     log = os.environ.get("FAKE_LI_LOG")
     if log:
         entry = {"argv": sys.argv[1:], "cwd": os.getcwd(), "pid": os.getpid(),
@@ -171,12 +182,15 @@ def main():
                  "studio_db": os.environ.get("LIONAGI_STUDIO_DB"), "command": command,
                  "model": model, "prompt": prompt,
                  "options": {k: v for k, v in options.items() if k != "file_text"},
-                 "grandchild_pid": grandchild_pid}
+                 "grandchild_pid": grandchild_pid, "setsid_pid": setsid_pid}
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, (json.dumps(entry) + "\n").encode("utf-8"))
         finally:
             os.close(fd)
+    for message in re.findall(r"stdout=(\S+)", text):
+        sys.stdout.write(message + "\n")
+    sys.stdout.flush()
     found = re.search(r"sleep=([0-9.]+)", text)
     if found:
         time.sleep(float(found.group(1)))
