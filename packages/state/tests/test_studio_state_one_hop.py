@@ -231,19 +231,20 @@ async def test_a_task_never_joins_a_one_hop_transaction_in_flight(
     def slow(db: sqlite3.Connection) -> None:
         _insert("hop")(db)
         time.sleep(0.2)
-        raise RuntimeError("hop rolls back")
 
     async def other() -> None:
         while not conn.in_transaction:
             await asyncio.sleep(0)
+        # a joined block would run its INSERT in autocommit after the hop and keep it
         async with studio_state.write_transaction(conn):
             await conn.execute("INSERT INTO items (id, status) VALUES ('other', 'pending')")
+            raise RuntimeError("other rolls back its own transaction")
 
     hop = asyncio.create_task(studio_state.run_write_transaction(conn, slow))
-    await other()
-    with pytest.raises(RuntimeError):
-        await hop
-    assert await _ids(db_path, fetch_all) == ["other"]
+    with pytest.raises(RuntimeError, match="other rolls back"):
+        await other()
+    await hop
+    assert await _ids(db_path, fetch_all) == ["hop"]
 
 
 async def test_cancelling_the_caller_keeps_the_transaction_whole(
