@@ -2,7 +2,8 @@
 
 Connections with Studio's PRAGMAs, a per-package migration runner, the ``status_transitions``
 audit table with a guarded transition helper, write transactions that join a caller's open
-transaction, an injectable clock and 12-hex ids.
+transaction (also as one trip to the connection's thread: ``run_write_transaction``), an
+injectable clock and 12-hex ids.
 """
 
 from __future__ import annotations
@@ -19,22 +20,26 @@ from ._connection import (
     open_connection,
 )
 from ._exceptions import (
+    ConnectionClosed,
     InvalidSetting,
     InvalidTransition,
     MigrationError,
     SchemaTooNew,
     StateError,
 )
+from ._hop import run_sync
 from ._ids import new_id
 from ._migrations import Migration, applied_version, migrate, split_statements
 from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_value
 from ._schema import ENTITY_TYPES, ensure_schema
-from ._transactions import in_owned_transaction, write_transaction
+from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
 from ._transitions import Transition, record_transition, record_transitions, transition
+from ._transitions_sync import record_transition_sync, transition_sync
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "Clock",
+    "ConnectionClosed",
     "DEFAULT_SYNCHRONOUS",
     "ENTITY_TYPES",
     "InvalidSetting",
@@ -63,9 +68,13 @@ __all__ = [
     "new_id",
     "open_connection",
     "record_transition",
+    "record_transition_sync",
     "record_transitions",
+    "run_sync",
+    "run_write_transaction",
     "split_statements",
     "system_clock",
     "transition",
+    "transition_sync",
     "write_transaction",
 ]

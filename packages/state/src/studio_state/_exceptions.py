@@ -4,7 +4,8 @@ StateError
  ├── SchemaTooNew        the database was migrated by newer code than this
  ├── MigrationError      a migration list is malformed or a migration failed
  ├── InvalidTransition   a transition request names an unknown table, column or status
- └── InvalidSetting      a connection setting (such as ``synchronous``) has a value it does not take
+ ├── InvalidSetting      a connection setting (such as ``synchronous``) has a value it does not take
+ └── ConnectionClosed    a call was made on a connection that is already closed
 """
 
 from __future__ import annotations
@@ -37,3 +38,7 @@ class InvalidTransition(StateError):
 
 class InvalidSetting(StateError, ValueError):
     """A connection setting has a value outside the ones it accepts."""
+
+
+class ConnectionClosed(StateError, ValueError):
+    """The connection was closed before the call could run on it."""

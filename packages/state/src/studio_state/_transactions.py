@@ -4,18 +4,28 @@ Several tasks may share one ``aiosqlite.Connection``. A transaction on a connect
 the task that opened it; other tasks wait for it to finish instead of silently writing into
 it. A transaction the *caller* opened by hand (``await conn.execute("BEGIN")``) is joined:
 that is the transactional-outbox contract, where a producer enqueues inside its own change.
+
+:func:`write_transaction` runs each statement of its block as its own trip to the
+connection's thread; :func:`run_write_transaction` runs a plain function's statements, with
+``BEGIN IMMEDIATE`` and ``COMMIT``, in one trip, under the same rules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import aiosqlite
+
+from ._hop import run_sync
+
+T = TypeVar("T")
 
 # BEGIN IMMEDIATE already waits busy_timeout for the write lock; these retries cover the
 # rarer cases where SQLite reports SQLITE_BUSY at once (e.g. a WAL recovery in progress).
@@ -98,5 +108,106 @@ async def write_transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqli
             if conn.in_transaction:
                 await asyncio.shield(conn.rollback())
             raise
+        finally:
+            state.owner = None
+
+
+class _BeginBusy(Exception):
+    """``BEGIN IMMEDIATE`` answered SQLITE_BUSY at once (carried back to retry off-thread)."""
+
+    def __init__(self, error: sqlite3.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Abandoned(Exception):
+    """The awaiting task was cancelled before the thread took the transaction."""
+
+
+def _transaction_body(
+    fn: Callable[[sqlite3.Connection], T], abandon: threading.Event
+) -> Callable[[sqlite3.Connection], T]:
+    def body(db: sqlite3.Connection) -> T:
+        if abandon.is_set():
+            raise _Abandoned
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                raise _BeginBusy(exc) from exc
+            raise
+        try:
+            result = fn(db)
+            db.commit()
+        except BaseException:
+            if db.in_transaction:
+                db.rollback()
+            raise
+        return result
+
+    return body
+
+
+async def _settle(hop: asyncio.Future[T]) -> None:
+    """Wait until ``hop`` is done, absorbing further cancellations of the waiting task."""
+    while not hop.done():
+        try:
+            await asyncio.wait({hop})
+        except asyncio.CancelledError:
+            continue
+    if not hop.cancelled():
+        hop.exception()  # retrieved: the caller gets CancelledError instead
+
+
+async def _one_hop(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    for attempt in range(_BEGIN_RETRIES):
+        abandon = threading.Event()
+        hop = asyncio.ensure_future(run_sync(conn, _transaction_body(fn, abandon)))
+        try:
+            return await asyncio.shield(hop)
+        except _BeginBusy as busy:
+            if attempt == _BEGIN_RETRIES - 1:
+                raise busy.error from None
+        except asyncio.CancelledError:
+            # Keep the lock until the thread is done with this transaction: releasing it
+            # earlier would let another task see the open transaction and join it.
+            abandon.set()
+            await _settle(hop)
+            raise
+        await asyncio.sleep(_BEGIN_RETRY_DELAY * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def run_write_transaction(
+    conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]
+) -> T:
+    """Run ``fn(db)`` as one write transaction in a single trip to ``conn``'s thread.
+
+    ``db`` is ``conn``'s own ``sqlite3.Connection`` (same row factory: ``dict`` rows on a
+    Studio connection); ``fn`` issues its statements on it synchronously and returns a value,
+    which is returned here. Same rules as :func:`write_transaction`:
+
+    - If the current task already holds a transaction on ``conn`` (opened by
+      :func:`write_transaction` or by hand), ``fn`` joins it: it runs with no ``BEGIN`` or
+      ``COMMIT``, and whatever it raises is left to the transaction's owner.
+    - Otherwise ``BEGIN IMMEDIATE``, ``fn`` and ``COMMIT`` run together on the thread, with
+      a ``ROLLBACK`` instead of the ``COMMIT`` if ``fn`` raises anything; other tasks sharing
+      ``conn`` wait for it, and it waits for theirs. ``BEGIN`` waits ``busy_timeout`` for the
+      write lock and is retried when SQLite reports it busy at once.
+
+    ``fn`` must not commit or roll back itself. If the awaiting task is cancelled before the
+    thread takes the call, nothing is written; once taken, the transaction completes (commit,
+    or rollback if ``fn`` raised) before ``CancelledError`` is raised here.
+    """
+    state = _state(conn)
+    task = asyncio.current_task()
+    if (state.owner is not None and state.owner is task) or (
+        state.owner is None and conn.in_transaction
+    ):
+        return await run_sync(conn, fn)
+    async with state.lock:
+        state.owner = task
+        try:
+            return await _one_hop(conn, fn)
         finally:
             state.owner = None

@@ -73,6 +73,43 @@ def _identifier(name: str, what: str) -> str:
     return name
 
 
+def _guarded_update(
+    *,
+    table: str,
+    entity_id: str,
+    from_statuses: Sequence[str],
+    to_status: str,
+    now: float,
+    set_fields: Mapping[str, Any] | None,
+    guards: Mapping[str, Any] | None,
+    touch_updated_at: bool,
+) -> tuple[str, tuple[Any, ...]]:
+    _identifier(table, "table")
+    if not from_statuses:
+        raise InvalidTransition("from_statuses must name at least one status")
+    assignments = ["status = ?"]
+    values: list[Any] = [to_status]
+    if touch_updated_at:
+        assignments.append("updated_at = ?")
+        values.append(now)
+    for column, value in (set_fields or {}).items():
+        if column in ("status", "id"):
+            raise InvalidTransition(f"set_fields must not set {column!r}")
+        assignments.append(f"{_identifier(column, 'set_fields column')} = ?")
+        values.append(value)
+    where = ["id = ?", f"status IN ({', '.join('?' * len(from_statuses))})"]
+    where_values: list[Any] = [entity_id, *from_statuses]
+    for column, value in (guards or {}).items():
+        _identifier(column, "guard column")
+        if value is None:
+            where.append(f"{column} IS NULL")
+        else:
+            where.append(f"{column} = ?")
+            where_values.append(value)
+    update = f"UPDATE {table} SET {', '.join(assignments)} WHERE {' AND '.join(where)}"
+    return update, (*values, *where_values)
+
+
 async def record_transition(
     conn: aiosqlite.Connection,
     *,
@@ -137,30 +174,16 @@ async def transition(
     else its own ``BEGIN IMMEDIATE``. Returns ``True`` when the change applied and ``False``
     when a guard no longer held, in which case nothing was written.
     """
-    _identifier(table, "table")
-    if not from_statuses:
-        raise InvalidTransition("from_statuses must name at least one status")
-    assignments = ["status = ?"]
-    values: list[Any] = [to_status]
-    if touch_updated_at:
-        assignments.append("updated_at = ?")
-        values.append(now)
-    for column, value in (set_fields or {}).items():
-        if column in ("status", "id"):
-            raise InvalidTransition(f"set_fields must not set {column!r}")
-        assignments.append(f"{_identifier(column, 'set_fields column')} = ?")
-        values.append(value)
-    where = ["id = ?", f"status IN ({', '.join('?' * len(from_statuses))})"]
-    where_values: list[Any] = [entity_id, *from_statuses]
-    for column, value in (guards or {}).items():
-        _identifier(column, "guard column")
-        if value is None:
-            where.append(f"{column} IS NULL")
-        else:
-            where.append(f"{column} = ?")
-            where_values.append(value)
-    update = f"UPDATE {table} SET {', '.join(assignments)} WHERE {' AND '.join(where)}"
-
+    update, params = _guarded_update(
+        table=table,
+        entity_id=entity_id,
+        from_statuses=from_statuses,
+        to_status=to_status,
+        now=now,
+        set_fields=set_fields,
+        guards=guards,
+        touch_updated_at=touch_updated_at,
+    )
     async with write_transaction(conn):
         if len(from_statuses) == 1:
             previous: str | None = from_statuses[0]
@@ -170,7 +193,7 @@ async def transition(
             )
             if previous is None or previous not in from_statuses:
                 return False
-        if await execute(conn, update, (*values, *where_values)) != 1:
+        if await execute(conn, update, params) != 1:
             return False
         await record_transition(
             conn,
