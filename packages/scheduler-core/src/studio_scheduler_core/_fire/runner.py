@@ -21,6 +21,7 @@ from .._rows import decode_run
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
 from .._schedules.store import fired_run_count, load_schedule, set_enabled
 from ..abc import RunTerminalHook
+from .chain_budget import follow_up_refused
 from .occurrence import ScheduleClaim
 from .steps import FireEnv, Outcome, Prepared, commit, execute, finish, prepare
 
@@ -108,6 +109,14 @@ class FireRunner:
                 await self._terminal(current)
             overlay = select_follow_up(current.schedule, outcome.status, current.chain_depth)
             if not outcome.applied or overlay is None:
+                return
+            context = child_context(
+                current.trigger_context,
+                parent_run_id=current.run_id,
+                exit_code=outcome.exit_code,
+                status=outcome.status,
+            )
+            if await follow_up_refused(self._env, current, overlay, context):
                 return
             child = prepare_child(self._env, current, overlay, outcome)
             if not await commit(self._env, child, ScheduleClaim("follow_up", child_sid(current))):

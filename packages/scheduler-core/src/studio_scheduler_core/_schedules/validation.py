@@ -21,7 +21,7 @@ from .._schema import ACTION_KINDS, TRIGGER_TYPES
 from .._settings import SchedulerSettings
 from .._triggers.cadence import MAX_INTERVAL_SEC
 from .._triggers.cron import CronError, check_expression, next_after
-from .followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS, apply_overlay
+from .followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS, apply_overlay, unusable_keys
 
 CREATE_FIELDS = (
     "name",
@@ -361,6 +361,9 @@ def check_overlay(
             if out[key] not in ACTION_KINDS:
                 raise _err(f"{field}.{key}", f"must be one of {', '.join(ACTION_KINDS)}")
     child = apply_overlay(parent, out)
+    kind = str(child.get("action_kind"))
+    for key in unusable_keys(out, kind):
+        raise _err(f"{field}.{key}", f"a follow-up of kind {kind!r} cannot use {key!r}")
     check_action(child, settings=settings, prefix=f"{field}.")
     for key in ("on_success", "on_fail"):
         if key in out:
