@@ -83,9 +83,7 @@ async def test_budget_gate_stops_the_chain_with_a_skipped_run(make_engine, clock
     ]
 
 
-async def test_budget_gate_checks_tokens_before_a_failure_follow_up(
-    make_engine, clock, h
-) -> None:
+async def test_budget_gate_checks_tokens_before_a_failure_follow_up(make_engine, clock, h) -> None:
     engine = await make_engine(clock=clock)
     created = await engine.service.create(
         _agent("boom exit=2 usage=failed:600:600", budget_tokens=1000, on_fail={"prompt": "x"})
@@ -125,9 +123,7 @@ async def test_resulting_kind_is_the_kind_after_every_overlay_on_the_path(servic
     # agent schedule → command follow-up → its on_success: command_args fit, a prompt does not
     to_command = {"kind": "command", "command": h.PY, "command_args": ["x.py"]}
     with pytest.raises(ScheduleValidationError) as info:
-        await service.create(
-            _agent("p", on_success={**to_command, "on_success": {"prompt": "no"}})
-        )
+        await service.create(_agent("p", on_success={**to_command, "on_success": {"prompt": "no"}}))
     assert info.value.field == "on_success.on_success.prompt"
     with pytest.raises(ScheduleValidationError) as info:
         await service.create(_agent("p", on_fail={"command_args": ["x"]}))
@@ -137,7 +133,9 @@ async def test_resulting_kind_is_the_kind_after_every_overlay_on_the_path(servic
     )
     assert created["on_success"]["on_success"] == {"command_args": ["y.py"]}
     # a null only clears an inherited column and is accepted on any kind
-    cleared = await service.create(_agent("p", name="c2", on_success={**to_command, "prompt": None}))
+    cleared = await service.create(
+        _agent("p", name="c2", on_success={**to_command, "prompt": None})
+    )
     assert cleared["on_success"]["prompt"] is None
 
 

@@ -50,6 +50,7 @@ def unusable_keys(overlay: Mapping[str, Any], kind: str) -> list[str]:
         return []
     return [k for k, v in overlay.items() if k not in usable and v is not None]
 
+
 SUCCESS_STATUSES = frozenset({"completed"})
 FAILURE_STATUSES = frozenset({"failed", "timed_out"})
 
