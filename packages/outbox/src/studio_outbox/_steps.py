@@ -27,6 +27,7 @@ from ._constants import (
     DispatchReason,
     backoff_seconds,
 )
+from ._drive import fetch_async
 from .abc import TransportResult
 
 LAST_ERROR_CHARS = 2000
@@ -91,7 +92,7 @@ class Change:
 
 async def scan(conn: aiosqlite.Connection, now: float, limit: int) -> list[DueRow]:
     """Rows due at ``now`` (oldest first, at most ``limit``) and pending rows past expiry."""
-    rows = await conn.execute_fetchall(_SCAN, (now, limit, now, now, limit))
+    rows = await fetch_async(conn, _SCAN, (now, limit, now, now, limit))
     return [
         DueRow(
             id=r["id"],
@@ -230,7 +231,8 @@ async def apply_changes(
                 c.last_error,
                 int(c.set_error),
             ]
-        rows = await conn.execute_fetchall(
+        rows = await fetch_async(
+            conn,
             "UPDATE dispatch_outbox SET status = v.column4, "
             "next_attempt_at = COALESCE(v.column5, ?), "
             "last_error = CASE WHEN v.column7 THEN v.column6 ELSE dispatch_outbox.last_error END, "
@@ -267,7 +269,8 @@ async def claim(
         for row in part:
             values += [row.id, row.status, row.attempt]
         values.append(now)
-        result = await conn.execute_fetchall(
+        result = await fetch_async(
+            conn,
             "UPDATE dispatch_outbox SET status = 'delivering', attempt = attempt + 1, "
             "next_attempt_at = ?, updated_at = ?, "
             "payload = json_set(payload, '$.attempt', attempt + 1) "
