@@ -5,7 +5,8 @@ keys); a delivery pass claims due rows with guarded updates, sends them through 
 (by default an argv ``notify_template``, never a shell), retries with backoff, optionally
 waits for the consumer's ack, and ends every row as ``delivered``, ``acked``, ``dead_letter``
 or ``expired``. Every status change writes a ``status_transitions`` row in the same
-transaction. Works on any database opened with :func:`studio_state.connect`.
+transaction. Works on any ``aiosqlite`` connection (any ``row_factory``);
+:mod:`studio_outbox.sync` offers the same functions on a standard ``sqlite3.Connection``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ._exceptions import (
 )
 from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
 from ._queries import count_dispatches, dispatch_backlog, get_dispatch, list_dispatches, next_due_at
-from ._schema import ensure_schema
+from ._schema import connect, ensure_schema
 from ._transport import CommandTransport, render_argv, validate_notify_template
 from .abc import DispatchEnvelope, Transport, TransportResult
 
@@ -58,6 +59,7 @@ __all__ = [
     "__version__",
     "ack_dispatch",
     "backoff_seconds",
+    "connect",
     "count_dispatches",
     "deliver_due_dispatches",
     "dispatch_backlog",

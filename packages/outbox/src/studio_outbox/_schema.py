@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
 import aiosqlite
 
 import studio_state
+
+from ._exceptions import InvalidArgument
 
 PACKAGE = "studio-outbox"
 
@@ -46,13 +52,50 @@ MIGRATIONS: tuple[studio_state.Migration, ...] = (
     studio_state.Migration(1, "dispatch_outbox", _V1),
 )
 
+DEFAULT_SYNCHRONOUS = studio_state.DEFAULT_SYNCHRONOUS
 
-async def ensure_schema(conn: aiosqlite.Connection) -> None:
+
+def check_synchronous(value: object) -> str:
+    """``full`` or ``normal`` (any case), else :class:`InvalidArgument` naming ``synchronous``."""
+    try:
+        return studio_state.check_synchronous(value)  # type: ignore[arg-type]
+    except studio_state.InvalidSetting:
+        raise InvalidArgument("synchronous", f"must be 'full' or 'normal', got {value!r}") from None
+
+
+def synchronous_pragma(value: object) -> str:
+    """The ``PRAGMA synchronous`` statement for a checked ``synchronous=`` value."""
+    return f"PRAGMA synchronous={check_synchronous(value).upper()}"
+
+
+async def ensure_schema(conn: aiosqlite.Connection, *, synchronous: str | None = None) -> None:
     """Create or upgrade the outbox's tables (idempotent).
 
     Applies studio-state's schema (``status_transitions``) first, then the ``studio-outbox``
-    migrations. Raises :class:`studio_state.SchemaTooNew` when the database was migrated by a
-    newer studio-outbox.
+    migrations. ``synchronous`` (``"full"`` or ``"normal"``) sets the connection's durability
+    first; None keeps what the connection was opened with (:func:`studio_state.connect` and
+    :func:`studio_outbox.connect` open with ``full``). Raises :class:`InvalidArgument` for
+    another ``synchronous`` value and :class:`studio_state.SchemaTooNew` when the database was
+    migrated by a newer studio-outbox.
     """
+    if synchronous is not None:
+        await conn.execute(synchronous_pragma(synchronous))
     await studio_state.ensure_schema(conn)
     await studio_state.migrate(conn, PACKAGE, MIGRATIONS)
+
+
+@asynccontextmanager
+async def connect(
+    path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS
+) -> AsyncIterator[aiosqlite.Connection]:
+    """Open ``path`` with Studio's settings and the outbox schema, as an async context manager.
+
+    ``synchronous="full"`` (the default) makes every acknowledged enqueue survive power loss;
+    ``"normal"`` trades that for fewer fsyncs (the last commits may be lost on power loss).
+    Another value raises :class:`InvalidArgument` before the file is touched. The connection
+    is closed on exit.
+    """
+    mode = check_synchronous(synchronous)
+    async with studio_state.connect(path, synchronous=mode) as conn:
+        await ensure_schema(conn)
+        yield conn
