@@ -17,6 +17,7 @@ from ._constants import (
     DEFAULT_MAX_ATTEMPTS,
     DISPATCH_STATUSES,
     NOTIFY_TIMEOUT_SECONDS,
+    SECRET_ENV_NAMES,
     DispatchReason,
     backoff_seconds,
 )
@@ -35,7 +36,7 @@ from ._exceptions import (
 from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
 from ._queries import count_dispatches, dispatch_backlog, get_dispatch, list_dispatches, next_due_at
 from ._schema import connect, ensure_schema
-from ._transport import CommandTransport, render_argv, validate_notify_template
+from ._transport import CommandTransport, render_argv, transport_env, validate_notify_template
 from .abc import DispatchEnvelope, Transport, TransportResult
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "InvalidNotifyTemplate",
     "NOTIFY_TIMEOUT_SECONDS",
     "OutboxError",
+    "SECRET_ENV_NAMES",
     "Transport",
     "TransportResult",
     "__version__",
@@ -72,5 +74,6 @@ __all__ = [
     "purge_dispatch",
     "render_argv",
     "retry_dispatch",
+    "transport_env",
     "validate_notify_template",
 ]
