@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+import sqlite3
+import time
 from collections.abc import Callable, Sequence
 
 import aiosqlite
@@ -12,6 +15,7 @@ import studio_state
 from studio_state import Clock, system_clock
 
 from ._constants import CLAIM_LEASE_SECONDS, DispatchReason
+from ._drive import is_busy
 from ._exceptions import InvalidArgument
 from ._steps import (
     Change,
@@ -26,7 +30,15 @@ from ._steps import (
 from ._transport import CommandTransport
 from .abc import DispatchEnvelope, Transport, TransportResult
 
+logger = logging.getLogger("studio_outbox")
+
 DEFAULT_DELIVERY_ACTOR = "studio_outbox.delivery"
+
+# A write step that finds the database locked by another process waits and tries again until
+# it lands: an outcome that is not written would become a second send after the lease.
+_BUSY_RETRY_FIRST = 0.05
+_BUSY_RETRY_MAX = 1.0
+_BUSY_LOG_EVERY = 10.0
 
 # The loop stops waiting for any transport this long after the send began, comfortably inside
 # the claim lease, so no other scanner can claim the row while its send may still be running.
@@ -201,7 +213,51 @@ class _Loop:
         finished: list[tuple[Claimed, TransportResult]],
         batch: list[DueRow],
     ) -> list[Claimed]:
-        now = self._read()
+        delay = _BUSY_RETRY_FIRST
+        waiting_since: float | None = None
+        logged = 0.0
+        while True:
+            try:
+                applied, claimed = await self._write_step(decided, finished, batch)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                now = time.monotonic()
+                if waiting_since is None:
+                    waiting_since = logged = now
+                elif now - logged >= _BUSY_LOG_EVERY:
+                    logged = now
+                    logger.warning(
+                        "delivery: the database has been locked by another writer for %.0fs; "
+                        "still waiting to record %d outcome(s)",
+                        now - waiting_since,
+                        len(finished),
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BUSY_RETRY_MAX)
+                continue
+            self._count(applied, claimed)
+            return claimed
+
+    async def _write_step(
+        self,
+        decided: list[Change],
+        finished: list[tuple[Claimed, TransportResult]],
+        batch: list[DueRow],
+    ) -> tuple[list[Change], list[Claimed]]:
+        async with studio_state.write_transaction(self._conn):
+            # Read once the write lock is held: a claim's lease then starts when the claim
+            # lands, and an outcome's backoff when it is recorded, however long the wait was.
+            now = self._read()
+            return await self._apply_step(now, decided, finished, batch)
+
+    async def _apply_step(
+        self,
+        now: float,
+        decided: list[Change],
+        finished: list[tuple[Claimed, TransportResult]],
+        batch: list[DueRow],
+    ) -> tuple[list[Change], list[Claimed]]:
         changes = list(decided)
         changes += [outcome(item, result, now) for item, result in finished]
         to_claim: list[DueRow] = []
@@ -212,16 +268,14 @@ class _Loop:
                 to_claim.append(row)
             else:
                 changes.append(change)
-        async with studio_state.write_transaction(self._conn):
-            applied, transitions = (
-                await apply_changes(self._conn, changes, now, self._actor) if changes else ([], [])
-            )
-            claimed, claim_transitions = (
-                await claim(self._conn, to_claim, now, self._actor) if to_claim else ([], [])
-            )
-            await studio_state.record_transitions(self._conn, transitions + claim_transitions)
-        self._count(applied, claimed)
-        return claimed
+        applied, transitions = (
+            await apply_changes(self._conn, changes, now, self._actor) if changes else ([], [])
+        )
+        claimed, claim_transitions = (
+            await claim(self._conn, to_claim, now, self._actor) if to_claim else ([], [])
+        )
+        await studio_state.record_transitions(self._conn, transitions + claim_transitions)
+        return applied, claimed
 
     def _count(self, applied: list[Change], claimed: list[Claimed]) -> None:
         counts = self._counts

@@ -51,6 +51,12 @@ TRANSITION_INSERT = (
 )
 
 
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked"/"busy" (another writer holds the lock)."""
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
 def record(transitions: Sequence[studio_state.Transition]) -> Steps[None]:
     """Write ``transitions`` (inside the current transaction)."""
     if transitions:
