@@ -25,6 +25,7 @@ async def test_ensure_schema_is_idempotent_and_needs_no_studio_tables(tmp_path: 
         )
         assert [(r["package"], r["version"]) for r in versions] == [
             ("studio-outbox", 1),
+            ("studio-outbox", 2),
             ("studio-state", 1),
         ]
 
@@ -49,6 +50,7 @@ async def test_table_is_adr_d5_with_soft_references(conn: aiosqlite.Connection) 
         ("created_at", "REAL", 1),
         ("expires_at", "REAL", 0),
         ("updated_at", "REAL", 0),
+        ("claimed_by", "TEXT", 0),
     ]
     assert list(await conn.execute_fetchall("PRAGMA foreign_key_list(dispatch_outbox)")) == []
     indexes = {

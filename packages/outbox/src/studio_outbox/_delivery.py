@@ -14,7 +14,8 @@ import aiosqlite
 import studio_state
 from studio_state import Clock, system_clock
 
-from ._constants import CLAIM_LEASE_SECONDS, DispatchReason
+from . import _claimant as claimant
+from ._constants import CLAIM_LEASE_SECONDS, DELIVERING, DispatchReason
 from ._drive import is_busy
 from ._exceptions import InvalidArgument
 from ._steps import (
@@ -145,6 +146,8 @@ async def deliver(
     decided: list[Change] = []
     sendable: list[DueRow] = []
     for row in rows:
+        if _still_held(row, scan_now):
+            continue
         change = decide_without_send(row, scan_now)
         if change is not None:
             decided.append(change)
@@ -152,6 +155,15 @@ async def deliver(
             sendable.append(row)
     await loop.run(decided, sendable, concurrency)
     return counts
+
+
+def _still_held(row: DueRow, now: float) -> bool:
+    """A lapsed lease whose sender is still running (its outcome write may be waiting)."""
+    return (
+        row.status == DELIVERING
+        and now - row.next_attempt_at < claimant.LIVE_SENDER_GRACE_SECONDS
+        and claimant.sender_alive(row.claimed_by, row.id, row.attempt)
+    )
 
 
 class _Loop:
@@ -191,8 +203,11 @@ class _Loop:
                 batch = [queue.popleft() for _ in range(free)]
                 if decided or finished or batch:
                     claimed = await self._step(decided, finished, batch)
+                    for item, _ in finished:
+                        claimant.release(item.row.id, item.attempt)
                     decided, finished = [], []
                     for item in claimed:
+                        claimant.hold(item.row.id, item.attempt)
                         in_flight[asyncio.ensure_future(self._send(item))] = item
                 if not in_flight:
                     if queue and not self._stopping():
@@ -206,6 +221,11 @@ class _Loop:
                 future.cancel()
             await asyncio.gather(*in_flight, return_exceptions=True)
             raise
+        finally:
+            # Claims whose outcome was not recorded: this loop no longer holds them, so their
+            # lease alone decides when they are sent again.
+            for item in [*in_flight.values(), *(item for item, _ in finished)]:
+                claimant.release(item.row.id, item.attempt)
 
     async def _step(
         self,

@@ -48,8 +48,14 @@ CREATE INDEX idx_dispatch_outbox_status
   ON dispatch_outbox(status);
 """
 
+# Who holds a claim: a lapsed lease is only taken over from a sender that is gone.
+_V2 = """
+ALTER TABLE dispatch_outbox ADD COLUMN claimed_by TEXT;
+"""
+
 MIGRATIONS: tuple[studio_state.Migration, ...] = (
     studio_state.Migration(1, "dispatch_outbox", _V1),
+    studio_state.Migration(2, "dispatch_outbox.claimed_by", _V2),
 )
 
 DEFAULT_SYNCHRONOUS = studio_state.DEFAULT_SYNCHRONOUS
@@ -72,7 +78,8 @@ async def ensure_schema(conn: aiosqlite.Connection, *, synchronous: str | None =
     """Create or upgrade the outbox's tables (idempotent).
 
     Applies studio-state's schema (``status_transitions``) first, then the ``studio-outbox``
-    migrations. ``synchronous`` (``"full"`` or ``"normal"``) sets the connection's durability
+    migrations (during which ``conn`` returns dict rows; its ``row_factory`` is restored
+    afterwards). ``synchronous`` (``"full"`` or ``"normal"``) sets the connection's durability
     first; None keeps what the connection was opened with (:func:`studio_state.connect` and
     :func:`studio_outbox.connect` open with ``full``). Raises :class:`InvalidArgument` for
     another ``synchronous`` value and :class:`studio_state.SchemaTooNew` when the database was
@@ -80,8 +87,15 @@ async def ensure_schema(conn: aiosqlite.Connection, *, synchronous: str | None =
     """
     if synchronous is not None:
         await conn.execute(synchronous_pragma(synchronous))
-    await studio_state.ensure_schema(conn)
-    await studio_state.migrate(conn, PACKAGE, MIGRATIONS)
+    # The migration runner reads rows by column name: give it dict rows for the duration of
+    # the migration only, whatever the caller's connection returns otherwise.
+    factory = conn.row_factory
+    conn.row_factory = studio_state.dict_row_factory  # type: ignore[assignment]
+    try:
+        await studio_state.ensure_schema(conn)
+        await studio_state.migrate(conn, PACKAGE, MIGRATIONS)
+    finally:
+        conn.row_factory = factory
 
 
 @asynccontextmanager

@@ -16,6 +16,7 @@ import aiosqlite
 
 import studio_state
 
+from . import _claimant as claimant
 from ._constants import (
     CLAIM_LEASE_SECONDS,
     DEAD_LETTER,
@@ -34,7 +35,10 @@ LAST_ERROR_CHARS = 2000
 _SUMMARY_ERROR_CHARS = 200
 _CHUNK = 100  # rows per multi-row statement (7 parameters each)
 
-_FIELDS = "id, kind, deliver_to, status, attempt, max_attempts, ack_required, expires_at"
+_FIELDS = (
+    "id, kind, deliver_to, status, attempt, max_attempts, ack_required, expires_at, "
+    "next_attempt_at, claimed_by"
+)
 _SCAN = (
     f"SELECT * FROM (SELECT {_FIELDS}, 0 AS sweep FROM dispatch_outbox "
     "INDEXED BY idx_dispatch_outbox_due "
@@ -61,6 +65,8 @@ class DueRow:
     ack_required: bool
     expires_at: float | None
     sweep: bool
+    next_attempt_at: float = 0.0
+    claimed_by: str | None = None
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -104,6 +110,8 @@ async def scan(conn: aiosqlite.Connection, now: float, limit: int) -> list[DueRo
             ack_required=bool(r["ack_required"]),
             expires_at=r["expires_at"],
             sweep=bool(r["sweep"]),
+            next_attempt_at=float(r["next_attempt_at"]),
+            claimed_by=r["claimed_by"],
         )
         for r in rows
     ]
@@ -265,14 +273,14 @@ async def claim(
     transitions: list[studio_state.Transition] = []
     for start in range(0, len(rows), _CHUNK):
         part = rows[start : start + _CHUNK]
-        values: list[Any] = [now + CLAIM_LEASE_SECONDS, now]
+        values: list[Any] = [now + CLAIM_LEASE_SECONDS, now, claimant.identity()]
         for row in part:
             values += [row.id, row.status, row.attempt]
         values.append(now)
         result = await fetch_async(
             conn,
             "UPDATE dispatch_outbox SET status = 'delivering', attempt = attempt + 1, "
-            "next_attempt_at = ?, updated_at = ?, "
+            "next_attempt_at = ?, updated_at = ?, claimed_by = ?, "
             "payload = json_set(payload, '$.attempt', attempt + 1) "
             f"FROM (VALUES {', '.join(['(?, ?, ?)'] * len(part))}) AS v "
             "WHERE dispatch_outbox.id = v.column1 AND dispatch_outbox.status = v.column2 "
