@@ -11,6 +11,7 @@ transaction. Works on any ``aiosqlite`` connection (any ``row_factory``);
 
 from __future__ import annotations
 
+from . import sync
 from .__about__ import __version__
 from ._constants import (
     CLAIM_LEASE_SECONDS,
@@ -74,6 +75,7 @@ __all__ = [
     "purge_dispatch",
     "render_argv",
     "retry_dispatch",
+    "sync",
     "transport_env",
     "validate_notify_template",
 ]

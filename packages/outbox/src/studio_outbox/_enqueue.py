@@ -174,6 +174,14 @@ def _params(row: NewRow, now: float) -> tuple[str, tuple[Any, ...]]:
 
 def insert_steps(rows: Sequence[NewRow], now: float, actor: str) -> Steps[list[str]]:
     """Insert ``rows`` (inside the current transaction); returns one id per row, in order."""
+    ids, _ = yield from insert_reporting_steps(rows, now, actor)
+    return ids
+
+
+def insert_reporting_steps(
+    rows: Sequence[NewRow], now: float, actor: str
+) -> Steps[tuple[list[str], set[int]]]:
+    """:func:`insert_steps` that also returns the positions that were dedup hits."""
     ids: list[str] = []
     fresh: list[studio_state.Transition] = []
     conflicted: dict[int, str] = {}  # position -> dedup_key of a row that already existed
@@ -228,7 +236,7 @@ def insert_steps(rows: Sequence[NewRow], now: float, actor: str) -> Steps[list[s
         for position, key in conflicted.items():
             ids[position] = found[key]
     yield from record(fresh)
-    return ids
+    return ids, set(conflicted)
 
 
 async def enqueue_dispatch(
@@ -320,3 +328,16 @@ def validate_items(items: Iterable[Mapping[str, Any]]) -> list[NewRow]:
         except InvalidDispatch as exc:
             raise InvalidDispatch(f"items[{index}].{exc.field}", exc.message) from None
     return rows
+
+
+async def enqueue_reporting(
+    conn: aiosqlite.Connection, *, clock: Clock = system_clock, **arguments: Any
+) -> tuple[str, bool]:
+    """:func:`enqueue_dispatch` returning ``(id, created)``: False for a dedup hit.
+
+    ``arguments`` are every keyword argument of :func:`enqueue_dispatch` but ``clock``/``actor``.
+    """
+    row = validate(**arguments)
+    async with studio_state.write_transaction(conn):
+        ids, hits = await run_async(conn, insert_reporting_steps([row], clock(), DEFAULT_ACTOR))
+    return ids[0], 0 not in hits
