@@ -19,13 +19,19 @@ async def test_ensure_schema_is_idempotent_and_needs_no_studio_tables(tmp_path: 
                 "SELECT name FROM sqlite_master WHERE type = 'table'"
             )
         }
-        assert tables == {"schema_migrations", "status_transitions", "dispatch_outbox"}
+        assert tables == {
+            "schema_migrations",
+            "status_transitions",
+            "dispatch_outbox",
+            "dispatch_outbox_counts",
+        }
         versions = await conn.execute_fetchall(
             "SELECT package, version FROM schema_migrations ORDER BY package"
         )
         assert [(r["package"], r["version"]) for r in versions] == [
             ("studio-outbox", 1),
             ("studio-outbox", 2),
+            ("studio-outbox", 3),
             ("studio-state", 1),
         ]
 

@@ -53,9 +53,44 @@ _V2 = """
 ALTER TABLE dispatch_outbox ADD COLUMN claimed_by TEXT;
 """
 
+# Counts per (status, kind), kept by triggers in the same transaction as every change, so
+# totals and the backlog cost the same however much delivered/acked history the table holds;
+# and an index for every order a list page uses (rowid within status, kind, or both).
+_V3 = """
+CREATE TABLE dispatch_outbox_counts (
+  status TEXT NOT NULL,
+  kind   TEXT NOT NULL,
+  n      INTEGER NOT NULL,
+  PRIMARY KEY (status, kind)
+) WITHOUT ROWID;
+INSERT INTO dispatch_outbox_counts (status, kind, n)
+  SELECT status, kind, count(*) FROM dispatch_outbox GROUP BY status, kind;
+CREATE TRIGGER dispatch_outbox_count_insert AFTER INSERT ON dispatch_outbox
+BEGIN
+  INSERT INTO dispatch_outbox_counts (status, kind, n) VALUES (NEW.status, NEW.kind, 1)
+    ON CONFLICT (status, kind) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER dispatch_outbox_count_delete AFTER DELETE ON dispatch_outbox
+BEGIN
+  UPDATE dispatch_outbox_counts SET n = n - 1 WHERE status = OLD.status AND kind = OLD.kind;
+  DELETE FROM dispatch_outbox_counts WHERE status = OLD.status AND kind = OLD.kind AND n <= 0;
+END;
+CREATE TRIGGER dispatch_outbox_count_update AFTER UPDATE OF status, kind ON dispatch_outbox
+  WHEN OLD.status IS NOT NEW.status OR OLD.kind IS NOT NEW.kind
+BEGIN
+  UPDATE dispatch_outbox_counts SET n = n - 1 WHERE status = OLD.status AND kind = OLD.kind;
+  DELETE FROM dispatch_outbox_counts WHERE status = OLD.status AND kind = OLD.kind AND n <= 0;
+  INSERT INTO dispatch_outbox_counts (status, kind, n) VALUES (NEW.status, NEW.kind, 1)
+    ON CONFLICT (status, kind) DO UPDATE SET n = n + 1;
+END;
+CREATE INDEX idx_dispatch_outbox_kind ON dispatch_outbox(kind);
+CREATE INDEX idx_dispatch_outbox_status_kind ON dispatch_outbox(status, kind);
+"""
+
 MIGRATIONS: tuple[studio_state.Migration, ...] = (
     studio_state.Migration(1, "dispatch_outbox", _V1),
     studio_state.Migration(2, "dispatch_outbox.claimed_by", _V2),
+    studio_state.Migration(3, "dispatch_outbox_counts and list indexes", _V3),
 )
 
 DEFAULT_SYNCHRONOUS = studio_state.DEFAULT_SYNCHRONOUS
