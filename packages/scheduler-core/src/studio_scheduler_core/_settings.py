@@ -32,6 +32,8 @@ class SchedulerSettings:
     github_token: str | None = None
     project_paths: Mapping[str, str] = field(default_factory=dict)
     child_env: Mapping[str, str] | None = None
+    retention_days: float = 30.0
+    """Terminal runs and dispatches older than this many days are deleted (0: keep forever)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -48,6 +50,14 @@ class SchedulerSettings:
                 or value <= 0
             ):
                 raise InvalidSettings(name, f"must be a positive number, got {value!r}")
+        days = self.retention_days
+        if (
+            isinstance(days, bool)
+            or not isinstance(days, int | float)
+            or not math.isfinite(days)
+            or not 0 <= days <= 36500
+        ):
+            raise InvalidSettings("retention_days", f"must be between 0 and 36500, got {days!r}")
         for name in ("max_scheduled_concurrent", "max_adhoc_concurrent"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -27,6 +27,7 @@ from .._fire.steps import FireEnv, commit, prepare
 from .._github.source import GithubPollSource
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import checkpoint, reap_stale, reconcile_startup
+from .._recovery.retention import RetentionReport, retention_pass
 from .._schedules.service import ScheduleService
 from .._schedules.store import load_schedule
 from .._schema import ensure_schema
@@ -104,6 +105,8 @@ class SchedulerEngine:
         self._due_backlog = 0
         self._dispatch_backlog = 0
         self._backlog_at: float | None = None
+        self.last_retention: RetentionReport | None = None
+        """What the reaper's last retention pass deleted."""
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -438,12 +441,19 @@ class SchedulerEngine:
             return None
         self._last_reap = now
         env, _, _, _ = self._parts()
-        return await reap_stale(
+        reaped = await reap_stale(
             self.conn,
             now=now,
             deadline_seconds=self.settings.invocation_deadline_seconds,
             owned_runs=set(env.committed) | set(env.live),
         )
+        self.last_retention = await retention_pass(
+            self.conn,
+            now=now,
+            retention_days=self.settings.retention_days,
+            runs_dir=Path(self.db_path).parent / "runs",
+        )
+        return reaped
 
     async def _checkpoint(self, now: float) -> dict[str, Any] | None:
         last = self._last_checkpoint
