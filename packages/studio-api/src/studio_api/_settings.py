@@ -13,7 +13,7 @@ import re
 import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 import pydantic
@@ -169,6 +169,17 @@ class StudioSettings(BaseSettings):
     child_env_pass: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), validation_alias="LIONAGI_SCHEDULER_CHILD_ENV_PASS"
     )
+    retention_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=36500,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_RETENTION_DAYS",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", validation_alias="LIONAGI_STUDIO_LOG_FORMAT"
+    )
+    metrics_public: bool = Field(default=False, validation_alias="LIONAGI_STUDIO_METRICS_PUBLIC")
 
     #: field name -> environment variable name
     ENV_VARS: ClassVar[dict[str, str]] = {}
@@ -406,6 +417,7 @@ class StudioSettings(BaseSettings):
                 self.github_token.get_secret_value() if self.github_token is not None else None
             ),
             child_env=self.child_environment(),
+            retention_days=self.retention_days,
         )
 
     def stripped_secrets(self) -> frozenset[str]:
