@@ -139,7 +139,7 @@ async def test_batches_resize_by_measured_hold_and_respect_the_time_budget(
     assert not report.done  # stopped by the budget with rows left
     assert 0 < report.dispatches < 1500
     sizes = report.dispatches
-    assert sizes < 200 + 50 + 13 + 10 * 5  # batches shrank from 200 toward the minimum
+    assert sizes < 50 + 13 + 10 * 8  # batches shrank from 50 toward the minimum
     left = await _count(conn, "dispatch_outbox")
     assert left == 1500 - report.dispatches
 

@@ -27,11 +27,11 @@ import aiosqlite
 
 from studio_state import run_write_transaction
 
-TARGET_HOLD = 0.025
+TARGET_HOLD = 0.015
 """Seconds a batch aims to hold the writer."""
 MIN_BATCH = 10
 MAX_BATCH = 5000
-FIRST_BATCH = 200
+FIRST_BATCH = 50
 
 TERMINAL_RUN = ("completed", "failed", "timed_out", "cancelled", "skipped")
 LIVE_RUN = ("queued", "waiting_dependency", "running", "retry_wait")
@@ -190,7 +190,7 @@ async def retention_pass(
                 report.dispatches += len(ids)
             if end:
                 break
-            scale = TARGET_HOLD / held if held > 0 else 2.0
-            size = max(MIN_BATCH, min(MAX_BATCH, int(size * min(2.0, max(0.25, scale)))))
+            scale = TARGET_HOLD / held if held > 0 else 1.5
+            size = max(MIN_BATCH, min(MAX_BATCH, int(size * min(1.5, max(0.25, scale)))))
             await asyncio.sleep(0)
     return report
