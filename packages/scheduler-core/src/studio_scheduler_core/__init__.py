@@ -26,6 +26,7 @@ from ._exceptions import (
     ScheduleValidationError,
 )
 from ._github.source import GithubPollSource
+from ._observe.events import EVENTS_LOGGER
 from ._recovery.orphans import OrphanReaper
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
@@ -41,6 +42,7 @@ __all__ = [
     "AdhocWorker",
     "CadenceTrigger",
     "DatabaseUnavailable",
+    "EVENTS_LOGGER",
     "EngineLocked",
     "FireRefused",
     "GithubPollSource",

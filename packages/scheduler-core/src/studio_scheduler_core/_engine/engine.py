@@ -25,6 +25,8 @@ from .._fire.occurrence import ScheduleClaim
 from .._fire.runner import FireRunner
 from .._fire.steps import FireEnv, commit, prepare
 from .._github.source import GithubPollSource
+from .._observe.events import emit
+from .._observe.summary import delivery_event, recovery_event
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import checkpoint, reap_stale, reconcile_startup
 from .._recovery.retention import RetentionReport, retention_pass
@@ -188,8 +190,9 @@ class SchedulerEngine:
             now = self.clock()
             self._last_checkpoint = now
             await self._recompute_cadence(now)
-            await reconcile_startup(conn, now=now, reaper=self.reaper)
-            await self._evaluator.missed_fires(now)
+            recovered = await reconcile_startup(conn, now=now, reaper=self.reaper)
+            missed = await self._evaluator.missed_fires(now)
+            recovery_event(recovered, self.reaper, missed)
             self._data_version = await self._read_data_version()
             if loop:
                 self._loop_task = asyncio.create_task(self._loop(), name="studio-scheduler-loop")
@@ -366,6 +369,7 @@ class SchedulerEngine:
         """
         conn = self.conn
         now = self.clock()
+        began = time.perf_counter()
         report: dict[str, Any] = {}
         problem = self._dbfile.problem()
         if problem is not None:
@@ -402,6 +406,7 @@ class SchedulerEngine:
             errors.append(f"storage fault: {fault}")
         self._last_tick_at = now
         self._last_tick_error = "; ".join(errors) or None
+        emit("tick", "tick", level=logging.DEBUG, seconds=time.perf_counter() - began)
         try:
             self._due_backlog = int(
                 await fetch_value(
@@ -490,7 +495,9 @@ class SchedulerEngine:
         exc = task.exception()
         if exc is not None:
             logger.error("dispatch delivery pass failed: %s", exc)
-        elif not self._stopping:
+            return
+        delivery_event(task.result(), self.settings.notify_template)
+        if not self._stopping:
             self.wake()
 
     async def _work(self, now: float) -> None:
@@ -526,6 +533,14 @@ class SchedulerEngine:
         if not won:
             reservation.release()
             raise ScheduleNotFound(schedule_id)
+        emit(
+            "fire",
+            f"fired schedule {schedule_id} as run {fire.run_id} (manual)",
+            schedule_id=schedule_id,
+            run_id=fire.run_id,
+            kind="manual",
+            lag_seconds=0.0,
+        )
         runner.start(fire, reservation)
         self.wake()
         return fire.run_id

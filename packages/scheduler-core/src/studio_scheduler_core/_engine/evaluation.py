@@ -17,6 +17,7 @@ from typing import Any, cast
 from .._admission.gates import Admission, Decision, Reservation
 from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
 from .._fire.steps import FireEnv, Prepared, commit, prepare
+from .._observe.events import emit
 from .._rows import decode_schedule
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -242,6 +243,15 @@ class Evaluator:
         if not won:
             reservation.release()
             return "lost"
+        lag = max(0.0, now - float(occ.due_at)) if occ.due_at is not None else 0.0
+        emit(
+            "fire",
+            f"fired schedule {fire.schedule['id']} as run {fire.run_id} ({kind}, lag {lag:.3f}s)",
+            schedule_id=str(fire.schedule["id"]),
+            run_id=fire.run_id,
+            kind=kind,
+            lag_seconds=lag,
+        )
         self._start_fire(fire, reservation)
         return "fire"
 
@@ -250,6 +260,14 @@ class Evaluator:
         count = self._deferrals.get(sid, 0) + 1
         self._deferrals[sid] = count
         self.blocked = True
+        emit(
+            "deferral",
+            f"schedule {sid} deferred ({decision.reason_code}, deferral {count})",
+            level=logging.INFO if count == 1 else logging.DEBUG,
+            schedule_id=sid,
+            reason_code=decision.reason_code,
+            count=count,
+        )
         if count % DEFERRAL_RECORD_EVERY == 1:
             self._pending_records.append(
                 Deferral(
