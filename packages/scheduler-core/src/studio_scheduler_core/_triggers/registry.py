@@ -7,7 +7,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..abc import Occurrence, ThresholdDecision, TriggerSource
+from ..abc import Closeable, Occurrence, ThresholdDecision, TriggerSource
 from .cadence import advance
 
 
@@ -58,6 +58,15 @@ class TriggerRegistry:
     def types(self) -> tuple[str, ...]:
         """Registered trigger types, sorted."""
         return tuple(sorted(self._sources))
+
+    def closeables(self) -> list[Closeable]:
+        """The registered sources that hold resources (closed by the engine on stop)."""
+        found: list[Closeable] = []
+        for trigger_type in self.types():
+            source = self._sources[trigger_type]
+            if isinstance(source, Closeable):
+                found.append(source)
+        return found
 
 
 def default_registry() -> TriggerRegistry:
