@@ -2,7 +2,7 @@
 
 The engine coordinates; each concern is an object of its own (evaluation, delivery, the
 reapers, the worker, the fire runner), built together in :meth:`SchedulerEngine.start` as one
-:class:`_Running` and closed together, in reverse order, by :meth:`SchedulerEngine.stop`.
+:class:`Running` and closed together, in reverse order, by :meth:`SchedulerEngine.stop`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,12 @@ from studio_state import Clock
 
 from .._adhoc.service import AdhocRunService
 from .._adhoc.worker import AdhocWorker
-from .._admission.gates import Admission
 from .._dbfile import StorageHealth
 from .._exceptions import DatabaseUnavailable, FireRefused, ScheduleNotFound, SchedulerError
 from .._fire.occurrence import ScheduleClaim
 from .._fire.pipeline import fire
-from .._fire.runner import FireRunner
-from .._fire.steps import FireEnv
 from .._github.source import GithubPollSource
 from .._recovery.orphans import OrphanReaper
-from .._recovery.reapers import Reapers
 from .._recovery.reconcile import reconcile_startup
 from .._schedules.service import ScheduleService
 from .._schedules.store import load_schedule
@@ -41,40 +36,11 @@ from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 from .database import EngineDatabase
-from .delivery import Delivery
-from .evaluation import Evaluator
 from .lock import EngineLock
+from .running import Running, build, logged
 from .waker import Waker
 
 logger = logging.getLogger("studio_scheduler_core")
-
-
-@dataclass(slots=True)
-class _Running:
-    """Everything a started engine has; built whole by ``start()``, closed whole by ``stop()``."""
-
-    conn: aiosqlite.Connection
-    env: FireEnv
-    admission: Admission
-    evaluator: Evaluator
-    runner: FireRunner
-    service: ScheduleService
-    delivery: Delivery
-    reapers: Reapers
-    stack: AsyncExitStack
-    loop_task: asyncio.Task[None] | None = None
-
-
-def _logged(name: str, close: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:
-    """``close`` for the exit stack: a failure is logged and the other components still close."""
-
-    async def run() -> None:
-        try:
-            await close()
-        except Exception:
-            logger.exception("closing %s failed", name)
-
-    return run
 
 
 class SchedulerEngine:
@@ -117,14 +83,14 @@ class SchedulerEngine:
         self._lock = EngineLock(self.db_path)
         self._db = EngineDatabase(self.db_path, storage)
         self._waker = Waker(clock)
-        self._run: _Running | None = None
+        self._run: Running | None = None
         self._last_tick_at: float | None = None
         self._last_tick_error: str | None = None
         self._due_backlog = 0
         self._dispatch_backlog = 0
 
     # -- properties -------------------------------------------------------------------------
-    def _started(self) -> _Running:
+    def _started(self) -> Running:
         if self._run is None:
             raise SchedulerError("the engine is not started")
         return self._run
@@ -165,42 +131,31 @@ class SchedulerEngine:
         stack.callback(self._lock.release)
         try:
             conn = await self._db.open()
-            stack.push_async_callback(_logged("the database connection", conn.close))
+            stack.push_async_callback(logged("the database connection", conn.close))
             stack.push_async_callback(self.reaper.close)
-            settings, clock = self.settings, self.clock
-            env = FireEnv(
-                conn=conn, settings=settings, clock=clock, db_path=self.db_path,
-                storage=self._db.storage,
-            )  # fmt: skip
-            admission = Admission(conn, settings, self._threshold)
-            runner = FireRunner(env, on_terminal=self._on_run_terminal, wake=self.wake)
-            now = clock()
-            run = self._run = _Running(
-                conn=conn,
-                env=env,
-                admission=admission,
-                evaluator=Evaluator(env, admission, self.registry, runner.start),
-                runner=runner,
-                service=ScheduleService(conn, settings=settings, clock=clock, on_change=self.wake),
-                delivery=Delivery(conn, settings=settings, clock=clock, wake=self.wake),
-                reapers=Reapers(
-                    conn,
-                    db_path=self.db_path,
-                    settings=settings,
-                    owned_runs=lambda: set(env.committed) | set(env.live),
-                    started=now,
-                ),
+            now = self.clock()
+            run = self._run = build(
+                conn,
                 stack=stack,
+                db_path=self.db_path,
+                settings=self.settings,
+                clock=self.clock,
+                storage=self._db.storage,
+                threshold=self._threshold,
+                registry=self.registry,
+                on_terminal=self._on_run_terminal,
+                wake=self.wake,
+                now=now,
             )
-            await rearm(conn, now=now, timezone=settings.timezone)
+            await rearm(conn, now=now, timezone=self.settings.timezone)
             await reconcile_startup(conn, now=now, reaper=self.reaper)
             await run.evaluator.missed_fires(now)
             await self._waker.open(conn)
             # Closed in reverse: loop, delivery, worker, trigger sources, fires, orphans, conn.
-            stack.push_async_callback(runner.cancel_all)
+            stack.push_async_callback(run.runner.cancel_all)
             for source in reversed(self.registry.closeables()):
-                stack.push_async_callback(_logged("a trigger source", source.aclose))
-            stack.push_async_callback(_logged("the worker", self._worker.stop))
+                stack.push_async_callback(logged("a trigger source", source.aclose))
+            stack.push_async_callback(logged("the worker", self._worker.stop))
             stack.push_async_callback(run.delivery.aclose)
             if loop:
                 run.loop_task = asyncio.create_task(self._loop(), name="studio-scheduler-loop")
