@@ -3,7 +3,7 @@
 A top-level fire holds its reservation (overlap registration, global slot) until its whole
 chain has finished; its max_runs claim is dropped the moment its terminal row commits.
 Follow-ups are awaited inline, take no slot or max_runs claim and never touch the schedule
-row's cadence (ADR-0070 D4).
+row's cadence.
 """
 
 from __future__ import annotations

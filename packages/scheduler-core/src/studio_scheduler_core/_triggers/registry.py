@@ -82,17 +82,3 @@ class NoThreshold:
     ) -> ThresholdDecision:
         """Always fire."""
         return ThresholdDecision(fire=True)
-
-
-class NoWorker:
-    """The default worker pass: ad-hoc queued runs are not executed yet."""
-
-    async def run(self, conn: aiosqlite.Connection, *, now: float) -> None:
-        """Do nothing."""
-
-    async def stop(self) -> None:
-        """Do nothing."""
-
-    def in_flight(self) -> int:
-        """Always 0."""
-        return 0
