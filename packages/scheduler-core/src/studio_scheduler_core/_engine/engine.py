@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 from .database import EngineDatabase
+from .figures import Figures, run_concerns
 from .lock import EngineLock
 from .running import Running, build, logged
 from .waker import Waker
@@ -84,10 +85,7 @@ class SchedulerEngine:
         self._db = EngineDatabase(self.db_path, storage)
         self._waker = Waker(clock)
         self._run: Running | None = None
-        self._last_tick_at: float | None = None
-        self._last_tick_error: str | None = None
-        self._due_backlog = 0
-        self._dispatch_backlog = 0
+        self._figures = Figures()
 
     # -- properties -------------------------------------------------------------------------
     def _started(self) -> Running:
@@ -211,7 +209,7 @@ class SchedulerEngine:
                 raise
             except Exception as exc:
                 logger.exception("scheduler tick failed")
-                self._last_tick_error = f"{type(exc).__name__}: {exc}"
+                self._figures.last_tick_error = f"{type(exc).__name__}: {exc}"
                 target = started + self.settings.tick_seconds
             await self._waker.sleep_until(self.conn, target)
 
@@ -227,46 +225,29 @@ class SchedulerEngine:
     async def tick_once(self) -> dict[str, Any]:
         """Run one tick's concerns in order; each one's failure is logged and isolated.
 
-        Order: reapers, WAL checkpoint, dispatch delivery, worker pass, schedule evaluation
-        (recovery first, so a slot a dead run held is free for the fires after it). Returns
-        what each concern reported.
+        Order: reapers, WAL checkpoint, dispatch delivery, worker pass, schedule evaluation.
+        Returns what each concern reported.
         """
         run = self._started()
         conn = run.conn
         now = self.clock()
-        report: dict[str, Any] = {}
         refusal = await self._db.refusal(conn)
         if refusal is not None:
-            self._last_tick_at = now
-            self._last_tick_error = refusal[1]
+            self._figures.ticked(now, refusal[1])
             return {"database": refusal[0]}
-        errors: list[str] = []
-        concerns: tuple[tuple[str, Callable[[float], Awaitable[Any]]], ...] = (
-            ("reapers", run.reapers.reap),
-            ("checkpoint", run.reapers.checkpoint),
-            ("dispatch", run.delivery.tick),
-            ("worker", lambda now: self._worker.run(conn, now=now)),
-            ("schedules", run.evaluator.evaluate),
+        report, errors = await run_concerns(
+            (
+                ("reapers", run.reapers.reap),
+                ("checkpoint", run.reapers.checkpoint),
+                ("dispatch", run.delivery.tick),
+                ("worker", lambda now: self._worker.run(conn, now=now)),
+                ("schedules", run.evaluator.evaluate),
+            ),
+            now,
+            self._db.storage,
         )
-        for name, concern in concerns:
-            try:
-                report[name] = await concern(now)
-            except Exception as exc:
-                problem = self._db.storage.failed(exc)
-                if problem is None:
-                    logger.exception("scheduler concern %r failed", name)
-                errors.append(f"{name}: {problem or type(exc).__name__}: {exc}")
-        fault = self._db.storage.problem  # met by this tick, or by a terminal write meanwhile
-        if fault is not None and not any(fault in error for error in errors):
-            errors.append(f"storage fault: {fault}")
-        self._last_tick_at = now
-        self._last_tick_error = "; ".join(errors) or None
-        try:
-            self._due_backlog = await run.evaluator.due_backlog(now)
-            await run.delivery.refresh_backlog(now)
-            self._dispatch_backlog = run.delivery.backlog
-        except Exception:
-            logger.exception("reading the scheduler's backlog figures failed")
+        self._figures.ticked(now, "; ".join(errors) or None)
+        await self._figures.read_backlogs(run, now)
         return report
 
     # -- manual fire ------------------------------------------------------------------------
@@ -307,24 +288,7 @@ class SchedulerEngine:
         a storage fault ("disk full", "read-only …", "disk I/O error" …) met by the tick or a
         terminal write, cleared once a write succeeds again.
         """
-        run = self._run
-        task = None if run is None else run.loop_task
-        running = task is not None and not task.done()
-        problem = self._db.problem
-        degraded = not running or problem is not None or self._last_tick_error is not None
-        return {
-            "status": "degraded" if degraded else "ok",
-            "running": running,
-            "last_tick_at": self._last_tick_at,
-            "last_tick_error": self._last_tick_error,
-            "in_flight": 0 if run is None else len(run.admission.slots),
-            "due_backlog": self._due_backlog,
-            "dispatch_backlog": self._dispatch_backlog,
-            "delivery_paused": self.settings.notify_template is None,
-            "database_error": problem,
-            "global_cap": self.settings.max_scheduled_concurrent,
-            "holders": [] if run is None else run.admission.holders(),
-        }
+        return self._figures.health(self._run, problem=self._db.problem, settings=self.settings)
 
     def limits(self) -> dict[str, Any]:
         """The global cap, in-flight holders, and the ad-hoc pool's figures."""
