@@ -427,7 +427,7 @@ def _table(title: str, unit: str, queries: list[HotQuery], sizes: list[int]) -> 
     print()
     print(title)
     head = f"{'query':36}" + "".join(f"{unit.format(s):>26}" for s in sizes)
-    head += "".join(f"{'ratio ' + unit.format(s):>15}" for s in sizes[1:]) + "  met"
+    head += "".join(f"{'ratio ' + unit.format(s):>24}" for s in sizes[1:]) + "  met"
     print(head)
     print("-" * len(head))
     missed = []
@@ -438,7 +438,7 @@ def _table(title: str, unit: str, queries: list[HotQuery], sizes: list[int]) -> 
         if not met:
             missed.append(q)
         cells = "".join(f"{_fmt(q.costs[s]):>26}" for s in sizes)
-        cells += "".join(f"{r:>14.1f}x" for r in ratios)
+        cells += "".join(f"{r:>23.1f}x" for r in ratios)
         print(f"{q.name:36}{cells}  {'yes' if met else 'NO'}")
     print("(ms per call: median (min–max); ratio = median / median at the first size)")
     return missed
