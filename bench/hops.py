@@ -39,7 +39,8 @@ import aiosqlite
 import studio_outbox
 import studio_state
 
-TARGET = 2.0  # issue 18 item 2: "expect enqueue ~2x"
+EXPECTED = 2.0  # issue 18 item 2: "expect enqueue ~2x" (one hop / per statement)
+TARGET_OF_RAW = 0.8  # issue 18 acceptance: enqueue >= 80% of a raw one-hop transaction
 
 _INSERT = (
     "INSERT INTO dispatch_outbox (id, kind, deliver_to, payload, status, attempt, "
@@ -244,12 +245,18 @@ async def main() -> None:
                 f"{_fmt(raw):>22} {of_raw:7.0%}"
             )
             if workload == "enqueue":
-                met = "met" if ratio >= TARGET else "NOT met"
-                verdicts.append(f"  enqueue, synchronous={mode}: {ratio:.2f}x ({met})")
+                met = "met" if of_raw >= TARGET_OF_RAW else "NOT met"
+                verdicts.append(
+                    f"  enqueue, synchronous={mode}: {of_raw:.0%} of raw one hop ({met}); "
+                    f"{ratio:.2f}x per statement (expected ~{EXPECTED:.0f}x)"
+                )
     assert all(len(v) == args.rounds for v in results.values()) and cells
     print("(rows/s: median (min–max); ratio = one hop / per statement)")
     print()
-    print(f"target (issue 18 item 2): enqueue in one hop ~{TARGET:.0f}x per statement")
+    print(
+        f"targets (issue 18): enqueue in one hop >= {TARGET_OF_RAW:.0%} of a raw one-hop "
+        f"transaction; expected ~{EXPECTED:.0f}x the per-statement form"
+    )
     print("\n".join(verdicts))
     print()
     print("round trips to the SQLite thread per row (one untimed pass of 50):")
