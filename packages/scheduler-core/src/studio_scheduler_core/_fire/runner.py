@@ -3,7 +3,7 @@
 A top-level fire holds its reservation (overlap registration, global slot) until its whole
 chain has finished; its max_runs claim is dropped the moment its terminal row commits.
 Follow-ups are awaited inline, take no slot or max_runs claim and never touch the schedule
-row's cadence (ADR-0070 D4).
+row's cadence.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from .._schedules.store import fired_run_count, load_schedule, set_enabled
 from ..abc import RunTerminalHook
 from .chain_budget import follow_up_refused
 from .occurrence import ScheduleClaim
-from .steps import FireEnv, Outcome, Prepared, commit, execute, finish, prepare
+from .pipeline import fire
+from .steps import FireEnv, Outcome, Prepared, execute, finish
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -122,19 +123,11 @@ class FireRunner:
             )
             if await follow_up_refused(self._env, current, overlay, context):
                 return
-            child = prepare_child(self._env, current, overlay, outcome)
-            if not await commit(self._env, child, ScheduleClaim("follow_up", child_sid(current))):
+            child = await fire_follow_up(self._env, current, overlay, outcome)
+            if child is None:
                 return
             if child.setup_error is None:
                 self._open[child.run_id] = child
-            emit(
-                "fire",
-                f"fired follow-up run {child.run_id} of run {current.run_id}",
-                schedule_id=child_sid(child),
-                run_id=child.run_id,
-                kind="follow_up",
-                lag_seconds=0.0,
-            )
             current = child
 
     async def _terminal(self, fire: Prepared) -> None:
@@ -187,22 +180,24 @@ def child_sid(fire: Prepared) -> str:
     return str(fire.schedule["id"])
 
 
-def prepare_child(
+async def fire_follow_up(
     env: FireEnv, parent: Prepared, overlay: Mapping[str, Any], outcome: Outcome
-) -> Prepared:
-    """The follow-up of ``parent`` (overlay applied, chain context, depth + 1)."""
-    schedule = apply_overlay(parent.schedule, overlay)
+) -> Prepared | None:
+    """Commit the follow-up of ``parent`` (overlay applied, chain context, depth + 1); ``None``
+    when its schedule is gone."""
     context = child_context(
         parent.trigger_context,
         parent_run_id=parent.run_id,
         exit_code=outcome.exit_code,
         status=outcome.status,
     )
-    return prepare(
+    return await fire(
         env,
-        schedule,
+        apply_overlay(parent.schedule, overlay),
         context,
         kind="follow_up",
+        claim=lambda: ScheduleClaim("follow_up", child_sid(parent)),
+        reservation=None,
         chain_depth=parent.chain_depth + 1,
         chain_parent_id=parent.run_id,
     )
