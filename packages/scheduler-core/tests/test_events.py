@@ -71,3 +71,19 @@ async def test_fire_outcome_deferral_disable_tick_and_recovery(
     await engine.service.disable(second["id"])
     (disable,) = events.events("disable")
     assert disable["schedule_id"] == second["id"] and disable["level"] == "WARNING"
+
+
+async def test_coalesced_slots_are_counted(make_engine, clock, h, events: Capture) -> None:
+    engine = await make_engine(clock=clock)
+    ok = h.script("ok.py", "pass\n")
+    created = await engine.service.create(h.command_schedule(ok, interval_sec=60))
+    clock.set(created["next_fire_at"] + 4 * 60 + 5)  # four more slots passed while late
+    await engine.tick_once()
+    await engine.wait_idle()
+    (coalesced,) = events.events("coalesced")
+    assert coalesced["schedule_id"] == created["id"] and coalesced["count"] == 4
+    assert coalesced["level"] == "INFO"
+    (fire,) = events.events("fire")
+    assert fire["lag_seconds"] == pytest.approx(245)
+    row = await h.schedule_row(engine.conn, created["id"])
+    assert row["next_fire_at"] == created["next_fire_at"] + 5 * 60

@@ -75,6 +75,9 @@ def test_metrics_scraped_from_a_served_studio(
     assert _value(duration, "studio_run_duration_seconds_count") == 2
     ticks = families["studio_tick_seconds"]
     assert (_value(ticks, "studio_tick_seconds_count") or 0) >= 1
+    assert "studio_coalesced_slots_total" in families
+    health = studio.client.get("/api/health").json()["scheduler"]
+    assert "fire_lag_last_seconds" in health and "fire_lag_max_seconds" in health
     in_flight = families["studio_runs_in_flight"]
     assert _value(in_flight, "studio_runs_in_flight", kind="scheduled") == 0
 

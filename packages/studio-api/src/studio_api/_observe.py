@@ -90,8 +90,14 @@ class StudioMetrics:
             buckets=_TICK_BUCKETS,
             registry=r,
         )
+        self.coalesced = Counter(
+            "studio_coalesced_slots_total",
+            "Interval slots coalesced away (passed over while late or busy), by schedule id.",
+            ["schedule"],
+            registry=r,
+        )
         self.last_lag: float | None = None
-        self.max_lag = 0.0
+        self.max_lag: float | None = None
         r.register(_ScrapeGauges(db_path, engine))
         self.handler = _EventHandler(self)
 
@@ -102,7 +108,7 @@ class StudioMetrics:
                 lag = float(fields.get("lag_seconds") or 0.0)
                 self.lag.observe(lag)
                 self.last_lag = lag
-                self.max_lag = max(self.max_lag, lag)
+                self.max_lag = lag if self.max_lag is None else max(self.max_lag, lag)
         elif event == "outcome":
             self.fires.labels(outcome=str(fields.get("status"))).inc()
             self.duration.observe(float(fields.get("duration_seconds") or 0.0))
@@ -112,6 +118,10 @@ class StudioMetrics:
             self.deliveries.labels(
                 outcome=str(fields.get("outcome")), transport=str(fields.get("transport"))
             ).inc(int(fields.get("count") or 0))
+        elif event == "coalesced":
+            self.coalesced.labels(schedule=str(fields.get("schedule_id"))).inc(
+                int(fields.get("count") or 0)
+            )
         elif event == "tick":
             self.tick.observe(float(fields.get("seconds") or 0.0))
 

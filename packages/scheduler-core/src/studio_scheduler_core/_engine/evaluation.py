@@ -20,6 +20,7 @@ from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_defer
 from .._fire.pipeline import StartFire, fire
 from .._fire.steps import FireEnv
 from .._observe.events import emit
+from .._observe.summary import coalesced_event
 from .._rows import decode_schedule
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -266,6 +267,7 @@ class Evaluator:
         def claim() -> ScheduleClaim:
             claim = self._claim(source, occ, now, advance=True)
             updates = {**claim.updates, **decision.schedule_updates}
+            coalesced_event(occ.schedule, occ.due_at, claim.next_fire_at)
             return replace(claim, stamp_fired=True, updates=updates)
 
         fired = await fire(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .._recovery.orphans import OrphanReaper
 from .events import emit
@@ -37,3 +39,27 @@ def delivery_event(counts: Mapping[str, int], template: Sequence[str] | None) ->
                 transport=transport,
                 count=count,
             )
+
+
+def coalesced_event(schedule: Mapping[str, Any], due: float | None, next_at: float | None) -> None:
+    """Interval slots passed over between an occurrence and the next one (coalesced away).
+
+    Logged at INFO for the first coalescing of a fire and at DEBUG when only one slot went,
+    so a schedule that is always one slot late does not flood the log.
+    """
+    interval = schedule.get("interval_sec")
+    if schedule.get("trigger_type") != "interval" or due is None or next_at is None:
+        return
+    if not isinstance(interval, int | float) or interval <= 0:
+        return
+    slots = round((float(next_at) - float(due)) / float(interval)) - 1
+    if slots <= 0:
+        return
+    sid = str(schedule["id"])
+    emit(
+        "coalesced",
+        f"schedule {sid}: {slots} slot(s) coalesced (due {due:.3f}, next {next_at:.3f})",
+        level=logging.INFO if slots > 1 else logging.DEBUG,
+        schedule_id=sid,
+        count=slots,
+    )
