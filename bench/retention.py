@@ -5,7 +5,7 @@
    max / median / p99 time each batch held the writer (one write transaction, one trip to the
    writer's thread), the pass's rows/s, and a probe: a one-row write transaction issued every
    10 ms on the same connection during the pass, whose worst wait is what any other writer of
-   the engine would have seen. Target (DESIGN wave 2): the writer never blocked > 50 ms.
+   the engine would have seen. Target: the writer never blocked > 50 ms.
 2. Database and `runs/` size after N fires of a `true` command through the real engine (a
    manual clock stepping one hour per tick, 20 interval schedules), with retention on (1 day)
    and off. Each run gets a 4 KiB `runs/<run_id>.log` written beside it by this script,
