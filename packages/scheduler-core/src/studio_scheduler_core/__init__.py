@@ -26,6 +26,13 @@ from ._exceptions import (
     ScheduleValidationError,
 )
 from ._github.source import GithubPollSource
+from ._notify import (
+    DEFAULT_NOTIFY_ON,
+    NOTIFY_EVENTS,
+    check_notify,
+    notify_run,
+    notify_schedule_disabled,
+)
 from ._recovery.orphans import OrphanReaper
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
@@ -40,6 +47,7 @@ __all__ = [
     "AdhocRunService",
     "AdhocWorker",
     "CadenceTrigger",
+    "DEFAULT_NOTIFY_ON",
     "DatabaseUnavailable",
     "EngineLocked",
     "FireRefused",
@@ -47,6 +55,7 @@ __all__ = [
     "InvalidSettings",
     "MAX_CHAIN_DEPTH",
     "MetricThreshold",
+    "NOTIFY_EVENTS",
     "OVERLAY_KEYS",
     "OrphanReaper",
     "RunNotCancellable",
@@ -60,7 +69,10 @@ __all__ = [
     "SchedulerSettings",
     "TriggerRegistry",
     "__version__",
+    "check_notify",
     "ensure_schema",
+    "notify_run",
+    "notify_schedule_disabled",
     "preview_fire_times",
     "report_usage",
     "storage_fault",

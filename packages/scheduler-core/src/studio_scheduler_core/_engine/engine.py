@@ -13,7 +13,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_outbox import deliver_due_dispatches, dispatch_backlog, next_due_at
+from studio_outbox import dispatch_backlog, next_due_at
 from studio_state import Clock, fetch_all, fetch_value, open_connection, write_transaction
 
 from .._adhoc.service import AdhocRunService
@@ -36,6 +36,7 @@ from .._triggers.cron import CronError, next_after
 from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
+from .delivery import DeliveryLane
 from .evaluation import Evaluator
 from .lock import EngineLock
 
@@ -99,6 +100,7 @@ class SchedulerEngine:
         self._last_reap: float | None = None
         self._last_checkpoint: float | None = None
         self._last_delivery_start: float | None = None
+        self._lane = DeliveryLane(settings)
         self._last_tick_at: float | None = None
         self._last_tick_error: str | None = None
         self._due_backlog = 0
@@ -165,6 +167,7 @@ class SchedulerEngine:
                     raise DatabaseUnavailable(self.db_path, str(exc)) from exc
                 raise
             self._conn = conn
+            self._lane.open()
             self._database_problem = None
             self._stopping = False
             self._storage.problem = None
@@ -221,6 +224,8 @@ class SchedulerEngine:
         await self._close()
 
     async def _close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._lane.aclose()
         conn, self._conn = self._conn, None
         self._loop_task = self._delivery = None
         self._service = self._env = self._admission = self._evaluator = self._runner = None
@@ -345,8 +350,8 @@ class SchedulerEngine:
                     break
             for until in evaluator.backoff.values():
                 target = min(target, until)
-        if self.settings.notify_template is not None and not self._delivering():
-            due = await next_due_at(self.conn)
+        if not self._delivering():
+            due = await self._lane.due_at(self.conn)
             if due is not None:
                 target = min(target, float(due))
         return target
@@ -455,21 +460,19 @@ class SchedulerEngine:
     async def _dispatch(self, now: float) -> str | None:
         if self._delivering():
             return "running"
-        paused = self.settings.notify_template is None
+        paused = self._lane.paused
         if (
             paused
             and self._last_delivery_start is not None
             and (now - self._last_delivery_start < self.settings.tick_seconds)
         ):
             return None
-        due = await next_due_at(self.conn)
+        due = await (next_due_at(self.conn) if paused else self._lane.due_at(self.conn))
         if due is None or float(due) > now:
             return None
         self._last_delivery_start = now
-        template = None if paused else list(self.settings.notify_template or ())
         self._delivery = asyncio.create_task(
-            deliver_due_dispatches(self.conn, notify_template=template, clock=self.clock),
-            name="studio-delivery",
+            self._lane.deliver(self.conn, self.clock), name="studio-delivery"
         )
         self._delivery.add_done_callback(self._delivery_done)
         return "started"
@@ -541,7 +544,8 @@ class SchedulerEngine:
             "in_flight": 0 if admission is None else len(admission.slots),
             "due_backlog": self._due_backlog,
             "dispatch_backlog": self._dispatch_backlog,
-            "delivery_paused": self.settings.notify_template is None,
+            "delivery_paused": self._lane.argv_paused,
+            "transports": self._lane.health(),
             "database_error": problem,
             "global_cap": self.settings.max_scheduled_concurrent,
             "holders": [] if admission is None else admission.holders(),
