@@ -25,6 +25,13 @@ CLAIM_LEASE_SECONDS: Final = NOTIFY_TIMEOUT_SECONDS + 5.0
 
 DEFAULT_MAX_ATTEMPTS: Final = 8
 
+SECRET_ENV_NAMES: Final = (
+    "GITHUB_TOKEN",
+    "LIONAGI_STUDIO_AUTH_TOKEN",
+    "LIONAGI_STUDIO_WEBHOOK_SECRET",
+)
+"""Environment variables never given to a transport child unless passed through by name."""
+
 DEFAULT_ACTOR: Final = "studio_outbox"
 
 
