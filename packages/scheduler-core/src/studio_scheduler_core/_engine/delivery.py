@@ -15,6 +15,7 @@ from typing import Any
 import aiosqlite
 
 from studio_outbox import (
+    CommandTransport,
     WebhookTransport,
     deliver_due_dispatches,
     next_due_at,
@@ -44,6 +45,10 @@ class DeliveryLane:
     def __init__(self, settings: SchedulerSettings) -> None:
         self._settings = settings
         self._webhook: WebhookTransport | None = None
+        # The argv transport's children get the children's environment (secrets stripped).
+        self._argv: CommandTransport | None = None
+        if settings.notify_template is not None:
+            self._argv = CommandTransport(settings.notify_template, env=settings.child_env)
 
     def open(self) -> None:
         """Build the webhook transport (needs a running loop; httpx is a dependency here)."""
@@ -58,7 +63,7 @@ class DeliveryLane:
 
     @property
     def argv_paused(self) -> bool:
-        return self._settings.notify_template is None
+        return self._argv is None
 
     @property
     def webhook_paused(self) -> bool:
@@ -81,9 +86,8 @@ class DeliveryLane:
 
     def deliver(self, conn: aiosqlite.Connection, clock: Clock) -> Coroutine[Any, Any, Any]:
         """One delivery pass over the due rows."""
-        template = None if self.argv_paused else list(self._settings.notify_template or ())
         return deliver_due_dispatches(
-            conn, notify_template=template, clock=clock, webhook_transport=self._webhook
+            conn, clock=clock, transport=self._argv, webhook_transport=self._webhook
         )
 
     def health(self) -> dict[str, Any]:
