@@ -1,4 +1,4 @@
-"""``--notify-*`` flags on schedule create/update and ``studio run``; ``studio dispatch enqueue``."""
+"""``--notify-*`` flags on schedule create/update and ``studio run``; ``dispatch enqueue``."""
 
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def test_dispatch_enqueue_creates_once_per_dedup_key(studio: Studio) -> None:
     )
     assert first["created"] is True
     again = studio.ok_json(
-        "dispatch", "enqueue", "--kind", "deploy.finished", "--to", HOOK, "--dedup-key", "deploy:abc"
+        *("dispatch", "enqueue", "--kind", "deploy.finished", "--to", HOOK),
+        *("--dedup-key", "deploy:abc"),
     )
     assert again == {"id": first["id"], "created": False}
     (row,) = rows(studio, "SELECT * FROM dispatch_outbox")
