@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, count, db_rows, pid_alive, read_marker, wait_for, write_script
+from conftest import (
+    ROOT,
+    count,
+    db_rows,
+    pid_alive,
+    read_marker,
+    wait_for,
+    write_script,
+)
 
 import studio_outbox
 
@@ -129,76 +139,118 @@ def test_kill9_between_child_exit_and_terminal_write_notifies_exactly_once(
     assert server.stop() in (0, -15)
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _doc_block(marker: str) -> str:
+    """The python code block of docs/recipes.md that contains ``marker``."""
+    text = (ROOT / "docs" / "recipes.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        if marker in block:
+            return textwrap.dedent(block)
+    raise AssertionError(f"no python block with {marker!r} in docs/recipes.md")
+
+
 def test_recipe_webhook_when_a_schedule_fails_verify_and_ack(
-    studio_process: Any, receiver: Any
+    studio_process: Any, tmp_path: Path
 ) -> None:
-    """docs/recipes.md, "Get a webhook when a schedule fails": each step as written there."""
+    """docs/recipes.md, "Get a webhook when a schedule fails": each step as written there,
+    with the recipe's own receiver.py."""
     server = studio_process(env={"LIONAGI_STUDIO_WEBHOOK_SECRET": SECRET})
     server.start()
-    report = write_script(server.base, "report.py", "import sys\nsys.exit('no data today')\n")
-    hook = receiver.url("/ok")
-    created = studio_cli(
-        server,
-        *("schedule", "create", "nightly-report", "--interval", "1d", "--command", "python3"),
-        *("--command-arg", str(report), "--notify-to", hook, "--notify-ack", "--json"),
-    )
-    assert created.returncode == 0, created.stderr
-    assert json.loads(created.stdout)["notify"]["ack_required"] is True
-    fired = studio_cli(server, "schedule", "trigger", "nightly-report", "--wait")
-    assert fired.returncode == 1 and "ended failed" in fired.stderr
+    receiver_py = write_script(server.base, "receiver.py", _doc_block("verify_webhook"))
+    port = free_port()
+    log = server.base / "receiver.log"
+    with open(log, "wb") as out:
+        hook = subprocess.Popen(
+            [sys.executable, str(receiver_py), str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=server.env | {"LIONAGI_STUDIO_WEBHOOK_SECRET": SECRET},
+        )
+    try:
+        write_script(server.base, "report.py", 'import sys\nsys.exit("no data today")\n')
+        created = studio_cli(
+            server,
+            *("schedule", "create", "nightly-report", "--interval", "1d"),
+            *("--command", "python3", "--command-arg", "report.py"),
+            *("--notify-to", f"http://127.0.0.1:{port}/studio", "--notify-ack", "--json"),
+        )
+        assert created.returncode == 0, created.stderr
+        assert json.loads(created.stdout)["notify"]["ack_required"] is True
+        fired = studio_cli(server, "schedule", "trigger", "nightly-report", "--wait")
+        assert fired.returncode == 1 and "ended failed" in fired.stderr
 
+        printed = wait_for(
+            lambda: "ack with:" in log.read_text() and log.read_text(), what="receiver output"
+        )
+        first, second = printed.splitlines()[:2]
+        assert first.startswith("run.failed: nightly-report run ")
+        assert first.endswith("exit 1: the child exited with code 1")
+        ack_argv = second.removeprefix("ack with: ").split()
+        assert ack_argv[:3] == ["studio", "dispatch", "ack"]
+        acked = studio_cli(server, *ack_argv[1:])
+        assert acked.returncode == 0, acked.stderr
+        shown = studio_cli(server, "dispatch", "show", ack_argv[3], "--json")
+        assert json.loads(shown.stdout)["status"] == "acked"
+        assert "refused" not in log.read_text()
+    finally:
+        hook.kill()
+        hook.wait()
+    assert "whsec_" not in server.all_logs()
+    assert server.stop() in (0, -15)
+
+
+def test_recipe_webhook_signature_is_checked_by_the_consumer(
+    studio_process: Any, receiver: Any
+) -> None:
+    """What the recipe's receiver relies on: the request verifies with the secret, a changed
+    body does not."""
+    server = studio_process(env={"LIONAGI_STUDIO_WEBHOOK_SECRET": SECRET})
+    server.start()
+    sent = server.request(
+        "POST",
+        "/api/dispatch",
+        json={"kind": "deploy.finished", "deliver_to": receiver.url("/ok"), "body": {"x": 1}},
+    )
+    assert sent.status_code == 201, sent.text
     (request,) = receiver.wait_for(1, timeout=30)
     signal = studio_outbox.verify_webhook(SECRET, request.headers, request.body)
-    assert signal["kind"] == "run.failed" and signal["body"]["exit_code"] == 1
-    assert signal["body"]["stderr_tail"].strip().endswith("no data today")
-    assert signal["body"]["schedule_name"] == "nightly-report"
-    tampered = dict(request.headers)
+    assert signal["dispatch_id"] == sent.json()["id"] == request.headers["webhook-id"]
     with pytest.raises(studio_outbox.WebhookVerificationError):
-        studio_outbox.verify_webhook(SECRET, tampered, request.body + b" ")
-
-    acked = studio_cli(server, "dispatch", "ack", signal["dispatch_id"], signal["ack_token"])
-    assert acked.returncode == 0, acked.stderr
-    shown = studio_cli(server, "dispatch", "show", signal["dispatch_id"], "--json")
-    assert json.loads(shown.stdout)["status"] == "acked"
+        studio_outbox.verify_webhook(SECRET, request.headers, request.body + b" ")
     assert server.stop() in (0, -15)
 
 
 def test_recipe_sync_producer_enqueues_in_its_own_transaction(
-    studio_process: Any, receiver: Any, tmp_path: Path
+    studio_process: Any, receiver: Any
 ) -> None:
-    """docs/recipes.md, "A synchronous (Flask-style) producer": the script as written there."""
+    """docs/recipes.md, "A synchronous (Flask-style) producer": the script as written there,
+    plus a rolled-back change that must take its notification with it."""
     server = studio_process(env={"LIONAGI_STUDIO_WEBHOOK_SECRET": SECRET})
     server.start()
-    producer = write_script(
-        server.base,
-        "producer.py",
-        textwrap.dedent(
-            f"""
-            import sys
-            from studio_outbox import sync as outbox
-
-            conn = outbox.connect(sys.argv[1])
-            conn.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")
-            with conn:  # the order and its notification commit together
-                conn.execute("INSERT INTO orders (id) VALUES (42)")
+    recipe = _doc_block("outbox.connect").replace(
+        "http://127.0.0.1:9000/orders", receiver.url("/ok")
+    )
+    rollback = textwrap.dedent(
+        f"""
+        try:
+            with conn:
+                conn.execute("INSERT INTO orders (id) VALUES (43)")
                 outbox.enqueue_dispatch(
                     conn, kind="order.created", deliver_to={receiver.url("/ok")!r},
-                    body={{"order_id": 42}}, dedup_key="order:42",
+                    body={{"order_id": 43}}, dedup_key="order:43",
                 )
-            try:
-                with conn:  # a failed change takes its notification with it
-                    conn.execute("INSERT INTO orders (id) VALUES (43)")
-                    outbox.enqueue_dispatch(
-                        conn, kind="order.created", deliver_to={receiver.url("/ok")!r},
-                        body={{"order_id": 43}}, dedup_key="order:43",
-                    )
-                    raise RuntimeError("payment declined")
-            except RuntimeError:
-                pass
-            print(outbox.count_dispatches(conn))
-            """
-        ),
+                raise RuntimeError("payment declined")
+        except RuntimeError:
+            pass
+        print(outbox.count_dispatches(conn))
+        """
     )
+    producer = write_script(server.base, "producer.py", recipe + rollback)
     done = subprocess.run(
         [sys.executable, str(producer), str(server.db)],
         capture_output=True,
