@@ -1,4 +1,4 @@
-"""Statuses, reason codes and timings of the dispatch outbox (ADR-0070 D5, DESIGN §3)."""
+"""Statuses, reason codes and timings of the dispatch outbox."""
 
 from __future__ import annotations
 

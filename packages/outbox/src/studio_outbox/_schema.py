@@ -14,8 +14,8 @@ from ._exceptions import InvalidArgument
 
 PACKAGE = "studio-outbox"
 
-# ADR-0070 D5's table exactly, except that session_id and schedule_run_id are soft references
-# (no FOREIGN KEY): a standalone producer's database has no Studio tables (DESIGN §2).
+# session_id and schedule_run_id are soft references (no FOREIGN KEY): a standalone producer's
+# database has no Studio tables.
 _V1 = """
 CREATE TABLE dispatch_outbox (
   id              TEXT PRIMARY KEY,

@@ -1,15 +1,22 @@
-"""The engine's dispatch delivery: which transports are live, what is due, one pass.
+"""The dispatch-delivery concern of the tick: one background outbox pass at a time.
 
-Rows whose ``deliver_to`` is an ``http(s)://`` URL go to one long-lived webhook transport
-(its keep-alive connections are reused across passes, signed with the configured secret);
-every other row goes to the argv ``notify_template``. A transport that is not configured
-pauses only its own rows: they stay ``pending``, spend no attempt, and health says so.
+A pass (:func:`studio_outbox.deliver_due_dispatches`) runs in a task of its own, so a slow
+transport never delays schedules; the tick only starts one when a dispatch is due and none is
+running.
+
+Rows whose ``deliver_to`` is an ``http(s)://`` URL go to one long-lived webhook transport (its
+keep-alive connections are reused across passes, signed with the configured secret); every
+other row goes to the argv ``notify_template``, whose program gets the children's environment
+(secrets stripped). A transport that is not configured pauses only its own rows: they stay
+``pending`` and spend no attempt. With no transport at all, due dispatches are only expired and
+parked, at most once per ``tick_seconds``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import aiosqlite
@@ -18,6 +25,7 @@ from studio_outbox import (
     CommandTransport,
     WebhookTransport,
     deliver_due_dispatches,
+    dispatch_backlog,
     next_due_at,
     webhook_transport_available,
 )
@@ -26,6 +34,9 @@ from studio_state import Clock
 from .._settings import SchedulerSettings
 
 logger = logging.getLogger("studio_scheduler_core")
+
+BACKLOG_EVERY = 5.0
+"""Seconds between two reads of the dispatch backlog figure (it groups the whole outbox)."""
 
 # The earliest due time of webhook rows only (argv rows may be due but paused).
 _WEBHOOK_DUE = (
@@ -39,72 +50,139 @@ _WEBHOOK_DUE = (
 )
 
 
-class DeliveryLane:
-    """The engine's transports and its view of when delivery has work."""
+def transports_health(settings: SchedulerSettings, *, webhook: bool) -> dict[str, Any]:
+    """Per transport: ``active`` or ``paused``, the reason, and whether webhooks are signed."""
+    argv: dict[str, Any] = (
+        {"state": "paused", "reason": "no notify template (LIONAGI_STUDIO_NOTIFY_TEMPLATE)"}
+        if settings.notify_template is None
+        else {"state": "active", "reason": None}
+    )
+    if not webhook:
+        hook: dict[str, Any] = {"state": "paused", "reason": "httpx is not installed"}
+        hook["signed"] = False
+    elif settings.webhook_secret is None:
+        hook = {"state": "active", "reason": "unsigned: no LIONAGI_STUDIO_WEBHOOK_SECRET"}
+        hook["signed"] = False
+    else:
+        hook = {"state": "active", "reason": None, "signed": True}
+    return {"argv": argv, "webhook": hook}
 
-    def __init__(self, settings: SchedulerSettings) -> None:
+
+class Delivery:
+    """Starts delivery passes, reports when the next dispatch is due, and the backlog."""
+
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        *,
+        settings: SchedulerSettings,
+        clock: Clock,
+        wake: Callable[[], None],
+    ) -> None:
+        self._conn = conn
         self._settings = settings
-        self._webhook: WebhookTransport | None = None
-        # The argv transport's children get the children's environment (secrets stripped).
+        self._clock = clock
+        self._wake = wake
+        self._task: asyncio.Task[Any] | None = None
+        self._last_start: float | None = None
+        self._backlog_at: float | None = None
+        self._closing = False
         self._argv: CommandTransport | None = None
         if settings.notify_template is not None:
             self._argv = CommandTransport(settings.notify_template, env=settings.child_env)
-
-    def open(self) -> None:
-        """Build the webhook transport (needs a running loop; httpx is a dependency here)."""
-        if self._webhook is None and webhook_transport_available():
-            self._webhook = WebhookTransport(secret=self._settings.webhook_secret)
-
-    async def aclose(self) -> None:
-        """Close the webhook transport's connections."""
-        transport, self._webhook = self._webhook, None
-        if transport is not None:
-            await transport.aclose()
+        self._webhook: WebhookTransport | None = None
+        if webhook_transport_available():
+            self._webhook = WebhookTransport(secret=settings.webhook_secret)
+        self.backlog = 0
+        """Dispatches due now (read at most every :data:`BACKLOG_EVERY` seconds)."""
 
     @property
-    def argv_paused(self) -> bool:
-        return self._argv is None
+    def running(self) -> bool:
+        """Whether a delivery pass is in progress."""
+        return self._task is not None and not self._task.done()
 
-    @property
-    def webhook_paused(self) -> bool:
-        return self._webhook is None
+    def pending(self) -> list[asyncio.Task[Any]]:
+        """The delivery pass still running, if any (for ``wait_idle``)."""
+        return [self._task] if self._task is not None and not self._task.done() else []
 
     @property
     def paused(self) -> bool:
         """True when no transport can send anything."""
-        return self.argv_paused and self.webhook_paused
+        return self._argv is None and self._webhook is None
 
-    async def due_at(self, conn: aiosqlite.Connection) -> float | None:
+    def transports(self) -> dict[str, Any]:
+        """Each transport's state (see :func:`transports_health`)."""
+        return transports_health(self._settings, webhook=self._webhook is not None)
+
+    async def _due_at(self) -> float | None:
         """When a pass next has sendable work (``None``: nothing, or every transport paused)."""
-        if not self.argv_paused:
-            return await next_due_at(conn)
-        if self.webhook_paused:
+        if self._argv is not None:
+            return await next_due_at(self._conn)
+        if self._webhook is None:
             return None
-        rows = list(await conn.execute_fetchall(_WEBHOOK_DUE))
+        rows = list(await self._conn.execute_fetchall(_WEBHOOK_DUE))
         value = rows[0]["due"] if rows else None
         return None if value is None else float(value)
 
-    def deliver(self, conn: aiosqlite.Connection, clock: Clock) -> Coroutine[Any, Any, Any]:
-        """One delivery pass over the due rows."""
-        return deliver_due_dispatches(
-            conn, clock=clock, transport=self._argv, webhook_transport=self._webhook
+    async def tick(self, now: float) -> str | None:
+        """Start a pass when a dispatch is due and none runs; report what happened."""
+        if self.running:
+            return "running"
+        paused = self.paused
+        if (
+            paused
+            and self._last_start is not None
+            and (now - self._last_start < self._settings.tick_seconds)
+        ):
+            return None
+        due = await (next_due_at(self._conn) if paused else self._due_at())
+        if due is None or float(due) > now:
+            return None
+        self._last_start = now
+        self._task = asyncio.create_task(
+            deliver_due_dispatches(
+                self._conn, clock=self._clock, transport=self._argv, webhook_transport=self._webhook
+            ),
+            name="studio-delivery",
         )
+        self._task.add_done_callback(self._done)
+        return "started"
 
-    def health(self) -> dict[str, Any]:
-        """Per transport: ``active`` or ``paused`` with the reason."""
-        argv = (
-            {"state": "paused", "reason": "no notify template (LIONAGI_STUDIO_NOTIFY_TEMPLATE)"}
-            if self.argv_paused
-            else {"state": "active", "reason": None}
-        )
-        if self._webhook is None:
-            webhook = {"state": "paused", "reason": "httpx is not installed", "signed": False}
-        elif self._settings.webhook_secret is None:
-            webhook = {
-                "state": "active",
-                "reason": "unsigned: no LIONAGI_STUDIO_WEBHOOK_SECRET",
-                "signed": False,
-            }
-        else:
-            webhook = {"state": "active", "reason": None, "signed": True}
-        return {"argv": argv, "webhook": webhook}
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("dispatch delivery pass failed: %s", exc)
+        elif not self._closing:
+            self._wake()
+
+    async def next_due(self, target: float) -> float:
+        """``target``, or the next dispatch's due time if earlier (while delivery is live)."""
+        if not self.running:
+            due = await self._due_at()
+            if due is not None:
+                target = min(target, float(due))
+        return target
+
+    async def refresh_backlog(self, now: float) -> None:
+        """Re-read :attr:`backlog` when the last reading is :data:`BACKLOG_EVERY` old."""
+        if self._backlog_at is None or now - self._backlog_at >= BACKLOG_EVERY:
+            self._backlog_at = now
+            backlog = await dispatch_backlog(self._conn, now=now)
+            self.backlog = int(backlog.get("due", 0))
+
+    async def aclose(self) -> None:
+        """Cancel a running pass and wait for it (its dispatches stay claimable)."""
+        self._closing = True
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        webhook, self._webhook = self._webhook, None
+        if webhook is not None:
+            try:
+                await webhook.aclose()
+            except Exception:  # closing kept-alive sockets: nothing is lost if it fails
+                logger.exception("closing the webhook transport failed")
