@@ -242,3 +242,28 @@ async def test_adhoc_run_takes_notify_and_its_cancel_notifies(
     body = row["payload"]["body"]
     assert body["schedule_id"] is None and body["schedule_name"] is None
     assert body["reason_code"] == "run.cancelled.operator"
+
+
+async def test_follow_ups_and_timeouts_notify_like_top_level_runs(
+    make_engine: Any, clock: Any, h: Any
+) -> None:
+    engine = await make_engine(clock=clock, invocation_deadline_seconds=0.5)
+    slow = h.script("slow.py", "import time\ntime.sleep(30)\n")
+    fail = h.script("fail.py", "import sys\nsys.exit(2)\n")
+    created = await engine.service.create(
+        h.command_schedule(
+            slow,
+            on_fail={"command_args": [fail], "on_fail": None},
+            notify={"deliver_to": "pager", "on": ["failed", "timed_out"]},
+        )
+    )
+    await _fire(engine, clock, created["next_fire_at"])
+    parent, child = await h.runs_of(engine.conn, created["id"])
+    rows = await _dispatches(engine.conn)
+    assert [(r["kind"], r["schedule_run_id"]) for r in rows] == [
+        ("run.timed_out", parent["id"]),
+        ("run.failed", child["id"]),
+    ]
+    body = rows[1]["payload"]["body"]
+    assert (body["chain_depth"], body["chain_parent_id"]) == (1, parent["id"])
+    assert rows[0]["payload"]["body"]["reason_code"] == "run.timed_out.deadline"
