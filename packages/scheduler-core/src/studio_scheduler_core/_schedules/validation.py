@@ -1,4 +1,4 @@
-"""Schedule validation (DESIGN §5.7): every refusal a ScheduleValidationError naming the field.
+"""Schedule validation: every refusal a ScheduleValidationError naming the field.
 
 :func:`normalize` turns create/update input into the row that would be stored; nothing is
 written here. Launcher rules come from :func:`studio_launcher.validate_action`.
@@ -196,7 +196,7 @@ def _check_enums(row: dict[str, Any]) -> None:
 
 
 def check_github_filter(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Validate github_filter keys and values (DESIGN §5.2)."""
+    """Validate github_filter keys and values."""
     if value is None:
         return None
     out = dict(value)
@@ -221,7 +221,7 @@ def check_github_filter(value: Mapping[str, Any] | None) -> dict[str, Any] | Non
 
 
 def check_threshold(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Validate threshold_config: exactly metric, op, value, window_minutes (DESIGN §5.2)."""
+    """Validate threshold_config: exactly metric, op, value, window_minutes."""
     if value is None:
         return None
     out = dict(value)
@@ -324,7 +324,7 @@ def _check_cwd(row: dict[str, Any], settings: SchedulerSettings) -> None:
     if project:
         registered = settings.project_paths.get(project)
         if registered and os.path.isabs(registered) and os.path.isdir(registered):
-            # ADR-0070 D3: the execution root is snapshotted once, at creation.
+            # The execution root is snapshotted once, at creation.
             row["action_cwd"] = registered
 
 
