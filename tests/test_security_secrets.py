@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 SECRETS = {
     "LIONAGI_STUDIO_AUTH_TOKEN": "api-token-secret",
-    "LIONAGI_STUDIO_WEBHOOK_SECRET": "whsec-secret",
+    "LIONAGI_STUDIO_WEBHOOK_SECRET": "whsec_c2VjcmV0LXdlYmhvb2sta2V5",  # valid: startup checks it
     "GITHUB_TOKEN": "ghp-secret",
 }
 BEARER = {"Authorization": "Bearer api-token-secret"}

@@ -39,7 +39,19 @@ def test_the_engine_runs_while_served_and_stops_on_shutdown(
     assert health["scheduler"]["running"] is True
     assert health["scheduler"]["tick_seconds"] == 1
     assert set(health["scheduler"]) >= {"last_tick_at", "in_flight", "due_backlog"}
-    assert set(health["dispatch"]) == {"backlog", "delivery_paused"}
+    assert set(health["dispatch"]) == {"backlog", "delivery_paused", "transports"}
+    assert health["dispatch"]["transports"] == {
+        "argv": {
+            "state": "paused",
+            "reason": "no notify template (LIONAGI_STUDIO_NOTIFY_TEMPLATE)",
+            "signed": None,
+        },
+        "webhook": {
+            "state": "active",
+            "reason": "unsigned: no LIONAGI_STUDIO_WEBHOOK_SECRET",
+            "signed": False,
+        },
+    }
 
     def ticked_twice() -> float | None:
         first = health["scheduler"]["last_tick_at"] or 0

@@ -54,6 +54,11 @@ FIELD_FLAGS: dict[str, str] = {
     "project": "--schedule-project",
     "enabled": "--disabled",
     "concurrency_key": "--concurrency-key",
+    "notify": "--notify-to",
+    "notify.deliver_to": "--notify-to",
+    "notify.on": "--notify-on",
+    "notify.ack_required": "--notify-ack",
+    "notify.max_attempts": "--notify-max-attempts",
 }
 
 
@@ -79,7 +84,9 @@ def _library_message(exc: BaseException) -> str | None:
             field = getattr(exc, "field", None)
             message = getattr(exc, "message", None) or str(exc)
             if field:
-                flag = FIELD_FLAGS.get(str(field).split(".", 1)[0].split("[", 1)[0])
+                flag = FIELD_FLAGS.get(str(field)) or FIELD_FLAGS.get(
+                    str(field).split(".", 1)[0].split("[", 1)[0]
+                )
                 where = f"{flag} ({field})" if flag and flag != field else str(field)
                 return f"invalid value for {where}: {message}"
             return f"invalid schedule: {message}"

@@ -26,6 +26,13 @@ from ._exceptions import (
     ScheduleValidationError,
 )
 from ._github.source import GithubPollSource
+from ._notify import (
+    DEFAULT_NOTIFY_ON,
+    NOTIFY_EVENTS,
+    check_notify,
+    notify_run,
+    notify_schedule_disabled,
+)
 from ._observe.events import EVENTS_LOGGER
 from ._recovery.orphans import OrphanReaper
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
@@ -41,6 +48,7 @@ __all__ = [
     "AdhocRunService",
     "AdhocWorker",
     "CadenceTrigger",
+    "DEFAULT_NOTIFY_ON",
     "DatabaseUnavailable",
     "EVENTS_LOGGER",
     "EngineLocked",
@@ -49,6 +57,7 @@ __all__ = [
     "InvalidSettings",
     "MAX_CHAIN_DEPTH",
     "MetricThreshold",
+    "NOTIFY_EVENTS",
     "OVERLAY_KEYS",
     "OrphanReaper",
     "RunNotCancellable",
@@ -62,7 +71,10 @@ __all__ = [
     "SchedulerSettings",
     "TriggerRegistry",
     "__version__",
+    "check_notify",
     "ensure_schema",
+    "notify_run",
+    "notify_schedule_disabled",
     "preview_fire_times",
     "report_usage",
     "storage_fault",

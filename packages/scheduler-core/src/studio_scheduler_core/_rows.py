@@ -13,8 +13,9 @@ SCHEDULE_JSON_COLUMNS = (
     "on_success",
     "on_fail",
     "threshold_config",
+    "notify",
 )
-RUN_JSON_COLUMNS = ("trigger_context", "action_args", "status_evidence_refs")
+RUN_JSON_COLUMNS = ("trigger_context", "action_args", "status_evidence_refs", "notify")
 
 SCHEDULE_COLUMNS = (
     "id",
@@ -57,6 +58,7 @@ SCHEDULE_COLUMNS = (
     "disabled_reason",
     "created_at",
     "updated_at",
+    "notify",
 )
 
 TERMINAL_RUN_STATUSES = ("completed", "failed", "timed_out", "cancelled")

@@ -187,10 +187,17 @@ CREATE INDEX IF NOT EXISTS idx_sessions_time
 CREATE INDEX IF NOT EXISTS idx_invocations_started ON invocations(started_at);
 """
 
+# Notifications: a schedule's (or an ad-hoc run's own) ``notify`` object (see _notify.py).
+_V4 = """
+ALTER TABLE schedules ADD COLUMN notify JSON;
+ALTER TABLE schedule_runs ADD COLUMN notify JSON;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
     Migration(3, "github_poll ETag column; threshold metric indexes", _V3),
+    Migration(4, "notify column on schedules and schedule_runs", _V4),
 )
 
 

@@ -6,6 +6,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from studio_outbox import InvalidWebhookSecret, parse_webhook_secret
+
 from ._exceptions import InvalidSettings
 
 
@@ -34,6 +36,8 @@ class SchedulerSettings:
     child_env: Mapping[str, str] | None = None
     retention_days: float = 30.0
     """Terminal runs and dispatches older than this many days are deleted (0: keep forever)."""
+    webhook_secret: str | None = field(default=None, repr=False)
+    """``whsec_<base64>`` key that signs webhook deliveries (``None``: sent unsigned)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -66,3 +70,8 @@ class SchedulerSettings:
         object.__setattr__(self, "command_allowlist", tuple(self.command_allowlist))
         if self.notify_template is not None:
             object.__setattr__(self, "notify_template", tuple(self.notify_template))
+        if self.webhook_secret is not None:
+            try:
+                parse_webhook_secret(self.webhook_secret, field="webhook_secret")
+            except InvalidWebhookSecret as exc:
+                raise InvalidSettings("webhook_secret", str(exc).partition(": ")[2]) from None

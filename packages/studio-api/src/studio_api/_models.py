@@ -130,6 +130,8 @@ class _ScheduleFields(_ActionFields):
     budget_tokens: Count | None = None
     project: str | None = None
     threshold_config: dict[str, Any] | None = None
+    notify: dict[str, Any] | None = None
+    """``{"deliver_to", "on", "ack_required", "max_attempts"}``: who is told of which outcomes."""
 
 
 class ScheduleCreate(_ScheduleFields):
@@ -158,6 +160,22 @@ class RunCreate(_ActionFields):
 
     action_kind: ActionKind
     concurrency_key: str | None = None
+    notify: dict[str, Any] | None = None
+    """Like a schedule's ``notify`` (``disabled``/``recovered`` never apply to an ad-hoc run)."""
+
+
+class DispatchCreate(RequestModel):
+    """Body of ``POST /api/dispatch``: :func:`studio_outbox.enqueue_dispatch`'s arguments."""
+
+    kind: str
+    deliver_to: str
+    body: dict[str, Any] | None = None
+    dedup_key: str | None = None
+    ack_required: bool = False
+    max_attempts: Count = 8
+    expires_at: float | None = None
+    session_id: str | None = None
+    schedule_run_id: str | None = None
 
 
 class DisableRequest(RequestModel):
@@ -227,6 +245,7 @@ class ScheduleOut(ResponseModel):
     disabled_reason: str | None = None
     created_at: float
     updated_at: float
+    notify: dict[str, Any] | None = None
 
 
 class ScheduleList(ResponseModel):
@@ -270,6 +289,7 @@ class RunOut(ResponseModel):
     library_content_hash: str | None = None
     child_pid: int | None = None
     child_started_at: float | None = None
+    notify: dict[str, Any] | None = None
 
 
 class RunDetail(RunOut):
@@ -345,11 +365,21 @@ class SchedulerHealth(ResponseModel):
     """The largest due → fire lag since the server started."""
 
 
+class TransportHealth(ResponseModel):
+    """One transport: ``active`` or ``paused``, why (``None`` when nothing to say), signing."""
+
+    state: Literal["active", "paused"]
+    reason: str | None = None
+    signed: bool | None = None
+
+
 class DispatchHealth(ResponseModel):
-    """Outbox delivery: rows waiting, and whether delivery is paused for lack of a template."""
+    """Outbox delivery: rows waiting, whether argv delivery is paused for lack of a template,
+    and each transport's state (``argv``, ``webhook``)."""
 
     backlog: int
     delivery_paused: bool
+    transports: dict[str, TransportHealth] = Field(default_factory=dict)
 
 
 class DatabaseHealth(ResponseModel):
@@ -403,6 +433,13 @@ class DispatchOut(ResponseModel):
             values["payload"] = None
         values["ack_required"] = bool(values.get("ack_required"))
         return cls.of(values)
+
+
+class DispatchCreated(ResponseModel):
+    """Answer of ``POST /api/dispatch``: the row's id; ``created`` false on a dedup hit."""
+
+    id: str
+    created: bool
 
 
 class DispatchList(ResponseModel):

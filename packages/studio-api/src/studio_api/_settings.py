@@ -20,6 +20,8 @@ import pydantic
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from studio_outbox import InvalidWebhookSecret, parse_webhook_secret
+
 from ._exceptions import SettingsError
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ DEFAULT_PORT = 8765
 
 _COMMAND_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Secrets are never echoed back in an error message.
-_SECRET_FIELDS = frozenset({"auth_token", "github_token"})
+_SECRET_FIELDS = frozenset({"auth_token", "github_token", "webhook_secret"})
 SECRET_ENV_VARS = ("GITHUB_TOKEN", "LIONAGI_STUDIO_AUTH_TOKEN", "LIONAGI_STUDIO_WEBHOOK_SECRET")
 """Removed from the environment of every child and notify transport (the API's bearer token is
 for the operator's clients, the GitHub token for the poller, the webhook secret for signing),
@@ -159,6 +161,7 @@ class StudioSettings(BaseSettings):
         default="https://api.github.com", validation_alias="LIONAGI_STUDIO_GITHUB_API_URL"
     )
     github_token: SecretStr | None = _env("GITHUB_TOKEN")
+    webhook_secret: SecretStr | None = _env("LIONAGI_STUDIO_WEBHOOK_SECRET")
     synchronous: str = Field(default="full", validation_alias="LIONAGI_STUDIO_SYNCHRONOUS")
     max_body_bytes: int = Field(
         default=DEFAULT_MAX_BODY_BYTES,
@@ -270,6 +273,17 @@ class StudioSettings(BaseSettings):
         secret = value.get_secret_value()
         if not secret.isascii() or not secret.isprintable() or " " in secret:
             raise ValueError("must be printable ASCII without spaces")
+        return value
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _check_webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        try:
+            parse_webhook_secret(value.get_secret_value(), field="LIONAGI_STUDIO_WEBHOOK_SECRET")
+        except InvalidWebhookSecret as exc:
+            raise ValueError(str(exc).partition(": ")[2]) from None
         return value
 
     @field_validator("timezone")
@@ -418,6 +432,9 @@ class StudioSettings(BaseSettings):
             ),
             child_env=self.child_environment(),
             retention_days=self.retention_days,
+            webhook_secret=(
+                self.webhook_secret.get_secret_value() if self.webhook_secret is not None else None
+            ),
         )
 
     def stripped_secrets(self) -> frozenset[str]:

@@ -15,6 +15,7 @@ import click
 from .._context import open_db, resolve_db_path, run_async
 from .._errors import CliError
 from .._output import emit_json, fmt_time, print_record, print_rows, say, shorten
+from .._types import parse_json_flag
 from ._common import confirm_or_abort, db_option, json_option, limit_option, offset_option
 
 DISPATCH_STATUSES = ("pending", "delivering", "delivered", "acked", "dead_letter", "expired")
@@ -42,6 +43,66 @@ def redact(row: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(payload, Mapping):
         clean["payload"] = {key: value for key, value in payload.items() if key != "ack_token"}
     return clean
+
+
+@dispatch_group.command("enqueue")
+@click.option("--kind", required=True, help="The dispatch kind, e.g. deploy.finished.")
+@click.option("--to", "deliver_to", required=True, metavar="DEST", help="Where to deliver it.")
+@click.option("--body", metavar="JSON", help="The body: a JSON object.")
+@click.option("--dedup-key", metavar="KEY", help="Enqueue at most once per KEY.")
+@click.option("--ack", is_flag=True, help="Resend until the consumer acks it.")
+@db_option
+@json_option
+def enqueue(
+    kind: str,
+    deliver_to: str,
+    body: str | None,
+    dedup_key: str | None,
+    ack: bool,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Enqueue a dispatch directly on the database (Studio's engine delivers it).
+
+    Prints the id; a taken --dedup-key prints the existing row's id (created: false).
+
+    \b
+    Example:
+      studio dispatch enqueue --kind deploy.finished --to https://hooks.example/x --body '{}'
+    """
+    decoded = parse_json_flag("--body", body)
+    if decoded is not None and not isinstance(decoded, dict):
+        raise CliError(f"--body: must be a JSON object, got {type(decoded).__name__}")
+    db_path = resolve_db_path(db)
+
+    async def _enqueue() -> tuple[str, bool]:
+        from studio_outbox import enqueue_dispatch
+        from studio_state import fetch_value, write_transaction
+
+        async with open_db(db_path, outbox_only=True) as conn, write_transaction(conn):
+            existing = None
+            if dedup_key is not None:
+                existing = await fetch_value(
+                    conn, "SELECT id FROM dispatch_outbox WHERE dedup_key = ?", (dedup_key,)
+                )
+            dispatch_id = await enqueue_dispatch(
+                conn,
+                kind=kind,
+                deliver_to=deliver_to,
+                body=decoded,
+                dedup_key=dedup_key,
+                ack_required=ack,
+                actor="cli",
+            )
+            return dispatch_id, existing is None
+
+    dispatch_id, created = run_async(_enqueue)
+    if as_json:
+        emit_json({"id": dispatch_id, "created": created})
+    elif created:
+        say(dispatch_id)
+    else:
+        say(f"{dispatch_id} (already enqueued with --dedup-key {dedup_key})")
 
 
 @dispatch_group.command("list")

@@ -37,6 +37,7 @@ from ._common import (
     limit_option,
     offset_option,
 )
+from ._notify_flags import NOTIFY_OPTIONS, new_notify
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,6 +76,7 @@ def _common_options(func: F) -> F:
                 "--wait", is_flag=True, help="Wait until the run ends; exit 1 unless it completed."
             ),
             duration_option("--timeout", help="With --wait: give up after this long."),
+            *NOTIFY_OPTIONS,
             db_option,
             json_option,
         ]
@@ -135,6 +137,9 @@ def _enqueue(data: dict[str, Any], opts: dict[str, Any]) -> None:
     fields["action_cwd"] = str(Path(cwd or ".").expanduser().resolve())
     if opts.get("concurrency_key") is not None:
         fields["concurrency_key"] = opts["concurrency_key"]
+    notify = new_notify(opts)
+    if notify is not None:
+        fields["notify"] = notify
     db_path = resolve_db_path(opts.get("db"))
     settings = scheduler_settings()
 

@@ -17,6 +17,7 @@ from .._context import open_service, resolve_db_path, run_async, scheduler_setti
 from .._errors import FIELD_FLAGS, CliError
 from .._types import duration_option, parse_json_flag, read_text
 from ._common import db_option, json_option, show_schedule_result
+from ._notify_flags import NOTIFY_OPTIONS, new_notify, notify_changes
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,6 +45,7 @@ CLEARABLE: dict[str, tuple[str, Any]] = {
     "budget-usd": ("budget_usd", None),
     "budget-tokens": ("budget_tokens", None),
     "schedule-project": ("project", None),
+    "notify": ("notify", None),
 }
 
 _FIELD_OPTIONS: list[Callable[[F], F]] = [
@@ -101,6 +103,7 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
         metavar="NAME",
         help="The project the schedule belongs to (stored as `project`; a grouping label).",
     ),
+    *NOTIFY_OPTIONS,
 ]
 
 
@@ -229,6 +232,9 @@ def create(name: str, disabled: bool, db: str | None, as_json: bool, **opts: Any
         raise click.UsageError("a trigger is required: pass --cron, --interval or --github-repo")
     data = {"name": name, **data}
     data.setdefault("action_kind", _infer_action(data))
+    notify = new_notify(opts)
+    if notify is not None:
+        data["notify"] = notify
     if disabled:
         data["enabled"] = False
     db_path = resolve_db_path(db)
@@ -282,6 +288,7 @@ def update(
       studio schedule update nightly --clear max-runs --overlap allow
     """
     changes = _field_values(opts)
+    notify = notify_changes(opts)
     if new_name is not None:
         changes["name"] = new_name
     for flag in clear:
@@ -289,13 +296,17 @@ def update(
         if field in changes:
             raise click.UsageError(f"--clear {flag} conflicts with a value given for it")
         changes[field] = empty
-    if not changes:
+    if notify and "notify" in changes:
+        raise click.UsageError("--clear notify conflicts with a --notify-* flag")
+    if not changes and not notify:
         raise click.UsageError("nothing to update: give at least one field flag or --clear")
     db_path = resolve_db_path(db, existing=True)
 
     async def _update() -> dict[str, Any]:
         async with open_service(db_path) as service:
             current = await service.resolve(schedule)
+            if notify:  # the flags change those keys of the stored notify object
+                changes["notify"] = {**(current.get("notify") or {}), **notify}
             return await service.update(current["id"], changes)
 
     result = run_async(_update)

@@ -27,6 +27,7 @@ import aiosqlite
 from studio_launcher import is_same_process, process_start_time
 from studio_state import Transition, fetch_all, fetch_value, record_transitions, write_transaction
 
+from .._notify import notify_run
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import DAEMON_RESTART, find_orphans, terminate_orphans
 
@@ -253,6 +254,8 @@ async def _recover_row(
                 )
             await cursor.close()
         await record_transitions(conn, rows)
+        if status != "queued":
+            await notify_run(conn, run_id, now=now)
     logger.warning("ad-hoc run %s: %s (%s)", run_id, reason, summary)
     return outcome
 

@@ -36,6 +36,7 @@ from studio_state import (
 )
 
 from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
+from .._notify import check_notify, notify_run
 from .._rows import decode_run, dumps
 from .._schedules.store import page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize
@@ -49,7 +50,7 @@ logger = logging.getLogger("studio_scheduler_core")
 ACTION_FIELDS = tuple(name for name in CREATE_FIELDS if name.startswith("action_"))
 """The schedule action fields an ad-hoc run takes (no trigger, no follow-ups)."""
 
-ENQUEUE_FIELDS = (*ACTION_FIELDS, "concurrency_key")
+ENQUEUE_FIELDS = (*ACTION_FIELDS, "concurrency_key", "notify")
 """Every key :meth:`AdhocRunService.enqueue` accepts."""
 
 ENQUEUED = "run.queued.enqueued"
@@ -101,6 +102,7 @@ def normalize_adhoc(
     return {
         "action": {field: row.get(field) for field in ACTION_FIELDS},
         "concurrency_key": _check_concurrency_key(data.get("concurrency_key")),
+        "notify": check_notify(data.get("notify")),
     }
 
 
@@ -152,7 +154,8 @@ class AdhocRunService:
                 "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
                 "action_args, status, chain_depth, fired_at, created_at, updated_at, "
                 "status_reason_code, status_reason_summary, queued_at, concurrency_key, "
-                "lease_attempts) VALUES (?, NULL, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, 0)",
+                "lease_attempts, notify) "
+                "VALUES (?, NULL, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
                 (
                     run_id,
                     dumps(context),
@@ -165,6 +168,7 @@ class AdhocRunService:
                     summary,
                     now,
                     accepted["concurrency_key"],
+                    dumps(accepted["notify"]),
                 ),
             )
             await record_transition(
@@ -229,7 +233,7 @@ class AdhocRunService:
             guards = {}
             if status == "running":
                 guards = {"leased_by": row["leased_by"], "lease_attempts": row["lease_attempts"]}
-            await transition(
+            moved = await transition(
                 self._conn,
                 table="schedule_runs",
                 entity_type="schedule_run",
@@ -244,6 +248,8 @@ class AdhocRunService:
                 metadata={"leased_by": row["leased_by"], "child_pid": row["child_pid"]},
                 now=now,
             )
+            if moved:
+                await notify_run(self._conn, run_id, now=now)
             if status == "running" and row["invocation_id"]:
                 await transition(
                     self._conn,

@@ -28,6 +28,7 @@ from studio_state import Clock, fetch_all, open_connection, record_transitions, 
 from .._dbfile import StorageHealth
 from .._exceptions import InvalidSettings
 from .._fire.steps import FireEnv, Prepared, execute, finish, prepare
+from .._notify import notify_run
 from .._recovery.orphans import OrphanReaper
 from .._rows import decode_run
 from .._settings import SchedulerSettings
@@ -330,6 +331,8 @@ class AdhocWorker:
                 ),
             ],
         )
+        if failed:
+            await notify_run(conn, fire.run_id, now=now)
         return True
 
     # -- execution --------------------------------------------------------------------------

@@ -2,8 +2,14 @@
 
 A pass (:func:`studio_outbox.deliver_due_dispatches`) runs in a task of its own, so a slow
 transport never delays schedules; the tick only starts one when a dispatch is due and none is
-running. Without a notify template delivery is paused: due dispatches are then only expired
-and parked, at most once per ``tick_seconds``.
+running.
+
+Rows whose ``deliver_to`` is an ``http(s)://`` URL go to one long-lived webhook transport (its
+keep-alive connections are reused across passes, signed with the configured secret); every
+other row goes to the argv ``notify_template``, whose program gets the children's environment
+(secrets stripped). A transport that is not configured pauses only its own rows: they stay
+``pending`` and spend no attempt. With no transport at all, due dispatches are only expired and
+parked, at most once per ``tick_seconds``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,14 @@ from typing import Any
 
 import aiosqlite
 
-from studio_outbox import deliver_due_dispatches, dispatch_backlog, next_due_at
+from studio_outbox import (
+    CommandTransport,
+    WebhookTransport,
+    deliver_due_dispatches,
+    dispatch_backlog,
+    next_due_at,
+    webhook_transport_available,
+)
 from studio_state import Clock
 
 from .._observe.summary import delivery_event
@@ -25,6 +38,35 @@ logger = logging.getLogger("studio_scheduler_core")
 
 BACKLOG_EVERY = 5.0
 """Seconds between two reads of the dispatch backlog figure (it groups the whole outbox)."""
+
+# The earliest due time of webhook rows only (argv rows may be due but paused).
+_WEBHOOK_DUE = (
+    "SELECT min(t) AS due FROM ("
+    "SELECT min(next_attempt_at) AS t FROM dispatch_outbox "
+    "WHERE status IN ('pending', 'delivering') "
+    "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%') "
+    "UNION ALL SELECT min(expires_at) FROM dispatch_outbox "
+    "WHERE status = 'pending' AND expires_at IS NOT NULL "
+    "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%'))"
+)
+
+
+def transports_health(settings: SchedulerSettings, *, webhook: bool) -> dict[str, Any]:
+    """Per transport: ``active`` or ``paused``, the reason, and whether webhooks are signed."""
+    argv: dict[str, Any] = (
+        {"state": "paused", "reason": "no notify template (LIONAGI_STUDIO_NOTIFY_TEMPLATE)"}
+        if settings.notify_template is None
+        else {"state": "active", "reason": None}
+    )
+    if not webhook:
+        hook: dict[str, Any] = {"state": "paused", "reason": "httpx is not installed"}
+        hook["signed"] = False
+    elif settings.webhook_secret is None:
+        hook = {"state": "active", "reason": "unsigned: no LIONAGI_STUDIO_WEBHOOK_SECRET"}
+        hook["signed"] = False
+    else:
+        hook = {"state": "active", "reason": None, "signed": True}
+    return {"argv": argv, "webhook": hook}
 
 
 class Delivery:
@@ -46,6 +88,12 @@ class Delivery:
         self._last_start: float | None = None
         self._backlog_at: float | None = None
         self._closing = False
+        self._argv: CommandTransport | None = None
+        if settings.notify_template is not None:
+            self._argv = CommandTransport(settings.notify_template, env=settings.child_env)
+        self._webhook: WebhookTransport | None = None
+        if webhook_transport_available():
+            self._webhook = WebhookTransport(secret=settings.webhook_secret)
         self.backlog = 0
         """Dispatches due now (read at most every :data:`BACKLOG_EVERY` seconds)."""
 
@@ -58,24 +106,44 @@ class Delivery:
         """The delivery pass still running, if any (for ``wait_idle``)."""
         return [self._task] if self._task is not None and not self._task.done() else []
 
+    @property
+    def paused(self) -> bool:
+        """True when no transport can send anything."""
+        return self._argv is None and self._webhook is None
+
+    def transports(self) -> dict[str, Any]:
+        """Each transport's state (see :func:`transports_health`)."""
+        return transports_health(self._settings, webhook=self._webhook is not None)
+
+    async def _due_at(self) -> float | None:
+        """When a pass next has sendable work (``None``: nothing, or every transport paused)."""
+        if self._argv is not None:
+            return await next_due_at(self._conn)
+        if self._webhook is None:
+            return None
+        rows = list(await self._conn.execute_fetchall(_WEBHOOK_DUE))
+        value = rows[0]["due"] if rows else None
+        return None if value is None else float(value)
+
     async def tick(self, now: float) -> str | None:
         """Start a pass when a dispatch is due and none runs; report what happened."""
         if self.running:
             return "running"
-        paused = self._settings.notify_template is None
+        paused = self.paused
         if (
             paused
             and self._last_start is not None
             and (now - self._last_start < self._settings.tick_seconds)
         ):
             return None
-        due = await next_due_at(self._conn)
+        due = await (next_due_at(self._conn) if paused else self._due_at())
         if due is None or float(due) > now:
             return None
         self._last_start = now
-        template = None if paused else list(self._settings.notify_template or ())
         self._task = asyncio.create_task(
-            deliver_due_dispatches(self._conn, notify_template=template, clock=self._clock),
+            deliver_due_dispatches(
+                self._conn, clock=self._clock, transport=self._argv, webhook_transport=self._webhook
+            ),
             name="studio-delivery",
         )
         self._task.add_done_callback(self._done)
@@ -94,8 +162,8 @@ class Delivery:
 
     async def next_due(self, target: float) -> float:
         """``target``, or the next dispatch's due time if earlier (while delivery is live)."""
-        if self._settings.notify_template is not None and not self.running:
-            due = await next_due_at(self._conn)
+        if not self.running:
+            due = await self._due_at()
             if due is not None:
                 target = min(target, float(due))
         return target
@@ -115,3 +183,9 @@ class Delivery:
             task.cancel()
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
+        webhook, self._webhook = self._webhook, None
+        if webhook is not None:
+            try:
+                await webhook.aclose()
+            except Exception:  # closing kept-alive sockets: nothing is lost if it fails
+                logger.exception("closing the webhook transport failed")

@@ -7,8 +7,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from studio_outbox import webhook_transport_available
+
 from .._dbfile import StorageHealth
 from .._settings import SchedulerSettings
+from .delivery import transports_health
 from .running import Running
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -79,6 +82,11 @@ class Figures:
             "due_backlog": self.due_backlog,
             "dispatch_backlog": self.dispatch_backlog,
             "delivery_paused": settings.notify_template is None,
+            "transports": (
+                transports_health(settings, webhook=webhook_transport_available())
+                if run is None
+                else run.delivery.transports()
+            ),
             "database_error": problem,
             "global_cap": settings.max_scheduled_concurrent,
             "holders": [] if run is None else run.admission.holders(),

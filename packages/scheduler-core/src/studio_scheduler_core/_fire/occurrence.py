@@ -18,8 +18,9 @@ import aiosqlite
 
 from studio_state import Transition, new_id, record_transitions, write_transaction
 
+from .._notify import notify_run
 from .._observe.events import emit
-from .._rows import dumps
+from .._rows import TERMINAL_RUN_STATUSES, dumps
 
 ClaimKind = Literal["occurrence", "manual", "follow_up"]
 
@@ -152,6 +153,8 @@ async def commit_fire(
             await conn.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
         await conn.execute(_INSERT_RUN, run_params(run))
         await record_transitions(conn, transitions)
+        if run.get("status") in TERMINAL_RUN_STATUSES:
+            await notify_run(conn, str(run["id"]), now=now)
         return True
 
 

@@ -35,6 +35,7 @@ from studio_launcher import (
 from studio_state import Clock, Transition, new_id, record_transitions, write_transaction
 
 from .._dbfile import StorageHealth
+from .._notify import notify_run
 from .._settings import SchedulerSettings
 from .occurrence import ScheduleClaim, commit_fire
 
@@ -420,6 +421,8 @@ async def _finish_once(
                 )
             )
         await record_transitions(env.conn, rows)
+        if run_won:
+            await notify_run(env.conn, fire.run_id, now=now)
     env.committed.discard(fire.run_id)
     if on_commit is not None:
         on_commit()

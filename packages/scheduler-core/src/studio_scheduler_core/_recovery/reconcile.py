@@ -24,6 +24,7 @@ from studio_launcher import (
 )
 from studio_state import Transition, connect, fetch_all, record_transitions, write_transaction
 
+from .._notify import notify_run
 from .orphans import OrphanReaper
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -61,6 +62,7 @@ async def _terminalize(
                 (status, now, now, summary, reason_code, summary, run["id"]),
             )
             if cursor.rowcount == 1:
+                await notify_run(conn, str(run["id"]), now=now)
                 rows.append(
                     Transition(
                         entity_type="schedule_run",

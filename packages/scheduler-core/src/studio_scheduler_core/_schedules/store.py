@@ -10,6 +10,7 @@ import aiosqlite
 from studio_state import fetch_all, fetch_one, fetch_value, record_transition, write_transaction
 
 from .._exceptions import ScheduleValidationError
+from .._notify import notify_schedule_disabled
 from .._observe.events import emit
 from .._rows import TERMINAL_RUN_STATUSES, decode_run, decode_schedule
 from .._schema import RUN_STATUSES
@@ -105,6 +106,10 @@ async def set_enabled(
             metadata=metadata,
             now=now,
         )
+        if not enabled:
+            await notify_schedule_disabled(
+                conn, schedule_id, reason_code=reason_code, reason_summary=reason_summary, now=now
+            )
     if not enabled:
         emit(
             "disable",

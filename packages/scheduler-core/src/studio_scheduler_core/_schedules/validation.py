@@ -17,6 +17,7 @@ import yaml
 from studio_launcher import InvalidAction, validate_action
 
 from .._exceptions import ScheduleValidationError
+from .._notify import check_notify
 from .._schema import ACTION_KINDS, TRIGGER_TYPES
 from .._settings import SchedulerSettings
 from .._triggers.cadence import MAX_INTERVAL_SEC
@@ -53,6 +54,7 @@ CREATE_FIELDS = (
     "project",
     "threshold_config",
     "enabled",
+    "notify",
 )
 NOT_NULL_FIELDS = frozenset(
     {"name", "trigger_type", "action_kind", "missed_fire_policy", "overlap_policy", "enabled"}
@@ -425,4 +427,5 @@ def normalize(
     _check_cwd(row, settings)
     for key in ("on_success", "on_fail"):
         row[key] = check_overlay(row.get(key), row, field=key, settings=settings)
+    row["notify"] = check_notify(row.get("notify"))
     return row

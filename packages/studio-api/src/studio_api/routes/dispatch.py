@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 import studio_outbox
+from studio_state import fetch_value, write_transaction
 
 from .._deps import EngineDep, responses
-from .._models import SQLITE_INT_MAX, AckRequest, DispatchList, DispatchOut, DispatchStatus
+from .._models import (
+    SQLITE_INT_MAX,
+    AckRequest,
+    DispatchCreate,
+    DispatchCreated,
+    DispatchList,
+    DispatchOut,
+    DispatchStatus,
+)
 
 router = APIRouter(prefix="/api/dispatch", tags=["dispatch"])
 
@@ -40,6 +49,30 @@ async def list_dispatches(
         limit=limit,
         offset=offset,
     )
+
+
+@router.post("", status_code=201, response_model=DispatchCreated, responses=responses())
+async def enqueue_dispatch(
+    engine: EngineDep, body: DispatchCreate, response: Response
+) -> DispatchCreated:
+    """Enqueue a dispatch (the arguments of ``studio_outbox.enqueue_dispatch``): 201 with its
+    id, or 200 with ``created: false`` and the existing row's id when ``dedup_key`` is taken;
+    422 names a bad field."""
+    conn = engine.conn
+    async with write_transaction(conn):
+        existing = None
+        if body.dedup_key is not None:
+            existing = await fetch_value(
+                conn, "SELECT id FROM dispatch_outbox WHERE dedup_key = ?", (body.dedup_key,)
+            )
+        dispatch_id = await studio_outbox.enqueue_dispatch(
+            conn, **body.model_dump(), clock=engine.clock, actor="api"
+        )
+    engine.wake()
+    if existing is not None:
+        response.status_code = 200
+        return DispatchCreated(id=str(existing), created=False)
+    return DispatchCreated(id=dispatch_id, created=True)
 
 
 @router.get("/{dispatch_id}", response_model=DispatchOut, responses=responses(404))

@@ -8,7 +8,14 @@ from fastapi import APIRouter, Request
 
 from .. import __about__
 from .._deps import EngineDep, SettingsDep
-from .._models import DatabaseHealth, DispatchHealth, HealthOut, Holder, SchedulerHealth
+from .._models import (
+    DatabaseHealth,
+    DispatchHealth,
+    HealthOut,
+    Holder,
+    SchedulerHealth,
+    TransportHealth,
+)
 from .._storage import StorageHealth
 
 router = APIRouter(prefix="/api", tags=["health"])
@@ -51,6 +58,10 @@ async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> 
     dispatch = DispatchHealth(
         backlog=int(data.get("dispatch_backlog", 0)),
         delivery_paused=bool(data.get("delivery_paused", False)),
+        transports={
+            name: TransportHealth.of(state)
+            for name, state in dict(data.get("transports") or {}).items()
+        },
     )
     return HealthOut(
         status="ok" if healthy else "degraded",
