@@ -58,8 +58,20 @@ def _members(root: Path) -> dict[str, set[str]]:
     return members
 
 
+# Suites beyond one package each: they install every package, like `all`.
+EXTRA_SUITES = ("dashboard", "postgres")
+
+
 def test_matrix_has_every_package_and_all(repo_root: Path) -> None:
-    assert list(_members(repo_root)) == [*FOLDERS, "all"]
+    entries = list(_members(repo_root))
+    assert entries[: len(FOLDERS) + 1] == [*FOLDERS, "all"]
+    assert set(entries[len(FOLDERS) + 1 :]) <= set(EXTRA_SUITES)
+
+
+@pytest.mark.parametrize("suite", EXTRA_SUITES)
+def test_extra_suites_install_everything(repo_root: Path, suite: str) -> None:
+    members = _members(repo_root)
+    assert suite not in members or members[suite] == set(FOLDERS)
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
