@@ -30,6 +30,7 @@ from studio_state import Transition, fetch_all, fetch_value, record_transitions,
 from .._notify import notify_run
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import DAEMON_RESTART, find_orphans, terminate_orphans
+from .._terminal import StatusChange, apply, clip
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -46,8 +47,6 @@ CLAIMED = "run.running.claimed"
 LEASE_EXPIRED = "run.queued.lease_expired"
 LEASE_EXHAUSTED = "run.failed.lease_exhausted"
 REQUEUED_SHUTDOWN = "run.queued.shutdown"
-
-_MAX_DETAIL = 2000
 
 
 def new_worker_id() -> str:
@@ -99,7 +98,7 @@ def lease_transition(
         previous_status=previous,
         status=status,
         reason_code=reason,
-        reason_summary=summary[-_MAX_DETAIL:],
+        reason_summary=clip(summary),
         evidence_refs=refs,
         actor=actor,
         metadata=metadata,
@@ -198,62 +197,24 @@ async def _recover_row(
         }
     else:
         sets = {"ended_at": now, "error_detail": summary}
-    sets.update(status=status, updated_at=now, status_reason_code=reason)
-    sets["status_reason_summary"] = summary
-    guard_sql = "id = ? AND status = 'running' AND leased_by = ? AND lease_attempts = ?"
-    params: list[Any] = [run_id, row["leased_by"], attempts]
-    if row["lease_expires_at"] is None:
-        guard_sql += " AND lease_expires_at IS NULL"
-    else:
-        guard_sql += " AND lease_expires_at = ?"
-        params.append(row["lease_expires_at"])
+    expires = row["lease_expires_at"]
+    guards = {"leased_by": row["leased_by"], "lease_attempts": attempts}
+    guards["lease_expires_at"] = expires
     meta = {"leased_by": row["leased_by"], "lease_attempts": attempts}
     invocation_id = row["invocation_id"]
+    run_change = StatusChange(
+        "schedule_runs", run_id, status, reason, summary, "adhoc_worker", now,
+        sets=sets, guards=guards, metadata=meta,
+    )  # fmt: skip
     async with write_transaction(conn):
-        cursor = await conn.execute(
-            f"UPDATE schedule_runs SET {', '.join(f'{k} = ?' for k in sets)} WHERE {guard_sql}",
-            [*sets.values(), *params],
-        )
-        won = cursor.rowcount == 1
-        await cursor.close()
-        if not won:
+        if not (await apply(conn, [run_change]))[0]:
             return None
-        rows = [
-            lease_transition(
-                "schedule_run",
-                run_id,
-                "running",
-                status,
-                reason,
-                summary,
-                now,
-                actor="adhoc_worker",
-                metadata=meta,
-            )
-        ]
         if invocation_id:
-            cursor = await conn.execute(
-                "UPDATE invocations SET status = ?, ended_at = ?, updated_at = ?, "
-                "status_reason_code = ?, status_reason_summary = ? "
-                "WHERE id = ? AND status = 'running'",
-                (inv_status, now, now, reason, summary, invocation_id),
-            )
-            if cursor.rowcount == 1:
-                rows.append(
-                    lease_transition(
-                        "invocation",
-                        invocation_id,
-                        "running",
-                        inv_status,
-                        reason,
-                        summary,
-                        now,
-                        actor="adhoc_worker",
-                        refs=[{"kind": "schedule_run", "id": run_id}],
-                    )
-                )
-            await cursor.close()
-        await record_transitions(conn, rows)
+            invocation_change = StatusChange(
+                "invocations", invocation_id, inv_status, reason, summary, "adhoc_worker", now,
+                sets={"ended_at": now}, evidence_refs=[{"kind": "schedule_run", "id": run_id}],
+            )  # fmt: skip
+            await apply(conn, [invocation_change])
         if status != "queued":
             await notify_run(conn, run_id, now=now)
     logger.warning("ad-hoc run %s: %s (%s)", run_id, reason, summary)

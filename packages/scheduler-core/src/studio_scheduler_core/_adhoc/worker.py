@@ -32,6 +32,7 @@ from .._notify import notify_run
 from .._recovery.orphans import OrphanReaper
 from .._rows import decode_run
 from .._settings import SchedulerSettings
+from .._terminal import clip
 from .lease import (
     CLAIMED,
     LEASE_SECONDS,
@@ -48,7 +49,6 @@ from .lease import (
 
 logger = logging.getLogger("studio_scheduler_core")
 
-_MAX_DETAIL = 2000
 _CANDIDATES = (
     "SELECT q.* FROM schedule_runs q WHERE q.status = 'queued' AND +q.schedule_id IS NULL "
     "AND (q.concurrency_key IS NULL OR ("
@@ -268,7 +268,7 @@ class AdhocWorker:
                 now,
                 now if failed else None,
                 inv_reason,
-                summary[-_MAX_DETAIL:] if failed else None,
+                clip(summary) if failed else None,
                 now,
                 now,
             ),
@@ -283,9 +283,9 @@ class AdhocWorker:
                 now,
                 now,
                 now if failed else None,
-                summary[-_MAX_DETAIL:] if failed else None,
+                clip(summary) if failed else None,
                 reason,
-                summary[-_MAX_DETAIL:],
+                clip(summary),
                 f'[{{"kind":"invocation","id":"{fire.invocation_id}"}}]',
                 fire.run_id,
                 run["lease_attempts"],

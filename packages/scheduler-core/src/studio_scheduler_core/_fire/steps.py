@@ -32,11 +32,12 @@ from studio_launcher import (
     resolve_cwd,
     spawn_and_wait,
 )
-from studio_state import Clock, Transition, new_id, record_transitions, write_transaction
+from studio_state import Clock, Transition, new_id, write_transaction
 
 from .._dbfile import StorageHealth
 from .._notify import notify_run
 from .._settings import SchedulerSettings
+from .._terminal import StatusChange, apply, clip
 from .occurrence import ScheduleClaim, commit_fire
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -56,7 +57,6 @@ _SESSION_PRECEDENCE = (
     "completed_empty",
     "completed",
 )
-_MAX_DETAIL = 2000
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 5.0
 
@@ -202,11 +202,11 @@ async def commit(env: FireEnv, fire: Prepared, claim: ScheduleClaim) -> bool:
         "chain_depth": fire.chain_depth,
         "fired_at": now,
         "ended_at": now if failed else None,
-        "error_detail": summary[-_MAX_DETAIL:] if failed else None,
+        "error_detail": clip(summary) if failed else None,
         "created_at": now,
         "updated_at": now,
         "status_reason_code": reason_code,
-        "status_reason_summary": summary[-_MAX_DETAIL:],
+        "status_reason_summary": clip(summary),
         "status_evidence_refs": [{"kind": "schedule", "id": sid}],
     }
     invocation = {
@@ -218,7 +218,7 @@ async def commit(env: FireEnv, fire: Prepared, claim: ScheduleClaim) -> bool:
         "started_at": now,
         "ended_at": now if failed else None,
         "status_reason_code": reason_code if failed else "run.started.ok",
-        "status_reason_summary": summary[-_MAX_DETAIL:] if failed else None,
+        "status_reason_summary": clip(summary) if failed else None,
         "created_at": now,
         "updated_at": now,
     }
@@ -253,7 +253,7 @@ async def commit(env: FireEnv, fire: Prepared, claim: ScheduleClaim) -> bool:
                 previous_status="running",
                 status="failed",
                 reason_code=reason_code,
-                reason_summary=summary[-_MAX_DETAIL:],
+                reason_summary=clip(summary),
                 actor="scheduler",
                 created_at=now,
             )
@@ -361,66 +361,40 @@ async def _finish_once(
     inv_fallback = "completed" if status == "completed" else status
     inv_status, from_sessions = _resolve_invocation([s["status"] for s in sessions], inv_fallback)
     inv_reason = f"run.{inv_status}.session_evidence" if from_sessions else reason_code
-    detail = None if error_detail is None else error_detail[-_MAX_DETAIL:]
-    rows: list[Transition] = []
+    meta = {"exit_code": exit_code}
+    statuses = [s["status"] for s in sessions]
+    run_change = StatusChange(
+        "schedule_runs",
+        fire.run_id,
+        status,
+        reason_code,
+        summary,
+        "scheduler",
+        now,
+        sets={
+            "exit_code": exit_code,
+            "ended_at": now,
+            "error_detail": None if error_detail is None else clip(error_detail),
+            "status_evidence_refs": f'[{{"kind":"invocation","id":"{fire.invocation_id}"}}]',
+        },
+        guards=fire.run_guards,
+        evidence_refs=[{"kind": "invocation", "id": fire.invocation_id}],
+        metadata=meta,
+    )
+    invocation_change = StatusChange(
+        "invocations",
+        fire.invocation_id,
+        inv_status,
+        inv_reason,
+        summary,
+        "scheduler",
+        now,
+        sets={"ended_at": now},
+        evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
+        metadata={**meta, "session_statuses": statuses},
+    )
     async with write_transaction(env.conn):
-        cursor = await env.conn.execute(
-            "UPDATE schedule_runs SET status = ?, exit_code = ?, ended_at = ?, error_detail = ?, "
-            "updated_at = ?, status_reason_code = ?, status_reason_summary = ?, "
-            "status_evidence_refs = ? WHERE id = ? AND status = 'running'"
-            + "".join(f" AND {column} = ?" for column in fire.run_guards),
-            (
-                status,
-                exit_code,
-                now,
-                detail,
-                now,
-                reason_code,
-                summary[-_MAX_DETAIL:],
-                f'[{{"kind":"invocation","id":"{fire.invocation_id}"}}]',
-                fire.run_id,
-                *fire.run_guards.values(),
-            ),
-        )
-        run_won = cursor.rowcount == 1
-        cursor = await env.conn.execute(
-            "UPDATE invocations SET status = ?, ended_at = ?, updated_at = ?, "
-            "status_reason_code = ?, status_reason_summary = ? WHERE id = ? AND status = 'running'",
-            (inv_status, now, now, inv_reason, summary[-_MAX_DETAIL:], fire.invocation_id),
-        )
-        inv_won = cursor.rowcount == 1
-        meta = {"exit_code": exit_code}
-        if run_won:
-            rows.append(
-                Transition(
-                    entity_type="schedule_run",
-                    entity_id=fire.run_id,
-                    previous_status="running",
-                    status=status,
-                    reason_code=reason_code,
-                    reason_summary=summary[-_MAX_DETAIL:],
-                    evidence_refs=[{"kind": "invocation", "id": fire.invocation_id}],
-                    actor="scheduler",
-                    metadata=meta,
-                    created_at=now,
-                )
-            )
-        if inv_won:
-            rows.append(
-                Transition(
-                    entity_type="invocation",
-                    entity_id=fire.invocation_id,
-                    previous_status="running",
-                    status=inv_status,
-                    reason_code=inv_reason,
-                    reason_summary=summary[-_MAX_DETAIL:],
-                    evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
-                    actor="scheduler",
-                    metadata={**meta, "session_statuses": [s["status"] for s in sessions]},
-                    created_at=now,
-                )
-            )
-        await record_transitions(env.conn, rows)
+        run_won, _ = await apply(env.conn, [run_change, invocation_change])
         if run_won:
             await notify_run(env.conn, fire.run_id, now=now)
     env.committed.discard(fire.run_id)

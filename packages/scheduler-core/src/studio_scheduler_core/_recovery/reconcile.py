@@ -22,9 +22,10 @@ from studio_launcher import (
     is_same_process,
     terminate_processes,
 )
-from studio_state import Transition, connect, fetch_all, record_transitions, write_transaction
+from studio_state import connect, fetch_all, write_transaction
 
 from .._notify import notify_run
+from .._terminal import StatusChange, apply
 from .orphans import OrphanReaper
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -52,56 +53,42 @@ async def _terminalize(
     now: float,
 ) -> int:
     """Guarded ``running`` → status for runs and invocations, with transitions, one txn."""
-    rows: list[Transition] = []
+    changes = [
+        StatusChange(
+            "schedule_runs",
+            run["id"],
+            status,
+            reason_code,
+            summary,
+            actor,
+            now,
+            sets={"ended_at": now, "error_detail": summary},
+            keep=("error_detail",),
+            evidence_refs=[{"kind": "schedule_run", "id": run["id"]}],
+            metadata={"child_pid": run.get("child_pid")},
+        )
+        for run in runs
+    ]
+    changes += [
+        StatusChange(
+            "invocations",
+            invocation_id,
+            status,
+            reason_code,
+            summary,
+            actor,
+            now,
+            sets={"ended_at": now},
+            evidence_refs=[{"kind": "invocation", "id": invocation_id}],
+        )
+        for invocation_id in invocation_ids
+    ]
     async with write_transaction(conn):
-        for run in runs:
-            cursor = await conn.execute(
-                "UPDATE schedule_runs SET status = ?, ended_at = ?, updated_at = ?, "
-                "error_detail = COALESCE(error_detail, ?), status_reason_code = ?, "
-                "status_reason_summary = ? WHERE id = ? AND status = 'running'",
-                (status, now, now, summary, reason_code, summary, run["id"]),
-            )
-            if cursor.rowcount == 1:
+        applied = await apply(conn, changes)
+        for run, won in zip(runs, applied[: len(runs)], strict=True):
+            if won:
                 await notify_run(conn, str(run["id"]), now=now)
-                rows.append(
-                    Transition(
-                        entity_type="schedule_run",
-                        entity_id=run["id"],
-                        previous_status="running",
-                        status=status,
-                        reason_code=reason_code,
-                        reason_summary=summary,
-                        evidence_refs=[{"kind": "schedule_run", "id": run["id"]}],
-                        actor=actor,
-                        metadata={"child_pid": run.get("child_pid")},
-                        created_at=now,
-                    )
-                )
-            await cursor.close()
-        for invocation_id in invocation_ids:
-            cursor = await conn.execute(
-                "UPDATE invocations SET status = ?, ended_at = ?, updated_at = ?, "
-                "status_reason_code = ?, status_reason_summary = ? "
-                "WHERE id = ? AND status = 'running'",
-                (status, now, now, reason_code, summary, invocation_id),
-            )
-            if cursor.rowcount == 1:
-                rows.append(
-                    Transition(
-                        entity_type="invocation",
-                        entity_id=invocation_id,
-                        previous_status="running",
-                        status=status,
-                        reason_code=reason_code,
-                        reason_summary=summary,
-                        evidence_refs=[{"kind": "invocation", "id": invocation_id}],
-                        actor=actor,
-                        created_at=now,
-                    )
-                )
-            await cursor.close()
-        await record_transitions(conn, rows)
-    return sum(1 for r in rows if r.entity_type == "schedule_run")
+    return sum(applied[: len(runs)])
 
 
 async def database_path(conn: aiosqlite.Connection) -> str | None:

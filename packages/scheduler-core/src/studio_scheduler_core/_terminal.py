@@ -1,0 +1,111 @@
+"""Status changes of runs and invocations: guarded updates with their transition rows.
+
+Every path that ends (or hands back) a run or an invocation — a fire's outcome, the reapers,
+start-up reconciliation, lease recovery — writes through :func:`apply`: one guarded
+``UPDATE`` per row (on its previous status and the change's own guards), and the
+``status_transitions`` rows of the changes that applied recorded in one batch, all inside the
+caller's write transaction. A change whose guard no longer holds writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiosqlite
+
+from studio_state import Transition, record_transitions
+
+MAX_DETAIL = 2000
+"""Summaries and error details keep their last this-many characters (the end says most)."""
+
+_ENTITY = {"schedule_runs": "schedule_run", "invocations": "invocation"}
+
+
+def clip(text: str) -> str:
+    """``text`` cut to its last :data:`MAX_DETAIL` characters."""
+    return text[-MAX_DETAIL:]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """One guarded ``previous`` → ``status`` change of a run or an invocation.
+
+    The update writes ``status``, ``updated_at``, ``status_reason_code``,
+    ``status_reason_summary`` (clipped) and ``sets``; a column named in ``keep`` is written
+    only where it is still NULL. ``guards`` are further ``column = value`` conditions
+    (``None``: ``IS NULL``).
+    """
+
+    table: Literal["schedule_runs", "invocations"]
+    entity_id: str
+    status: str
+    reason_code: str
+    summary: str
+    actor: str
+    now: float
+    previous: str = "running"
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    keep: Collection[str] = ()
+    guards: Mapping[str, Any] = field(default_factory=dict)
+    evidence_refs: Sequence[Any] | None = None
+    metadata: Mapping[str, Any] | None = None
+
+    def statement(self) -> tuple[str, list[Any]]:
+        """The guarded ``UPDATE`` and its parameters."""
+        columns = {
+            "status": self.status,
+            "updated_at": self.now,
+            "status_reason_code": self.reason_code,
+            "status_reason_summary": clip(self.summary),
+            **self.sets,
+        }
+        assignments = [
+            f"{column} = COALESCE({column}, ?)" if column in self.keep else f"{column} = ?"
+            for column in columns
+        ]
+        where = ["id = ?", "status = ?"]
+        params: list[Any] = [*columns.values(), self.entity_id, self.previous]
+        for column, value in self.guards.items():
+            if value is None:
+                where.append(f"{column} IS NULL")
+            else:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = f"UPDATE {self.table} SET {', '.join(assignments)} WHERE {' AND '.join(where)}"
+        return sql, params
+
+    def transition(self) -> Transition:
+        """The ``status_transitions`` row of this change."""
+        return Transition(
+            entity_type=_ENTITY[self.table],
+            entity_id=self.entity_id,
+            previous_status=self.previous,
+            status=self.status,
+            reason_code=self.reason_code,
+            reason_summary=clip(self.summary),
+            evidence_refs=self.evidence_refs,
+            actor=self.actor,
+            metadata=self.metadata,
+            created_at=self.now,
+        )
+
+
+async def apply(conn: aiosqlite.Connection, changes: Iterable[StatusChange]) -> list[bool]:
+    """Apply each change in the caller's transaction; return which ones applied.
+
+    The transition rows of the applied changes are recorded together after the updates.
+    """
+    applied: list[bool] = []
+    rows: list[Transition] = []
+    for change in changes:
+        sql, params = change.statement()
+        cursor = await conn.execute(sql, params)
+        won = cursor.rowcount == 1
+        await cursor.close()
+        applied.append(won)
+        if won:
+            rows.append(change.transition())
+    await record_transitions(conn, rows)
+    return applied
