@@ -27,6 +27,7 @@ from ._exceptions import (
 )
 from ._github.source import GithubPollSource
 from ._recovery.orphans import OrphanReaper
+from ._runlog import read_run_log, run_log_dir, run_log_path
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
 from ._schema import ensure_schema
@@ -62,6 +63,9 @@ __all__ = [
     "__version__",
     "ensure_schema",
     "preview_fire_times",
+    "read_run_log",
     "report_usage",
+    "run_log_dir",
+    "run_log_path",
     "storage_fault",
 ]

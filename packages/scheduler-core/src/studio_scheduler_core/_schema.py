@@ -187,10 +187,18 @@ CREATE INDEX IF NOT EXISTS idx_sessions_time
 CREATE INDEX IF NOT EXISTS idx_invocations_started ON invocations(started_at);
 """
 
+# Per-schedule time zone (null = the server's) and deadline (null = the deadline setting).
+_V5 = """
+ALTER TABLE schedules ADD COLUMN timezone TEXT;
+ALTER TABLE schedules ADD COLUMN timeout_sec INTEGER;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
     Migration(3, "github_poll ETag column; threshold metric indexes", _V3),
+    Migration(4, "reserved for the notify column (its own branch fills it)", ""),
+    Migration(5, "per-schedule timezone and timeout_sec", _V5),
 )
 
 

@@ -126,7 +126,12 @@ class SchedulerEngine:
         stops a run the engine's worker executes at once)."""
         worker = self._worker if isinstance(self._worker, AdhocWorker) else None
         return AdhocRunService(
-            self.conn, settings=self.settings, clock=self.clock, on_change=self.wake, worker=worker
+            self.conn,
+            settings=self.settings,
+            clock=self.clock,
+            on_change=self.wake,
+            worker=worker,
+            runner=self._runner,
         )
 
     def _parts(self) -> tuple[FireEnv, Admission, Evaluator, FireRunner]:
@@ -250,20 +255,21 @@ class SchedulerEngine:
         conn = self.conn
         rows = await fetch_all(
             conn,
-            "SELECT id, trigger_type, cron_expr, interval_sec, poll_interval_sec, next_fire_at "
+            "SELECT id, trigger_type, cron_expr, interval_sec, poll_interval_sec, next_fire_at, "
+            "timezone "
             "FROM schedules WHERE enabled = 1 AND (next_fire_at IS NULL OR "
             "(trigger_type = 'cron' AND next_fire_at > ?))",
             (now,),
         )
-        cache: dict[str, float | None] = {}
+        cache: dict[tuple[str, str], float | None] = {}
         updates: list[tuple[Any, ...]] = []
         for row in rows:
             try:
                 if row["trigger_type"] == "cron":
-                    expr = str(row["cron_expr"])
-                    if expr not in cache:
-                        cache[expr] = next_after(expr, self.settings.timezone, now)
-                    value = cache[expr]
+                    key = (str(row["cron_expr"]), row["timezone"] or self.settings.timezone)
+                    if key not in cache:
+                        cache[key] = next_after(key[0], key[1], now)
+                    value = cache[key]
                 else:
                     value = first_fire_at(row, now=now, timezone=self.settings.timezone)
             except (CronError, ValueError, TypeError, KeyError):

@@ -26,7 +26,7 @@ from studio_state import (
 from .._exceptions import RunNotFound, ScheduleNameTaken, ScheduleNotFound, ScheduleValidationError
 from .._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
 from .._settings import SchedulerSettings
-from .._triggers.cadence import first_fire_at, preview_times
+from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
 from .._usage import schedule_spend
 from .store import fired_run_count, load_schedule, page_runs, set_enabled
 from .validation import CREATE_FIELDS, check_disable_reason, normalize
@@ -34,7 +34,9 @@ from .validation import CREATE_FIELDS, check_disable_reason, normalize
 Rows = list[dict[str, Any]]
 """A list of decoded rows (an alias: the class below has a method named ``list``)."""
 
-_CADENCE_FIELDS = frozenset({"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec"})
+_CADENCE_FIELDS = frozenset(
+    {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone"}
+)
 
 
 class ScheduleService:
@@ -322,14 +324,15 @@ class ScheduleService:
         return run
 
     async def preview(self, schedule_id: str, n: int = 5) -> Rows:
-        """The schedule's next ``n`` fire times (UTC and settings.timezone)."""
+        """The schedule's next ``n`` fire times (UTC and the schedule's zone)."""
         schedule = await self.get(schedule_id)
+        zone = schedule_zone(schedule, self._settings.timezone)
         return preview_times(
             trigger_type=schedule["trigger_type"],
             cron_expr=schedule.get("cron_expr"),
             interval_sec=schedule.get("interval_sec"),
             poll_interval_sec=schedule.get("poll_interval_sec"),
-            timezone=self._settings.timezone,
+            timezone=zone,
             start=self._clock(),
             n=n,
             first=schedule.get("next_fire_at"),

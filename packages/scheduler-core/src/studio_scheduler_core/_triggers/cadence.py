@@ -35,11 +35,17 @@ def poll_interval(schedule: Mapping[str, Any]) -> int:
     return int(value) if value else DEFAULT_POLL_INTERVAL_SEC
 
 
+def schedule_zone(schedule: Mapping[str, Any], default: str) -> str:
+    """The zone a schedule's cron is evaluated in: its own ``timezone``, else ``default``."""
+    own = schedule.get("timezone")
+    return str(own) if own else default
+
+
 def first_fire_at(schedule: Mapping[str, Any], *, now: float, timezone: str) -> float | None:
     """``next_fire_at`` of a schedule armed at ``now`` (creation, enable, trigger change)."""
     trigger = schedule.get("trigger_type")
     if trigger == "cron":
-        return next_after(str(schedule["cron_expr"]), timezone, now)
+        return next_after(str(schedule["cron_expr"]), schedule_zone(schedule, timezone), now)
     if trigger == "interval":
         return now + int(schedule["interval_sec"])
     if trigger == "github_poll":
@@ -57,7 +63,7 @@ def advance(
     trigger = schedule.get("trigger_type")
     ref = now if due is None else max(now, due)
     if trigger == "cron":
-        return next_after(str(schedule["cron_expr"]), timezone, ref)
+        return next_after(str(schedule["cron_expr"]), schedule_zone(schedule, timezone), ref)
     if trigger == "interval":
         interval = int(schedule["interval_sec"])
         return interval_next(now if due is None else due, interval, ref)
