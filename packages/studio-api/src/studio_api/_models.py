@@ -130,6 +130,8 @@ class _ScheduleFields(_ActionFields):
     budget_tokens: Count | None = None
     project: str | None = None
     threshold_config: dict[str, Any] | None = None
+    timezone: str | None = None
+    timeout_sec: int | None = None
 
 
 class ScheduleCreate(_ScheduleFields):
@@ -225,6 +227,8 @@ class ScheduleOut(ResponseModel):
     last_healthy_poll_at: float | None = None
     poller_consecutive_401: int = 0
     disabled_reason: str | None = None
+    timezone: str | None = None
+    timeout_sec: int | None = None
     created_at: float
     updated_at: float
 

@@ -6,6 +6,7 @@ except through ``on_change`` (the engine's ``wake``).
 
 from __future__ import annotations
 
+import builtins
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -23,7 +24,13 @@ from studio_state import (
     write_transaction,
 )
 
-from .._exceptions import RunNotFound, ScheduleNameTaken, ScheduleNotFound, ScheduleValidationError
+from .._exceptions import (
+    RunNotFound,
+    ScheduleHasRunningRuns,
+    ScheduleNameTaken,
+    ScheduleNotFound,
+    ScheduleValidationError,
+)
 from .._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
@@ -272,11 +279,29 @@ class ScheduleService:
             )
         return await self.get(schedule_id)
 
-    async def delete(self, schedule_id: str) -> None:
-        """Delete the schedule and its runs (their invocations and sessions stay)."""
+    async def running_run_ids(self, schedule_id: str) -> builtins.list[str]:
+        """Ids of the schedule's runs (follow-ups included) that are ``running`` now."""
+        rows = await fetch_all(
+            self._conn,
+            "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'running' "
+            "ORDER BY fired_at",
+            (schedule_id,),
+        )
+        return [str(row["id"]) for row in rows]
+
+    async def delete(self, schedule_id: str, *, refuse_running: bool = False) -> None:
+        """Delete the schedule and its runs (their invocations and sessions stay).
+
+        With ``refuse_running`` a schedule that has running runs is kept and
+        :class:`ScheduleHasRunningRuns` raised (cancel them first, then delete).
+        """
         now = self._clock()
         async with write_transaction(self._conn):
             schedule = await self.get(schedule_id)
+            if refuse_running:
+                running = await self.running_run_ids(schedule_id)
+                if running:
+                    raise ScheduleHasRunningRuns(schedule_id, running)
             await self._conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
             await record_transition(
                 self._conn,
