@@ -10,7 +10,7 @@ never leaves the loopback interface. Figures, each the median of ROUNDS rounds w
 Rounds alternate ours / bare so machine load affects both alike. The bare app reads the same
 rows from a copy of the same database; it validates nothing and returns the row as stored,
 so the ratio is the cost of Studio's models, validation, dependencies and middleware. The
-target (DESIGN §9 / the performance issue) is GET one schedule >= 70% of the bare route.
+target (the performance issue) is GET one schedule >= 70% of the bare route.
 An extra untimed server counts the aiosqlite round trips each kind of request makes.
 
     python bench/api.py [--rounds 5] [--requests 1000] [--post-requests 300]

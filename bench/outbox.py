@@ -1,11 +1,11 @@
 """Outbox throughput: studio-outbox beside the reference (lionagi 0.36.0), as ratios.
 
-Figures (DESIGN §9), each the median of ROUNDS rounds with min–max beside it:
+Figures, each the median of ROUNDS rounds with min–max beside it:
   - enqueue rows/s, each in its own transaction; the same with a (unique) dedup key each;
     many enqueues inside one caller transaction (the transactional-outbox write); and
     `enqueue_many` of all the rows in one call (the reference has neither of the last two);
   - deliveries/s through a `/bin/true` notify template at concurrency 1 and 4;
-and, without a reference (DESIGN §10.7, each a ratio measured in the same run):
+and, without a reference (bench/README.md, each a ratio measured in the same run):
   - webhook deliveries/s at concurrency 16 to a loopback receiver (uvicorn, its own process)
     beside a bare httpx loop posting the same bodies (bench/outbox_webhook.py; target ≥ 60%);
   - enqueue with `synchronous=FULL` (the default, used by every figure above) beside
@@ -47,7 +47,7 @@ DELIVERY_TARGET = 5.0
 WEBHOOK_TARGET = 0.60
 SYNC_TARGET = 0.50
 WEBHOOK_CONCURRENCY = 16
-ANCHORS = {"enqueue_own": 890.0, "deliver": 155.0}  # DESIGN §9, reference on a 2-core box
+ANCHORS = {"enqueue_own": 890.0, "deliver": 155.0}  # bench/README.md, reference on a 2-core box
 
 FIGURES = [
     ("enqueue_own", "enqueue, own transaction each (FULL)", "rows/s"),
@@ -57,7 +57,7 @@ FIGURES = [
     ("deliver_c1", "deliver /bin/true, concurrency 1", "/s"),
     ("deliver_c4", "deliver /bin/true, concurrency 4", "/s"),
 ]
-# DESIGN §10.7: (label, ours key, anchor key, anchor label, unit, target ratio)
+# (label, ours key, anchor key, anchor label, unit, target ratio)
 WAVE2 = [
     (
         f"webhook delivery, concurrency {WEBHOOK_CONCURRENCY}",
@@ -504,17 +504,17 @@ def main() -> None:
         print(f"{label:42} {ours_text:>26} {ref_text:>26} {ratio_text:>7}")
     print()
     if verdicts:
-        print("DESIGN §9 targets (ratio to the reference measured in this run):")
+        print("bench/README.md targets (ratio to the reference measured in this run):")
         print("\n".join(verdicts))
     print(
-        "DESIGN §9 anchors for scale (reference on a 2-core machine): "
+        "bench/README.md anchors for scale (reference on a 2-core machine): "
         f"enqueue {ANCHORS['enqueue_own']:.0f} rows/s, delivery {ANCHORS['deliver']:.0f}/s; "
         f"ours here: {statistics.median(ours['enqueue_own']) / ANCHORS['enqueue_own']:.1f}× and "
         f"{statistics.median(ours['deliver_c4']) / ANCHORS['deliver']:.1f}× those."
     )
 
     print()
-    print("DESIGN §10.7 (ours beside an anchor measured in the same run):")
+    print("bench/README.md (ours beside an anchor measured in the same run):")
     head = f"{'figure':46} {'ours: median (min–max)':>26} {'anchor: median (min–max)':>26}"
     print(head + f" {'ratio':>6}  target")
     print("-" * (len(head) + 16))

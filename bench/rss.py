@@ -6,7 +6,7 @@ PATH, else `python -m studio_cli`) on a fresh database on a free 127.0.0.1 port,
 it run TICKS idle ticks (LIONAGI_STUDIO_TICK_SECONDS=TICK_SECONDS, so the ticks come quickly;
 health's `last_tick_at` must have advanced), reads them again, and stops it with SIGINT. Two
 databases: empty, and SCHEDULES enabled schedules none of which is due. Prints medians with
-min–max. DESIGN §9 names no reference figure for memory; for scale, the reference's backend
+min–max. bench/README.md names no reference figure for memory; for scale, the reference's backend
 (`li studio --no-frontend --no-open`, lionagi 0.36.0, when installed) is measured once after
 start-up and after one of its 30 s ticks (`--no-reference` skips it).
 

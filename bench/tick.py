@@ -1,6 +1,6 @@
 """Scheduler tick figures: studio-scheduler-core beside the reference (lionagi 0.36.0).
 
-Figures (DESIGN §9), each printed with the reference's figure from the same run and the
+Figures, each printed with the reference's figure from the same run and the
 ratio reference / ours:
   - idle tick (nothing due) with 1,000 / 10,000 / 100,000 enabled schedules, in ms: ours the
     median (min–max) and p95 of TICKS ticks and the aiosqlite round trips one idle tick
@@ -14,7 +14,7 @@ ratio reference / ours:
     fires due across one 30 s tick interval, with its real loop (the file's mtime is the exec).
 The reference runs in an interpreter that can import `lionagi==0.36.0` (this one, or
 `--reference-python`), in a fresh child process per figure; otherwise the script says so and
-prints DESIGN §9's reference anchors instead. The whole run takes about 10 minutes with the
+prints the documented reference anchors instead. The whole run takes about 10 minutes with the
 reference (its 100k idle ticks and its 10k-due tick dominate), under a minute without.
 
     python bench/tick.py [--ticks 50] [--rounds 5] [--fires 200] [--sizes 1000,10000,100000]
@@ -427,8 +427,8 @@ def main() -> None:
     if ref_python:
         print(f"  reference: lionagi {ref_note} via {ref_python} (persistent state service)")
     else:
-        print(f"  reference: NOT MEASURED ({ref_note}); DESIGN §9 anchors shown instead")
-    ref_anchor = "" if ref_python else " (DESIGN §9 anchor)"
+        print(f"  reference: NOT MEASURED ({ref_note}); bench/README.md anchors shown instead")
+    ref_anchor = "" if ref_python else " (anchor)"
 
     print(
         f"\nidle tick (nothing due), ms: ours median (min–max) of {args.ticks} ticks, p95, "
@@ -491,7 +491,7 @@ def main() -> None:
         else:
             print(f"  reference  not run: {why}")
     else:
-        print(f"  reference  {ANCHORS['latency_s']} s (DESIGN §9 anchor: the 30 s tick)")
+        print(f"  reference  {ANCHORS['latency_s']} s (anchor: the 30 s tick)")
     print(f"  target: p99 <= {TARGETS['latency_p99_ms']:.0f} ms")
 
 

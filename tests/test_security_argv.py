@@ -4,7 +4,7 @@ Every action field (and a placeholder rendered from a hostile GitHub PR) gets fl
 shell metacharacters, newlines, NUL bytes and huge values. Each attempt must be either
 refused (422 naming the field, or a run failed with ``run.failed.invalid_action`` /
 ``run.failed.spawn_error`` before anything ran) or inert: the child received exactly the
-argv of DESIGN §4 with the value as one whole element in its slot, no shell ran, and the
+argv of docs/reference.md with the value as one whole element in its slot, no shell ran, and the
 canary file that the metacharacters try to create never appears. ``li`` is a stand-in that
 records its argv (and the flow file it is given); command actions run a recorder too.
 """
@@ -113,7 +113,7 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 
 
 def expected_argv(li: str, action: dict[str, Any], recorder: str) -> list[str] | None:
-    """DESIGN §4's argv for an action (None: flow_yaml, whose file name is random)."""
+    """The documented argv for an action (None: flow_yaml, whose file name is random)."""
     kind = action["action_kind"]
     extra = list(action.get("action_extra_args") or [])
     if kind == "agent":

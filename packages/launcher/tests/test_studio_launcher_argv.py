@@ -1,4 +1,4 @@
-"""build_argv: the exact argv shape of every kind (DESIGN §4) and the flow_yaml temp file."""
+"""build_argv: the exact argv shape of every kind and the flow_yaml temp file."""
 
 from __future__ import annotations
 

@@ -79,3 +79,38 @@ async def test_never_signals_its_own_group_or_a_gone_pid() -> None:
     assert process_group_of(child.pid) is None
     # our own pid: its group is ours, which is never signalled
     assert await terminate_processes([os.getpid(), child.pid], grace=0.1) is True
+
+
+async def test_terminates_a_descendant_that_left_the_group_and_the_tag(
+    tmp_path: Path, helpers: SimpleNamespace
+) -> None:
+    # An orphan (as after a crash) whose child ran setsid with an empty environment: only the
+    # orphan is found by its environment; the escaped child is found below it.
+    pid_file = tmp_path / "escaped.pid"
+    code = """
+import subprocess, sys, time
+g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={},
+                     start_new_session=True)
+open(sys.argv[1], "w").write(str(g.pid))
+time.sleep(60)
+"""
+    env = dict(os.environ, LIONAGI_INVOCATION_ID="c0ffee000001", LIONAGI_STUDIO_DB="/db/three")
+    leader = subprocess.Popen(
+        [PY, "-c", code, str(pid_file)], stdin=subprocess.DEVNULL, env=env, start_new_session=True
+    )
+    escaped = 0
+    try:
+        assert helpers.wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", 30)
+        escaped = int(pid_file.read_text())
+        found = find_processes_by_env(
+            "LIONAGI_INVOCATION_ID", {"c0ffee000001"}, where={"LIONAGI_STUDIO_DB": "/db/three"}
+        )
+        assert found == {"c0ffee000001": [leader.pid]}
+        assert await terminate_processes(found["c0ffee000001"], grace=2.0) is True
+        leader.wait(timeout=10)
+        assert helpers.wait_for(lambda: helpers.gone(escaped), 10)
+    finally:
+        leader.kill()
+        leader.wait()
+        if escaped:
+            helpers.kill_quietly(escaped)

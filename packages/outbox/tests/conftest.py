@@ -190,3 +190,64 @@ def probe(conn: aiosqlite.Connection) -> Probe:
 @pytest.fixture
 def transport_factory() -> type[InProcessTransport]:
     return InProcessTransport
+
+
+# Another process that takes the database's write lock (BEGIN IMMEDIATE), says "locked" on
+# stdout, holds the lock for argv[2] seconds, then commits and exits.
+LOCKER = (
+    "import sqlite3, sys, time\n"
+    "conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=60)\n"
+    "conn.execute('BEGIN IMMEDIATE')\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(float(sys.argv[2]))\n"
+    "conn.execute('COMMIT')\n"
+)
+
+
+async def hold_write_lock(path: Path, seconds: float) -> asyncio.subprocess.Process:
+    """Start a real second process holding ``path``'s write lock for ``seconds``.
+
+    Returns once the lock is held; the caller awaits ``proc.wait()`` to see it released.
+    """
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-S",
+        "-c",
+        LOCKER,
+        str(path),
+        str(seconds),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    assert line.strip() == b"locked", line
+    return proc
+
+
+async def wait_until(
+    predicate: Callable[[], Any], *, timeout: float = 30.0, every: float = 0.05
+) -> None:
+    """Poll ``predicate`` (sync or async) until it is true; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if loop.time() > deadline:
+            pytest.fail(f"condition not met within {timeout}s")
+        await asyncio.sleep(every)
+
+
+@pytest.fixture
+def write_lock() -> Callable[[Path, float], Any]:
+    """:func:`hold_write_lock` (a real second process holding the write lock)."""
+    return hold_write_lock
+
+
+@pytest.fixture
+def until() -> Callable[..., Any]:
+    """:func:`wait_until`."""
+    return wait_until

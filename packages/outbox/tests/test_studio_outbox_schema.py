@@ -19,12 +19,19 @@ async def test_ensure_schema_is_idempotent_and_needs_no_studio_tables(tmp_path: 
                 "SELECT name FROM sqlite_master WHERE type = 'table'"
             )
         }
-        assert tables == {"schema_migrations", "status_transitions", "dispatch_outbox"}
+        assert tables == {
+            "schema_migrations",
+            "status_transitions",
+            "dispatch_outbox",
+            "dispatch_outbox_counts",
+        }
         versions = await conn.execute_fetchall(
             "SELECT package, version FROM schema_migrations ORDER BY package"
         )
         assert [(r["package"], r["version"]) for r in versions] == [
             ("studio-outbox", 1),
+            ("studio-outbox", 2),
+            ("studio-outbox", 3),
             ("studio-state", 1),
         ]
 
@@ -49,6 +56,7 @@ async def test_table_is_adr_d5_with_soft_references(conn: aiosqlite.Connection) 
         ("created_at", "REAL", 1),
         ("expires_at", "REAL", 0),
         ("updated_at", "REAL", 0),
+        ("claimed_by", "TEXT", 0),
     ]
     assert list(await conn.execute_fetchall("PRAGMA foreign_key_list(dispatch_outbox)")) == []
     indexes = {

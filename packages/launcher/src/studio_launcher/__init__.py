@@ -1,4 +1,4 @@
-"""studio-launcher: the subprocess trust boundary of Studio (ADR-0070 D3, DESIGN §4).
+"""studio-launcher: the subprocess trust boundary of Studio.
 
 Stored, user-supplied schedule fields become a child's argv, cwd and environment here:
 :func:`validate_action` and :func:`build_argv` refuse anything that could inject a flag or fail

@@ -1,4 +1,4 @@
-"""Building a child's argv from a validated schedule row (DESIGN §4 argv shapes).
+"""Building a child's argv from a validated schedule row (argv shapes).
 
 ``P`` is the executable prefix (``resolve_li_executable()`` when not given):
 

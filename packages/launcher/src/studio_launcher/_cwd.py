@@ -1,4 +1,4 @@
-"""Working-directory resolution for a scheduled child (ADR-0070 D3, DESIGN §4).
+"""Working-directory resolution for a scheduled child.
 
 Order: the row's persisted ``action_cwd`` when it is still a directory; the registered path of
 its ``action_project``; the daemon-wide ``fallback`` (``LIONAGI_SCHEDULER_CWD``) when it is a

@@ -47,8 +47,10 @@ from ._child import LEADERS, Child
 from ._process import (
     KILL_WAIT_SECONDS,
     TERMINATE_GRACE_SECONDS,
+    _children_of,
     _environ,
     _read_stat,
+    _task_children,
     find_processes_by_env,
 )
 
@@ -107,35 +109,6 @@ def _stat(pid: int) -> _Stat | None:
 
 def _dead(info: _Stat | None) -> bool:
     return info is None or info.state in ("Z", "X", "x")
-
-
-def _task_children(pid: int, task: int | str) -> list[int] | None:
-    try:
-        fd = os.open(f"/proc/{pid}/task/{task}/children", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = chunk = os.read(fd, 4096)
-        while len(chunk) == 4096:
-            chunk = os.read(fd, 4096)
-            data += chunk
-        return [int(p) for p in data.split()]
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
-
-
-def _children_of(pid: int) -> list[int]:
-    """Children of every thread of ``pid`` (any thread may have forked them)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    found: list[int] = []
-    for task in tasks:
-        found.extend(_task_children(pid, task) or ())
-    return found
 
 
 def _adopted_candidates() -> list[int]:

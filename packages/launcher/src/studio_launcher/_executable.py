@@ -64,7 +64,7 @@ def resolve_li_executable(
 ) -> tuple[list[str] | None, str | None]:
     """Return ``(executable_prefix, None)`` or ``(None, reason listing each try)``.
 
-    Order (DESIGN §4): ``configured`` if given, else ``$LIONAGI_LI_EXECUTABLE`` if set — it must be
+    Order: ``configured`` if given, else ``$LIONAGI_LI_EXECUTABLE`` if set — it must be
     an absolute path to an executable file, and when it is not, resolution fails instead of
     silently running some other ``li``; else the first ``li`` in an absolute ``PATH`` directory;
     else ``li`` beside ``sys.executable``. ``environ`` defaults to ``os.environ``.

@@ -122,6 +122,35 @@ def process_group_of(pid: int) -> int | None:
         return None
 
 
+def _task_children(pid: int, task: int | str) -> list[int] | None:
+    try:
+        fd = os.open(f"/proc/{pid}/task/{task}/children", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = chunk = os.read(fd, 4096)
+        while len(chunk) == 4096:
+            chunk = os.read(fd, 4096)
+            data += chunk
+        return [int(p) for p in data.split()]
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _children_of(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (any thread may have forked them)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for task in tasks:
+        found.extend(_task_children(pid, task) or ())
+    return found
+
+
 def _environ(pid: int) -> dict[bytes, bytes] | None:
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
@@ -176,13 +205,23 @@ def find_processes_by_env(
 async def terminate_processes(
     pids: Collection[int], *, grace: float = TERMINATE_GRACE_SECONDS
 ) -> bool:
-    """Terminate the process groups the given live pids belong to (SIGTERM, grace, SIGKILL).
+    """Terminate the process groups the given live pids and their descendants belong to
+    (SIGTERM, one shared grace, SIGKILL).
 
-    For orphans found by :func:`find_processes_by_env`. This process's own group, pid 1 and
-    groups that cannot be determined are never signalled. Returns whether every group is gone.
+    For orphans found by :func:`find_processes_by_env`; a descendant that left both the group
+    (``setsid``) and the tag (a cleared environment) is found below them. This process's own
+    group, pid 1 and groups that cannot be determined are never signalled. Returns whether every
+    group is gone.
     """
     own = os.getpgrp()
-    groups = {g for g in (process_group_of(p) for p in pids) if g is not None and g > 1}
+    every = set(pids)
+    todo = list(every)
+    while todo:  # and everything below them: a descendant may have left the group and the tag
+        for child in _children_of(todo.pop()):
+            if child not in every:
+                every.add(child)
+                todo.append(child)
+    groups = {g for g in (process_group_of(p) for p in every) if g is not None and g > 1}
     groups.discard(own)
     results = await asyncio.gather(*(terminate_group(g, grace=grace) for g in sorted(groups)))
     return all(results)

@@ -1,4 +1,4 @@
-"""Validation of the stored action fields that become a child's argv (ADR-0070 D3, DESIGN §4).
+"""Validation of the stored action fields that become a child's argv.
 
 Everything here is pure: nothing is rendered, written or spawned. Each refusal is an
 :class:`InvalidAction` whose ``field`` is the schedule column at fault.

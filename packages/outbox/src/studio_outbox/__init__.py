@@ -5,17 +5,20 @@ keys); a delivery pass claims due rows with guarded updates, sends them through 
 (by default an argv ``notify_template``, never a shell), retries with backoff, optionally
 waits for the consumer's ack, and ends every row as ``delivered``, ``acked``, ``dead_letter``
 or ``expired``. Every status change writes a ``status_transitions`` row in the same
-transaction. Works on any database opened with :func:`studio_state.connect`.
+transaction. Works on any ``aiosqlite`` connection (any ``row_factory``);
+:mod:`studio_outbox.sync` offers the same functions on a standard ``sqlite3.Connection``.
 """
 
 from __future__ import annotations
 
+from . import sync
 from .__about__ import __version__
 from ._constants import (
     CLAIM_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DISPATCH_STATUSES,
     NOTIFY_TIMEOUT_SECONDS,
+    SECRET_ENV_NAMES,
     DispatchReason,
     backoff_seconds,
 )
@@ -33,9 +36,9 @@ from ._exceptions import (
 )
 from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
 from ._queries import count_dispatches, dispatch_backlog, get_dispatch, list_dispatches, next_due_at
-from ._schema import ensure_schema
+from ._schema import connect, ensure_schema
 from ._secret import InvalidWebhookSecret, parse_webhook_secret
-from ._transport import CommandTransport, render_argv, validate_notify_template
+from ._transport import CommandTransport, render_argv, transport_env, validate_notify_template
 from ._url import is_webhook_url
 from ._verify import WebhookVerificationError, verify_webhook
 from ._webhook import (
@@ -63,6 +66,7 @@ __all__ = [
     "InvalidWebhookSecret",
     "NOTIFY_TIMEOUT_SECONDS",
     "OutboxError",
+    "SECRET_ENV_NAMES",
     "Transport",
     "TransportResult",
     "WebhookTransport",
@@ -71,6 +75,7 @@ __all__ = [
     "__version__",
     "ack_dispatch",
     "backoff_seconds",
+    "connect",
     "count_dispatches",
     "deliver_due_dispatches",
     "dispatch_backlog",
@@ -86,6 +91,8 @@ __all__ = [
     "purge_dispatch",
     "render_argv",
     "retry_dispatch",
+    "sync",
+    "transport_env",
     "validate_notify_template",
     "verify_webhook",
     "webhook_transport_available",

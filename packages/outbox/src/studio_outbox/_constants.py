@@ -1,4 +1,4 @@
-"""Statuses, reason codes and timings of the dispatch outbox (ADR-0070 D5, DESIGN §3)."""
+"""Statuses, reason codes and timings of the dispatch outbox."""
 
 from __future__ import annotations
 
@@ -24,6 +24,13 @@ CLAIM_LEASE_SECONDS: Final = NOTIFY_TIMEOUT_SECONDS + 5.0
 """A claim moves ``next_attempt_at`` this far ahead; a lapsed lease can be claimed again."""
 
 DEFAULT_MAX_ATTEMPTS: Final = 8
+
+SECRET_ENV_NAMES: Final = (
+    "GITHUB_TOKEN",
+    "LIONAGI_STUDIO_AUTH_TOKEN",
+    "LIONAGI_STUDIO_WEBHOOK_SECRET",
+)
+"""Environment variables never given to a transport child unless passed through by name."""
 
 DEFAULT_ACTOR: Final = "studio_outbox"
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+import sqlite3
+import time
 from collections.abc import Callable, Sequence
 
 import aiosqlite
@@ -11,7 +14,9 @@ import aiosqlite
 import studio_state
 from studio_state import Clock, system_clock
 
-from ._constants import CLAIM_LEASE_SECONDS, DispatchReason
+from . import _claimant as claimant
+from ._constants import CLAIM_LEASE_SECONDS, DELIVERING, DispatchReason
+from ._drive import is_busy
 from ._exceptions import InvalidArgument
 from ._routing import Routes
 from ._secret import parse_webhook_secret
@@ -28,7 +33,15 @@ from ._steps import (
 from ._transport import CommandTransport
 from .abc import DispatchEnvelope, Transport, TransportResult
 
+logger = logging.getLogger("studio_outbox")
+
 DEFAULT_DELIVERY_ACTOR = "studio_outbox.delivery"
+
+# A write step that finds the database locked by another process waits and tries again until
+# it lands: an outcome that is not written would become a second send after the lease.
+_BUSY_RETRY_FIRST = 0.05
+_BUSY_RETRY_MAX = 1.0
+_BUSY_LOG_EVERY = 10.0
 
 # The loop stops waiting for any transport this long after the send began, comfortably inside
 # the claim lease, so no other scanner can claim the row while its send may still be running.
@@ -157,6 +170,8 @@ async def deliver(
     decided: list[Change] = []
     sendable: list[DueRow] = []
     for row in rows:
+        if _still_held(row, scan_now):
+            continue
         change = decide_without_send(row, scan_now)
         if change is not None:
             decided.append(change)
@@ -167,6 +182,15 @@ async def deliver(
     finally:
         await routes.aclose()
     return counts
+
+
+def _still_held(row: DueRow, now: float) -> bool:
+    """A lapsed lease whose sender is still running (its outcome write may be waiting)."""
+    return (
+        row.status == DELIVERING
+        and now - row.next_attempt_at < claimant.LIVE_SENDER_GRACE_SECONDS
+        and claimant.sender_alive(row.claimed_by, row.id, row.attempt)
+    )
 
 
 class _Loop:
@@ -206,8 +230,11 @@ class _Loop:
                 batch = [queue.popleft() for _ in range(free)]
                 if decided or finished or batch:
                     claimed = await self._step(decided, finished, batch)
+                    for item, _ in finished:
+                        claimant.release(item.row.id, item.attempt)
                     decided, finished = [], []
                     for item in claimed:
+                        claimant.hold(item.row.id, item.attempt)
                         in_flight[asyncio.ensure_future(self._send(item))] = item
                 if not in_flight:
                     if queue and not self._stopping():
@@ -221,6 +248,11 @@ class _Loop:
                 future.cancel()
             await asyncio.gather(*in_flight, return_exceptions=True)
             raise
+        finally:
+            # Claims whose outcome was not recorded: this loop no longer holds them, so their
+            # lease alone decides when they are sent again.
+            for item in [*in_flight.values(), *(item for item, _ in finished)]:
+                claimant.release(item.row.id, item.attempt)
 
     async def _step(
         self,
@@ -228,7 +260,51 @@ class _Loop:
         finished: list[tuple[Claimed, TransportResult]],
         batch: list[DueRow],
     ) -> list[Claimed]:
-        now = self._read()
+        delay = _BUSY_RETRY_FIRST
+        waiting_since: float | None = None
+        logged = 0.0
+        while True:
+            try:
+                applied, claimed = await self._write_step(decided, finished, batch)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                now = time.monotonic()
+                if waiting_since is None:
+                    waiting_since = logged = now
+                elif now - logged >= _BUSY_LOG_EVERY:
+                    logged = now
+                    logger.warning(
+                        "delivery: the database has been locked by another writer for %.0fs; "
+                        "still waiting to record %d outcome(s)",
+                        now - waiting_since,
+                        len(finished),
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BUSY_RETRY_MAX)
+                continue
+            self._count(applied, claimed)
+            return claimed
+
+    async def _write_step(
+        self,
+        decided: list[Change],
+        finished: list[tuple[Claimed, TransportResult]],
+        batch: list[DueRow],
+    ) -> tuple[list[Change], list[Claimed]]:
+        async with studio_state.write_transaction(self._conn):
+            # Read once the write lock is held: a claim's lease then starts when the claim
+            # lands, and an outcome's backoff when it is recorded, however long the wait was.
+            now = self._read()
+            return await self._apply_step(now, decided, finished, batch)
+
+    async def _apply_step(
+        self,
+        now: float,
+        decided: list[Change],
+        finished: list[tuple[Claimed, TransportResult]],
+        batch: list[DueRow],
+    ) -> tuple[list[Change], list[Claimed]]:
         changes = list(decided)
         changes += [outcome(item, result, now) for item, result in finished]
         to_claim: list[DueRow] = []
@@ -239,16 +315,14 @@ class _Loop:
                 to_claim.append(row)
             else:
                 changes.append(change)
-        async with studio_state.write_transaction(self._conn):
-            applied, transitions = (
-                await apply_changes(self._conn, changes, now, self._actor) if changes else ([], [])
-            )
-            claimed, claim_transitions = (
-                await claim(self._conn, to_claim, now, self._actor) if to_claim else ([], [])
-            )
-            await studio_state.record_transitions(self._conn, transitions + claim_transitions)
-        self._count(applied, claimed)
-        return claimed
+        applied, transitions = (
+            await apply_changes(self._conn, changes, now, self._actor) if changes else ([], [])
+        )
+        claimed, claim_transitions = (
+            await claim(self._conn, to_claim, now, self._actor) if to_claim else ([], [])
+        )
+        await studio_state.record_transitions(self._conn, transitions + claim_transitions)
+        return applied, claimed
 
     def _count(self, applied: list[Change], claimed: list[Claimed]) -> None:
         counts = self._counts

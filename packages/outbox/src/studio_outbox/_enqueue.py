@@ -16,6 +16,7 @@ import studio_state
 from studio_state import Clock, system_clock
 
 from ._constants import DEFAULT_ACTOR, DEFAULT_MAX_ATTEMPTS, ENTITY_TYPE, PENDING, DispatchReason
+from ._drive import Fetch, Steps, record, run_async
 from ._exceptions import InvalidDispatch
 from ._url import check_deliver_to_url
 
@@ -44,7 +45,7 @@ _ENQUEUE_KEYS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class _NewRow:
+class NewRow:
     kind: str
     deliver_to: str
     body_json: str
@@ -74,7 +75,7 @@ def _text(field: str, value: object, *, allow_none: bool, nonblank: bool) -> str
     return value
 
 
-def _validate(
+def validate(
     *,
     kind: object,
     deliver_to: object,
@@ -85,7 +86,7 @@ def _validate(
     expires_at: object,
     session_id: object,
     schedule_run_id: object,
-) -> _NewRow:
+) -> NewRow:
     kind_s = _text("kind", kind, allow_none=False, nonblank=True)
     deliver_s = _text("deliver_to", deliver_to, allow_none=False, nonblank=True)
     assert kind_s is not None and deliver_s is not None
@@ -113,7 +114,7 @@ def _validate(
         expires = float(expires_at)
         if not math.isfinite(expires):
             raise InvalidDispatch("expires_at", f"must be a finite number, got {expires_at!r}")
-    return _NewRow(
+    return NewRow(
         kind=kind_s,
         deliver_to=deliver_s,
         body_json=body_json,
@@ -126,7 +127,7 @@ def _validate(
     )
 
 
-def _payload(row: _NewRow, dispatch_id: str, ack_token: str | None, now: float) -> str:
+def _payload(row: NewRow, dispatch_id: str, ack_token: str | None, now: float) -> str:
     # Built by hand around the already-serialised body, so the body is encoded once.
     head: dict[str, Any] = {
         "dispatch_id": dispatch_id,
@@ -152,7 +153,7 @@ def _payload(row: _NewRow, dispatch_id: str, ack_token: str | None, now: float) 
     )
 
 
-def _params(row: _NewRow, now: float) -> tuple[str, tuple[Any, ...]]:
+def _params(row: NewRow, now: float) -> tuple[str, tuple[Any, ...]]:
     dispatch_id = studio_state.new_id()
     ack_token = secrets.token_hex(16) if row.ack_required else None
     return dispatch_id, (
@@ -173,10 +174,16 @@ def _params(row: _NewRow, now: float) -> tuple[str, tuple[Any, ...]]:
     )
 
 
-async def _insert(
-    conn: aiosqlite.Connection, rows: Sequence[_NewRow], now: float, actor: str
-) -> list[str]:
+def insert_steps(rows: Sequence[NewRow], now: float, actor: str) -> Steps[list[str]]:
     """Insert ``rows`` (inside the current transaction); returns one id per row, in order."""
+    ids, _ = yield from insert_reporting_steps(rows, now, actor)
+    return ids
+
+
+def insert_reporting_steps(
+    rows: Sequence[NewRow], now: float, actor: str
+) -> Steps[tuple[list[str], set[int]]]:
+    """:func:`insert_steps` that also returns the positions that were dedup hits."""
     ids: list[str] = []
     fresh: list[studio_state.Transition] = []
     conflicted: dict[int, str] = {}  # position -> dedup_key of a row that already existed
@@ -191,7 +198,7 @@ async def _insert(
             )
             flat = [value for _, params in generated for value in params]
             try:
-                inserted = {r["id"] for r in await conn.execute_fetchall(sql, flat)}
+                inserted = {r["id"] for r in (yield Fetch(sql, flat))}
             except sqlite3.IntegrityError as exc:
                 # Only a (2**-48) id collision gets here: the dedup conflict is DO NOTHING.
                 if "dispatch_outbox.id" not in str(exc) or attempt == _ID_RETRIES - 1:
@@ -222,7 +229,7 @@ async def _insert(
         found: dict[str, str] = {}
         for start in range(0, len(keys), _CHUNK):
             part = keys[start : start + _CHUNK]
-            result = await conn.execute_fetchall(
+            result = yield Fetch(
                 "SELECT id, dedup_key FROM dispatch_outbox WHERE dedup_key IN "
                 f"({', '.join('?' * len(part))})",
                 part,
@@ -230,8 +237,8 @@ async def _insert(
             found.update({r["dedup_key"]: r["id"] for r in result})
         for position, key in conflicted.items():
             ids[position] = found[key]
-    await studio_state.record_transitions(conn, fresh)
-    return ids
+    yield from record(fresh)
+    return ids, set(conflicted)
 
 
 async def enqueue_dispatch(
@@ -260,7 +267,7 @@ async def enqueue_dispatch(
     stored as given (soft references). Bad arguments raise :class:`InvalidDispatch` before
     anything is written.
     """
-    row = _validate(
+    row = validate(
         kind=kind,
         deliver_to=deliver_to,
         body=body,
@@ -272,7 +279,7 @@ async def enqueue_dispatch(
         schedule_run_id=schedule_run_id,
     )
     async with studio_state.write_transaction(conn):
-        ids = await _insert(conn, [row], clock(), actor or DEFAULT_ACTOR)
+        ids = await run_async(conn, insert_steps([row], clock(), actor or DEFAULT_ACTOR))
     return ids[0]
 
 
@@ -290,7 +297,16 @@ async def enqueue_many(
     whose field is prefixed with ``items[i].``). Dedup applies across the database and within
     the batch: a repeated key yields the first row's id.
     """
-    rows: list[_NewRow] = []
+    rows = validate_items(items)
+    if not rows:
+        return []
+    async with studio_state.write_transaction(conn):
+        return await run_async(conn, insert_steps(rows, clock(), actor or DEFAULT_ACTOR))
+
+
+def validate_items(items: Iterable[Mapping[str, Any]]) -> list[NewRow]:
+    """Validate every item of a batch (field names prefixed with ``items[i].``)."""
+    rows: list[NewRow] = []
     for index, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise InvalidDispatch(f"items[{index}]", "must be a mapping of enqueue arguments")
@@ -310,10 +326,20 @@ async def enqueue_many(
         }
         args.update(item)
         try:
-            rows.append(_validate(**args))
+            rows.append(validate(**args))
         except InvalidDispatch as exc:
             raise InvalidDispatch(f"items[{index}].{exc.field}", exc.message) from None
-    if not rows:
-        return []
+    return rows
+
+
+async def enqueue_reporting(
+    conn: aiosqlite.Connection, *, clock: Clock = system_clock, **arguments: Any
+) -> tuple[str, bool]:
+    """:func:`enqueue_dispatch` returning ``(id, created)``: False for a dedup hit.
+
+    ``arguments`` are every keyword argument of :func:`enqueue_dispatch` but ``clock``/``actor``.
+    """
+    row = validate(**arguments)
     async with studio_state.write_transaction(conn):
-        return await _insert(conn, rows, clock(), actor or DEFAULT_ACTOR)
+        ids, hits = await run_async(conn, insert_reporting_steps([row], clock(), DEFAULT_ACTOR))
+    return ids[0], 0 not in hits

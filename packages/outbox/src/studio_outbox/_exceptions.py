@@ -6,8 +6,9 @@ OutboxError (ValueError)
  ├── AckTokenMismatch        the presented ack token is not the row's
  ├── InvalidDispatchState    the operation does not apply to the row's current status
  ├── InvalidDispatch         bad enqueue arguments (nothing is written)
- └── InvalidArgument         bad arguments to the other calls (limit, status filter, …)
-      └── InvalidNotifyTemplate   a notify_template that cannot be run
+ ├── InvalidArgument         bad arguments to the other calls (limit, status filter, …)
+ │    └── InvalidNotifyTemplate   a notify_template that cannot be run
+ └── CliError                a ``python -m studio_outbox`` error, printed as one line (exit 1)
 """
 
 from __future__ import annotations
@@ -72,3 +73,7 @@ class InvalidNotifyTemplate(InvalidArgument):
 
     def __init__(self, message: str) -> None:
         super().__init__("notify_template", message)
+
+
+class CliError(OutboxError):
+    """An error of ``python -m studio_outbox``: one line on stderr and exit code 1."""

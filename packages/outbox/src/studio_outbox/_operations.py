@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from typing import Any
 
 import aiosqlite
 
@@ -21,6 +22,7 @@ from ._constants import (
     TABLE,
     DispatchReason,
 )
+from ._drive import Fetch, Steps, record, run_async
 from ._exceptions import (
     AckNotRequired,
     AckTokenMismatch,
@@ -33,20 +35,144 @@ _ACKABLE = (PENDING, DELIVERING, DELIVERED)
 _RETRYABLE = (DEAD_LETTER, EXPIRED)
 
 
-def _dispatch_id(value: object) -> str:
+def check_dispatch_id(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidArgument("dispatch_id", "must be a non-empty string")
     return value
 
 
-async def _fetch(conn: aiosqlite.Connection, dispatch_id: str, columns: str) -> dict[str, object]:
-    rows = await conn.execute_fetchall(
-        f"SELECT {columns} FROM dispatch_outbox WHERE id = ?", (dispatch_id,)
-    )
+def _fetch(dispatch_id: str, columns: str) -> Steps[dict[str, Any]]:
+    rows = yield Fetch(f"SELECT {columns} FROM dispatch_outbox WHERE id = ?", (dispatch_id,))
     if not rows:
         raise DispatchNotFound(dispatch_id)
-    row: dict[str, object] = dict(next(iter(rows)))
+    row: dict[str, Any] = rows[0]
     return row
+
+
+def _transition(
+    dispatch_id: str,
+    from_status: str,
+    to_status: str,
+    reason_code: str,
+    summary: str,
+    now: float,
+    fields: dict[str, Any],
+    actor: str,
+) -> Steps[bool]:
+    """One guarded status change and its ``status_transitions`` row (current transaction)."""
+    assignments = "".join(f", {column} = ?" for column in fields)
+    applied = yield Fetch(
+        f"UPDATE {TABLE} SET status = ?, updated_at = ?{assignments} "
+        "WHERE id = ? AND status = ? RETURNING id",
+        (to_status, now, *fields.values(), dispatch_id, from_status),
+    )
+    if not applied:
+        return False
+    yield from record(
+        [
+            studio_state.Transition(
+                entity_type=ENTITY_TYPE,
+                entity_id=dispatch_id,
+                previous_status=from_status,
+                status=to_status,
+                reason_code=reason_code,
+                reason_summary=summary,
+                created_at=now,
+                actor=actor,
+            )
+        ]
+    )
+    return True
+
+
+def ack_steps(dispatch_id: str, token: str, clock: Clock, actor: str | None) -> Steps[bool]:
+    """The body of :func:`ack_dispatch` (inside its write transaction)."""
+    dispatch_id = check_dispatch_id(dispatch_id)
+    row = yield from _fetch(dispatch_id, "status, ack_required, ack_token")
+    if not row["ack_required"]:
+        raise AckNotRequired(dispatch_id)
+    expected = row["ack_token"]
+    if (
+        not isinstance(token, str)
+        or not isinstance(expected, str)
+        or not hmac.compare_digest(token.encode("utf-8", "replace"), expected.encode())
+    ):
+        raise AckTokenMismatch(dispatch_id)
+    status = str(row["status"])
+    if status == ACKED:
+        return True
+    if status not in _ACKABLE:
+        raise InvalidDispatchState(
+            dispatch_id, status, "only pending, delivering or delivered rows can be acked"
+        )
+    now = clock()
+    return (
+        yield from _transition(
+            dispatch_id,
+            status,
+            ACKED,
+            DispatchReason.ACKED,
+            "consumer presented the ack token",
+            now,
+            {"next_attempt_at": now},
+            actor or "consumer",
+        )
+    )
+
+
+def retry_steps(dispatch_id: str, clock: Clock, actor: str | None) -> Steps[None]:
+    """The body of :func:`retry_dispatch` (inside its write transaction)."""
+    dispatch_id = check_dispatch_id(dispatch_id)
+    row = yield from _fetch(dispatch_id, "status, expires_at, payload")
+    status = str(row["status"])
+    if status not in _RETRYABLE:
+        raise InvalidDispatchState(
+            dispatch_id, status, "retry only applies to dead_letter or expired rows"
+        )
+    now = clock()
+    expires_at = row["expires_at"]
+    cleared = isinstance(expires_at, int | float) and expires_at <= now
+    payload = json.loads(str(row["payload"]))
+    payload["attempt"] = 0
+    fields: dict[str, Any] = {"attempt": 0, "next_attempt_at": now, "last_error": None}
+    summary = f"operator retry from {status}"
+    if cleared:
+        fields["expires_at"] = None
+        payload["expires_at"] = None
+        summary += "; the past expires_at was cleared"
+    fields["payload"] = json.dumps(payload, separators=(",", ":"))
+    applied = yield from _transition(
+        dispatch_id,
+        status,
+        PENDING,
+        DispatchReason.OPERATOR_RETRY,
+        summary,
+        now,
+        fields,
+        actor or "operator",
+    )
+    if not applied:  # impossible inside BEGIN IMMEDIATE; kept as a guard for joined txns
+        raise InvalidDispatchState(dispatch_id, status, "the row changed during the retry")
+
+
+def purge_steps(dispatch_id: str, clock: Clock) -> Steps[None]:
+    """The body of :func:`purge_dispatch` (inside its write transaction)."""
+    dispatch_id = check_dispatch_id(dispatch_id)
+    now = clock()
+    deleted = yield Fetch(
+        "DELETE FROM dispatch_outbox WHERE id = ? "
+        "AND NOT (status = 'delivering' AND next_attempt_at > ?) RETURNING id",
+        (dispatch_id, now),
+    )
+    if deleted:
+        return
+    row = yield from _fetch(dispatch_id, "status, next_attempt_at")
+    raise InvalidDispatchState(
+        dispatch_id,
+        str(row["status"]),
+        f"a send may be in flight (claim lease until {row['next_attempt_at']}); "
+        "purge it after the lease lapses",
+    )
 
 
 async def ack_dispatch(
@@ -66,39 +192,9 @@ async def ack_dispatch(
     :class:`AckTokenMismatch`, or :class:`InvalidDispatchState` for a ``dead_letter`` or
     ``expired`` row. Returns False only if the row changed under a concurrent writer.
     """
-    dispatch_id = _dispatch_id(dispatch_id)
+    dispatch_id = check_dispatch_id(dispatch_id)
     async with studio_state.write_transaction(conn):
-        row = await _fetch(conn, dispatch_id, "status, ack_required, ack_token")
-        if not row["ack_required"]:
-            raise AckNotRequired(dispatch_id)
-        expected = row["ack_token"]
-        if (
-            not isinstance(token, str)
-            or not isinstance(expected, str)
-            or not hmac.compare_digest(token.encode("utf-8", "replace"), expected.encode())
-        ):
-            raise AckTokenMismatch(dispatch_id)
-        status = str(row["status"])
-        if status == ACKED:
-            return True
-        if status not in _ACKABLE:
-            raise InvalidDispatchState(
-                dispatch_id, status, "only pending, delivering or delivered rows can be acked"
-            )
-        now = clock()
-        return await studio_state.transition(
-            conn,
-            table=TABLE,
-            entity_type=ENTITY_TYPE,
-            entity_id=dispatch_id,
-            from_statuses=[status],
-            to_status=ACKED,
-            reason_code=DispatchReason.ACKED,
-            reason_summary="consumer presented the ack token",
-            now=now,
-            set_fields={"next_attempt_at": now},
-            actor=actor or "consumer",
-        )
+        return await run_async(conn, ack_steps(dispatch_id, token, clock, actor))
 
 
 async def retry_dispatch(
@@ -115,45 +211,9 @@ async def retry_dispatch(
     expire again without a send) and writes the ``dispatch.pending.operator_retry``
     transition. Raises :class:`DispatchNotFound` or :class:`InvalidDispatchState`.
     """
-    dispatch_id = _dispatch_id(dispatch_id)
+    dispatch_id = check_dispatch_id(dispatch_id)
     async with studio_state.write_transaction(conn):
-        row = await _fetch(conn, dispatch_id, "status, expires_at, payload")
-        status = str(row["status"])
-        if status not in _RETRYABLE:
-            raise InvalidDispatchState(
-                dispatch_id, status, "retry only applies to dead_letter or expired rows"
-            )
-        now = clock()
-        expires_at = row["expires_at"]
-        cleared = isinstance(expires_at, int | float) and expires_at <= now
-        payload = json.loads(str(row["payload"]))
-        payload["attempt"] = 0
-        fields: dict[str, object] = {
-            "attempt": 0,
-            "next_attempt_at": now,
-            "last_error": None,
-        }
-        summary = f"operator retry from {status}"
-        if cleared:
-            fields["expires_at"] = None
-            payload["expires_at"] = None
-            summary += "; the past expires_at was cleared"
-        fields["payload"] = json.dumps(payload, separators=(",", ":"))
-        applied = await studio_state.transition(
-            conn,
-            table=TABLE,
-            entity_type=ENTITY_TYPE,
-            entity_id=dispatch_id,
-            from_statuses=[status],
-            to_status=PENDING,
-            reason_code=DispatchReason.OPERATOR_RETRY,
-            reason_summary=summary,
-            now=now,
-            set_fields=fields,
-            actor=actor or "operator",
-        )
-        if not applied:  # impossible inside BEGIN IMMEDIATE; kept as a guard for joined txns
-            raise InvalidDispatchState(dispatch_id, status, "the row changed during the retry")
+        await run_async(conn, retry_steps(dispatch_id, clock, actor))
 
 
 async def purge_dispatch(
@@ -168,20 +228,6 @@ async def purge_dispatch(
     lease, because a send may be in flight. Its ``status_transitions`` history is kept.
     Raises :class:`DispatchNotFound` for an unknown id.
     """
-    dispatch_id = _dispatch_id(dispatch_id)
+    dispatch_id = check_dispatch_id(dispatch_id)
     async with studio_state.write_transaction(conn):
-        now = clock()
-        deleted = await conn.execute_fetchall(
-            "DELETE FROM dispatch_outbox WHERE id = ? "
-            "AND NOT (status = 'delivering' AND next_attempt_at > ?) RETURNING id",
-            (dispatch_id, now),
-        )
-        if deleted:
-            return
-        row = await _fetch(conn, dispatch_id, "status, next_attempt_at")
-        raise InvalidDispatchState(
-            dispatch_id,
-            str(row["status"]),
-            f"a send may be in flight (claim lease until {row['next_attempt_at']}); "
-            "purge it after the lease lapses",
-        )
+        await run_async(conn, purge_steps(dispatch_id, clock))

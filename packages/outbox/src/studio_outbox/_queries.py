@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import aiosqlite
 
 from studio_state import Clock, system_clock
 
 from ._constants import DISPATCH_STATUSES
+from ._drive import Fetch, Steps, run_async
 from ._exceptions import InvalidArgument
 
 _PUBLIC_COLUMNS = (
@@ -24,8 +25,9 @@ _PUBLIC_COLUMNS = (
 )
 
 
-def _public(row: object) -> dict[str, Any]:
-    out = dict(cast(Mapping[str, Any], row))
+def public_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored row as the views return it: payload decoded, no ack token."""
+    out = dict(row)
     payload = out.get("payload")
     if isinstance(payload, str):
         decoded = json.loads(payload)
@@ -62,14 +64,65 @@ def _count_arg(field: str, value: object, minimum: int) -> int:
     return value
 
 
-async def get_dispatch(conn: aiosqlite.Connection, dispatch_id: str) -> dict[str, Any] | None:
-    """Return one dispatch (payload decoded to a dict, no ack token), or None."""
-    rows = await conn.execute_fetchall(
+def get_steps(dispatch_id: str) -> Steps[dict[str, Any] | None]:
+    rows = yield Fetch(
         f"SELECT {_PUBLIC_COLUMNS} FROM dispatch_outbox WHERE id = ?", (dispatch_id,)
     )
-    for row in rows:
-        return _public(row)
-    return None
+    return public_row(rows[0]) if rows else None
+
+
+def list_steps(
+    status: str | None, kind: str | None, limit: int, offset: int
+) -> Steps[list[dict[str, Any]]]:
+    where, params = _filters(status, kind)
+    limit = _count_arg("limit", limit, 1)
+    offset = _count_arg("offset", offset, 0)
+    rows = yield Fetch(
+        f"SELECT {_PUBLIC_COLUMNS} FROM dispatch_outbox{where} "
+        "ORDER BY rowid DESC LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    )
+    return [public_row(row) for row in rows]
+
+
+def count_steps(status: str | None, kind: str | None) -> Steps[int]:
+    # From the trigger-kept counts: the cost does not grow with the table's history.
+    where, params = _filters(status, kind)
+    rows = yield Fetch(
+        f"SELECT coalesce(sum(n), 0) AS n FROM dispatch_outbox_counts{where}", params
+    )
+    return int(rows[0]["n"])
+
+
+def backlog_steps(at: float) -> Steps[dict[str, Any]]:
+    due_rows = yield Fetch(
+        "SELECT count(*) AS n, min(next_attempt_at) AS oldest FROM dispatch_outbox "
+        "INDEXED BY idx_dispatch_outbox_due "
+        "WHERE status IN ('pending', 'delivering') AND next_attempt_at <= ?",
+        (at,),
+    )
+    due = due_rows[0]
+    by_status = dict.fromkeys(DISPATCH_STATUSES, 0)
+    counts = yield Fetch("SELECT status, sum(n) AS n FROM dispatch_outbox_counts GROUP BY status")
+    for row in counts:
+        by_status[row["status"]] = int(row["n"])
+    return {"due": int(due["n"]), "oldest_due_at": due["oldest"], "by_status": by_status}
+
+
+def next_due_steps() -> Steps[float | None]:
+    rows = yield Fetch(
+        "SELECT (SELECT min(next_attempt_at) FROM dispatch_outbox "
+        "INDEXED BY idx_dispatch_outbox_due WHERE status IN ('pending', 'delivering')) AS due, "
+        "(SELECT min(expires_at) FROM dispatch_outbox INDEXED BY idx_dispatch_outbox_expiry "
+        "WHERE status = 'pending' AND expires_at IS NOT NULL) AS expiry"
+    )
+    times = [t for t in (rows[0]["due"], rows[0]["expiry"]) if t is not None]
+    return float(min(times)) if times else None
+
+
+async def get_dispatch(conn: aiosqlite.Connection, dispatch_id: str) -> dict[str, Any] | None:
+    """Return one dispatch (payload decoded to a dict, no ack token), or None."""
+    return await run_async(conn, get_steps(dispatch_id))
 
 
 async def list_dispatches(
@@ -85,24 +138,14 @@ async def list_dispatches(
     Rows have the same shape as :func:`get_dispatch` (no ack token). An unknown ``status``
     raises :class:`InvalidArgument`.
     """
-    where, params = _filters(status, kind)
-    limit = _count_arg("limit", limit, 1)
-    offset = _count_arg("offset", offset, 0)
-    rows = await conn.execute_fetchall(
-        f"SELECT {_PUBLIC_COLUMNS} FROM dispatch_outbox{where} "
-        "ORDER BY rowid DESC LIMIT ? OFFSET ?",
-        (*params, limit, offset),
-    )
-    return [_public(row) for row in rows]
+    return await run_async(conn, list_steps(status, kind, limit, offset))
 
 
 async def count_dispatches(
     conn: aiosqlite.Connection, *, status: str | None = None, kind: str | None = None
 ) -> int:
     """Return how many dispatches match the filters of :func:`list_dispatches`."""
-    where, params = _filters(status, kind)
-    rows = await conn.execute_fetchall(f"SELECT count(*) AS n FROM dispatch_outbox{where}", params)
-    return int(next(iter(rows))["n"])
+    return await run_async(conn, count_steps(status, kind))
 
 
 async def dispatch_backlog(
@@ -115,20 +158,7 @@ async def dispatch_backlog(
     lapsed lease), ``oldest_due_at`` is the earliest of their due times, and ``by_status``
     has every status, zero included.
     """
-    at = clock() if now is None else now
-    due_rows = await conn.execute_fetchall(
-        "SELECT count(*) AS n, min(next_attempt_at) AS oldest FROM dispatch_outbox "
-        "INDEXED BY idx_dispatch_outbox_due "
-        "WHERE status IN ('pending', 'delivering') AND next_attempt_at <= ?",
-        (at,),
-    )
-    due = next(iter(due_rows))
-    by_status = dict.fromkeys(DISPATCH_STATUSES, 0)
-    for row in await conn.execute_fetchall(
-        "SELECT status, count(*) AS n FROM dispatch_outbox GROUP BY status"
-    ):
-        by_status[row["status"]] = int(row["n"])
-    return {"due": int(due["n"]), "oldest_due_at": due["oldest"], "by_status": by_status}
+    return await run_async(conn, backlog_steps(clock() if now is None else now))
 
 
 async def next_due_at(conn: aiosqlite.Connection) -> float | None:
@@ -137,12 +167,4 @@ async def next_due_at(conn: aiosqlite.Connection) -> float | None:
     That is the earliest ``next_attempt_at`` of a ``pending`` or ``delivering`` row, or the
     earliest ``expires_at`` of a ``pending`` row if that comes sooner (the row expires then).
     """
-    rows = await conn.execute_fetchall(
-        "SELECT (SELECT min(next_attempt_at) FROM dispatch_outbox "
-        "INDEXED BY idx_dispatch_outbox_due WHERE status IN ('pending', 'delivering')) AS due, "
-        "(SELECT min(expires_at) FROM dispatch_outbox INDEXED BY idx_dispatch_outbox_expiry "
-        "WHERE status = 'pending' AND expires_at IS NOT NULL) AS expiry"
-    )
-    row = next(iter(rows))
-    times = [t for t in (row["due"], row["expiry"]) if t is not None]
-    return float(min(times)) if times else None
+    return await run_async(conn, next_due_steps())

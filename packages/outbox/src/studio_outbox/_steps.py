@@ -17,6 +17,7 @@ import aiosqlite
 
 import studio_state
 
+from . import _claimant as claimant
 from ._constants import (
     CLAIM_LEASE_SECONDS,
     DEAD_LETTER,
@@ -28,13 +29,17 @@ from ._constants import (
     DispatchReason,
     backoff_seconds,
 )
+from ._drive import fetch_async
 from .abc import TransportResult
 
 LAST_ERROR_CHARS = 2000
 _SUMMARY_ERROR_CHARS = 200
 _CHUNK = 100  # rows per multi-row statement (7 parameters each)
 
-_FIELDS = "id, kind, deliver_to, status, attempt, max_attempts, ack_required, expires_at"
+_FIELDS = (
+    "id, kind, deliver_to, status, attempt, max_attempts, ack_required, expires_at, "
+    "next_attempt_at, claimed_by"
+)
 _SCAN = (
     f"SELECT * FROM (SELECT {_FIELDS}, 0 AS sweep FROM dispatch_outbox "
     "INDEXED BY idx_dispatch_outbox_due "
@@ -61,6 +66,8 @@ class DueRow:
     ack_required: bool
     expires_at: float | None
     sweep: bool
+    next_attempt_at: float = 0.0
+    claimed_by: str | None = None
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -92,7 +99,7 @@ class Change:
 
 async def scan(conn: aiosqlite.Connection, now: float, limit: int) -> list[DueRow]:
     """Rows due at ``now`` (oldest first, at most ``limit``) and pending rows past expiry."""
-    rows = await conn.execute_fetchall(_SCAN, (now, limit, now, now, limit))
+    rows = await fetch_async(conn, _SCAN, (now, limit, now, now, limit))
     return [
         DueRow(
             id=r["id"],
@@ -104,6 +111,8 @@ async def scan(conn: aiosqlite.Connection, now: float, limit: int) -> list[DueRo
             ack_required=bool(r["ack_required"]),
             expires_at=r["expires_at"],
             sweep=bool(r["sweep"]),
+            next_attempt_at=float(r["next_attempt_at"]),
+            claimed_by=r["claimed_by"],
         )
         for r in rows
     ]
@@ -241,7 +250,8 @@ async def apply_changes(
                 c.last_error,
                 int(c.set_error),
             ]
-        rows = await conn.execute_fetchall(
+        rows = await fetch_async(
+            conn,
             "UPDATE dispatch_outbox SET status = v.column4, "
             "next_attempt_at = COALESCE(v.column5, ?), "
             "last_error = CASE WHEN v.column7 THEN v.column6 ELSE dispatch_outbox.last_error END, "
@@ -274,13 +284,14 @@ async def claim(
     transitions: list[studio_state.Transition] = []
     for start in range(0, len(rows), _CHUNK):
         part = rows[start : start + _CHUNK]
-        values: list[Any] = [now + CLAIM_LEASE_SECONDS, now]
+        values: list[Any] = [now + CLAIM_LEASE_SECONDS, now, claimant.identity()]
         for row in part:
             values += [row.id, row.status, row.attempt]
         values.append(now)
-        result = await conn.execute_fetchall(
+        result = await fetch_async(
+            conn,
             "UPDATE dispatch_outbox SET status = 'delivering', attempt = attempt + 1, "
-            "next_attempt_at = ?, updated_at = ?, "
+            "next_attempt_at = ?, updated_at = ?, claimed_by = ?, "
             "payload = json_set(payload, '$.attempt', attempt + 1) "
             f"FROM (VALUES {', '.join(['(?, ?, ?)'] * len(part))}) AS v "
             "WHERE dispatch_outbox.id = v.column1 AND dispatch_outbox.status = v.column2 "

@@ -8,10 +8,10 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, cast
 
-from ._constants import NOTIFY_TIMEOUT_SECONDS
+from ._constants import NOTIFY_TIMEOUT_SECONDS, SECRET_ENV_NAMES
 from ._exceptions import InvalidNotifyTemplate
 from ._orphans import DISPATCH_ATTEMPT_ENV, DISPATCH_ID_ENV, kill_earlier_senders
 from ._pidfd import PidfdChild, pidfd_supported
@@ -27,6 +27,21 @@ _STDERR_TAIL_BYTES = 8192
 # pipe must not hold the send open (completion is the child's exit, not pipe EOF).
 _STDERR_DRAIN_SECONDS = 0.5
 _REAP_SECONDS = 5.0
+
+
+def transport_env(
+    env: Mapping[str, str] | None = None, *, passthrough: Iterable[str] = ()
+) -> dict[str, str]:
+    """The environment a transport child gets: ``env`` (default: this process's) minus secrets.
+
+    Every name in :data:`SECRET_ENV_NAMES` is removed unless ``passthrough`` names it: an
+    operator passes a secret through on purpose, never by accident.
+    """
+    keep = set(passthrough)
+    base = os.environ if env is None else env
+    return {
+        name: value for name, value in base.items() if name not in SECRET_ENV_NAMES or name in keep
+    }
 
 
 def validate_notify_template(template: object) -> list[str]:
@@ -79,16 +94,26 @@ class CommandTransport:
     whole process group is killed and the send fails. The failure text is the tail of the
     child's stderr (or ``exit N``).
 
-    The child's environment is this process's plus ``LIONAGI_DISPATCH_ID`` and
-    ``LIONAGI_DISPATCH_ATTEMPT``. Before a resend (attempt > 1), transports of earlier attempts
-    of the same dispatch still running are killed: their sender died mid-send (a live sender
-    ends every send inside the claim lease), so they are orphans.
+    The child's environment is ``env`` (default: this process's, read at each send) without
+    the secrets of :data:`SECRET_ENV_NAMES` (unless ``passthrough`` names them), plus
+    ``LIONAGI_DISPATCH_ID`` and ``LIONAGI_DISPATCH_ATTEMPT``. Before a resend (attempt > 1),
+    transports of earlier attempts of the same dispatch still running are killed: their sender
+    died mid-send (a live sender ends every send inside the claim lease), so they are orphans.
     """
 
-    __slots__ = ("_payload_in_argv", "_template", "timeout")
+    __slots__ = ("_env", "_passthrough", "_payload_in_argv", "_template", "timeout")
 
-    def __init__(self, template: Sequence[str], *, timeout: float = NOTIFY_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        template: Sequence[str],
+        *,
+        timeout: float = NOTIFY_TIMEOUT_SECONDS,
+        env: Mapping[str, str] | None = None,
+        passthrough: Iterable[str] = (),
+    ) -> None:
         self._template = validate_notify_template(template)
+        self._passthrough = frozenset(passthrough)
+        self._env = None if env is None else transport_env(env, passthrough=self._passthrough)
         self._payload_in_argv = PAYLOAD_PLACEHOLDER in self._template
         if not timeout > 0:
             raise InvalidNotifyTemplate(f"timeout must be positive, got {timeout!r}")
@@ -116,7 +141,7 @@ class CommandTransport:
                     envelope.dispatch_id,
                     killed,
                 )
-        env = dict(os.environ)
+        env = transport_env(passthrough=self._passthrough) if self._env is None else dict(self._env)
         env[DISPATCH_ID_ENV] = envelope.dispatch_id
         env[DISPATCH_ATTEMPT_ENV] = str(envelope.attempt)
         loop = asyncio.get_running_loop()

@@ -1,7 +1,7 @@
 """The transport interface: how a claimed dispatch is sent.
 
 The delivery loop only knows this protocol. :class:`studio_outbox.CommandTransport` (the argv
-``notify_template`` of DESIGN §3) is one implementation; an HTTP webhook transport can be
+``notify_template`` of docs/reference.md) is one implementation; an HTTP webhook transport can be
 another, passed as ``deliver_due_dispatches(..., transport=...)``, without touching the loop.
 """
 

@@ -1,9 +1,9 @@
 """Studio's scheduler engine: schedules, triggers, admission gates, fires, follow-ups and recovery.
 
-:class:`SchedulerEngine` runs the loop (ADR-0070 D1-D4, DESIGN §5); :class:`ScheduleService`
-is the create/validate/update/enable/disable/delete surface the API and CLI share;
-:func:`report_usage` writes a child's usage evidence; :func:`ensure_schema` migrates every
-table Studio needs.
+:class:`SchedulerEngine` runs the loop (docs/architecture.md describes the tick);
+:class:`ScheduleService` is the create/validate/update/enable/disable/delete surface the API
+and CLI share; :func:`report_usage` writes a child's usage evidence; :func:`ensure_schema`
+migrates every table Studio needs.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 SchedulerError
  ├── ScheduleValidationError (ValueError)   bad schedule input; ``.field`` names the field
+ ├── CronError (ValueError)                 a cron expression is invalid or never fires
  ├── InvalidSettings (ValueError)           a SchedulerSettings value is out of range
  ├── ScheduleNotFound (LookupError)         no schedule with that id (or name)
  ├── ScheduleNameTaken                      another schedule already has that name

@@ -1,8 +1,8 @@
 """Schema migrations of studio-scheduler-core (package name ``studio-scheduler-core``).
 
-Tables: ``schedules`` (ADR-0070 D2 + description, last_evaluated_at, disabled_reason),
-``schedule_runs`` (D3 + child_pid, child_started_at), ``invocations`` and ``sessions``
-(DESIGN §2), with the indexes the hot paths need.
+Tables: ``schedules`` (trigger, action and policy columns, description, last_evaluated_at,
+disabled_reason), ``schedule_runs`` (with child_pid, child_started_at), ``invocations`` and
+``sessions``, with the indexes the hot paths need (docs/reference.md lists the statuses).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 CREATE INDEX IF NOT EXISTS idx_sessions_invocation ON sessions(invocation_id);
 """
 
-# The ad-hoc queue's claim picks the oldest queued row per concurrency_key (DESIGN §5.8).
+# The ad-hoc queue's claim picks the oldest queued row per concurrency_key.
 _V2 = """
 CREATE INDEX IF NOT EXISTS idx_schedule_runs_queued_key
   ON schedule_runs(concurrency_key, queued_at)

@@ -1,4 +1,4 @@
-"""Usage evidence (DESIGN §5.6): sessions rows written for an invocation, and budget sums."""
+"""Usage evidence: sessions rows written for an invocation, and budget sums."""
 
 from __future__ import annotations
 

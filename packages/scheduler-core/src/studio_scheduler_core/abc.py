@@ -4,7 +4,9 @@ The engine's loop never names a trigger type: schedule evaluation looks each due
 ``trigger_type`` up in a registry of :class:`TriggerSource` objects (cron and interval are
 built in; github_poll plugs in as another source). Threshold evaluation is the first admission
 gate (:class:`ThresholdGate`, a no-op by default); ad-hoc queued runs are a
-:class:`WorkerPass`; terminal-run notifications are a :class:`RunTerminalHook`.
+:class:`WorkerPass`; terminal-run notifications are a :class:`RunTerminalHook`. A component
+that holds resources of its own (tasks, HTTP clients) is :class:`Closeable`: the engine closes
+it when it stops.
 """
 
 from __future__ import annotations
@@ -56,6 +58,19 @@ class TriggerSource(Protocol):
         self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float, timezone: str
     ) -> list[Occurrence]:
         """The occurrences a due row offers now (may be empty: nothing to fire)."""
+        ...
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A component with resources of its own; the engine awaits ``aclose()`` when it stops.
+
+    A :class:`TriggerSource` that runs background work (github_poll: polls, its HTTP client)
+    implements it; sources without resources need not.
+    """
+
+    async def aclose(self) -> None:
+        """Stop background work and release resources; called once, at engine shutdown."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""Ad-hoc queued runs (DESIGN §5.8): enqueue, read, list and cancel.
+"""Ad-hoc queued runs: enqueue, read, list and cancel.
 
 An ad-hoc run is a ``schedule_runs`` row with ``schedule_id`` NULL that starts ``queued``
 (``queued_at`` set, optional ``concurrency_key``); the host task worker

@@ -10,13 +10,15 @@ the 1st, 11th, 21st … consecutive deferral, batched into one transaction per b
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
 
-from .._admission.gates import Admission, Decision, Reservation
+from studio_state import fetch_value
+
+from .._admission.gates import Admission, Decision
 from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
-from .._fire.steps import FireEnv, Prepared, commit, prepare
+from .._fire.pipeline import StartFire, fire
+from .._fire.steps import FireEnv
 from .._rows import decode_schedule
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -27,9 +29,6 @@ BATCH = 1000
 MAX_DUE_PER_TICK = 10_000
 DEFERRAL_RECORD_EVERY = 10
 MISSED_FIRE = "schedule.skipped.missed_fire"
-
-StartFire = Callable[[Prepared, Reservation | None], None]
-
 
 DUE_COLUMNS = (
     "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
@@ -87,6 +86,44 @@ class Evaluator:
             due_query(types, after=after is not None), params
         )
         return list(rows)
+
+    async def next_due(self, now: float, target: float) -> float:
+        """When schedules next need a tick: ``now`` if the last pass stopped at the cap, else
+        the earliest ``next_fire_at`` (not in backoff; only future ones while capacity is
+        blocked) or backoff end, if before ``target``."""
+        if self.more:
+            return now
+        types = self._registry.types()
+        if not types:
+            return target
+        skip = set(self.backoff)
+        marks = ", ".join("?" * len(types))
+        floor = " AND next_fire_at > ?" if self.blocked else ""
+        params: list[Any] = [now] if self.blocked else []
+        rows = await self._env.conn.execute_fetchall(
+            "SELECT id, next_fire_at FROM schedules WHERE enabled = 1 "
+            f"AND next_fire_at IS NOT NULL{floor} AND trigger_type IN ({marks}) "
+            "ORDER BY next_fire_at, id LIMIT ?",
+            [*params, *types, len(skip) + 1],
+        )
+        for row in rows:
+            if row["id"] not in skip:
+                target = min(target, float(row["next_fire_at"]))
+                break
+        for until in self.backoff.values():
+            target = min(target, until)
+        return target
+
+    async def due_backlog(self, now: float) -> int:
+        """How many enabled schedules are due now (the health figure)."""
+        return int(
+            await fetch_value(
+                self._env.conn,
+                "SELECT COUNT(*) FROM schedules WHERE enabled = 1 AND next_fire_at <= ?",
+                (now,),
+            )
+            or 0
+        )
 
     async def evaluate(self, now: float) -> dict[str, int]:
         """One evaluation pass over due rows; returns counts by outcome."""
@@ -225,25 +262,21 @@ class Evaluator:
     async def _fire(
         self, source: TriggerSource, occ: Occurrence, decision: Decision, now: float, kind: str
     ) -> str:
-        reservation = decision.reservation
-        assert reservation is not None
-        try:
-            context = {**occ.trigger_context, **decision.context}
-            fire = prepare(self._env, occ.schedule, context, kind=kind)
-            reservation.run_id = fire.run_id
+        def claim() -> ScheduleClaim:
             claim = self._claim(source, occ, now, advance=True)
-            claim = replace(
-                claim, stamp_fired=True, updates={**claim.updates, **decision.schedule_updates}
-            )
-            won = await commit(self._env, fire, claim)
-        except BaseException:
-            reservation.release()
-            raise
-        if not won:
-            reservation.release()
-            return "lost"
-        self._start_fire(fire, reservation)
-        return "fire"
+            updates = {**claim.updates, **decision.schedule_updates}
+            return replace(claim, stamp_fired=True, updates=updates)
+
+        fired = await fire(
+            self._env,
+            occ.schedule,
+            {**occ.trigger_context, **decision.context},
+            kind=kind,
+            claim=claim,
+            reservation=decision.reservation,
+            start=self._start_fire,
+        )
+        return "lost" if fired is None else "fire"
 
     def _defer(self, schedule: dict[str, Any] | Any, decision: Decision, now: float) -> None:
         sid = str(schedule["id"])

@@ -1,4 +1,4 @@
-"""The writes of an occurrence: one guarded transaction each (DESIGN §5.4).
+"""The writes of an occurrence: one guarded transaction each.
 
 A fire's invocation row, its run row, their transition rows and the cadence advance commit
 together, guarded on the schedule's ``next_fire_at``; a lost guard means someone else handled

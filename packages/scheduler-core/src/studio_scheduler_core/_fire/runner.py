@@ -3,7 +3,7 @@
 A top-level fire holds its reservation (overlap registration, global slot) until its whole
 chain has finished; its max_runs claim is dropped the moment its terminal row commits.
 Follow-ups are awaited inline, take no slot or max_runs claim and never touch the schedule
-row's cadence (ADR-0070 D4).
+row's cadence.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from .._schedules.followups import apply_overlay, child_context, select_follow_u
 from .._schedules.store import fired_run_count, load_schedule, set_enabled
 from ..abc import RunTerminalHook
 from .occurrence import ScheduleClaim
-from .steps import FireEnv, Outcome, Prepared, commit, execute, finish, prepare
+from .pipeline import fire
+from .steps import FireEnv, Outcome, Prepared, execute, finish
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -128,8 +129,8 @@ class FireRunner:
             overlay = select_follow_up(current.schedule, outcome.status, current.chain_depth)
             if not outcome.applied or overlay is None:
                 return
-            child = prepare_child(self._env, current, overlay, outcome)
-            if not await commit(self._env, child, ScheduleClaim("follow_up", child_sid(current))):
+            child = await fire_follow_up(self._env, current, overlay, outcome)
+            if child is None:
                 return
             if child.setup_error is None:
                 self._open[child.run_id] = child
@@ -169,22 +170,24 @@ def child_sid(fire: Prepared) -> str:
     return str(fire.schedule["id"])
 
 
-def prepare_child(
+async def fire_follow_up(
     env: FireEnv, parent: Prepared, overlay: Mapping[str, Any], outcome: Outcome
-) -> Prepared:
-    """The follow-up of ``parent`` (overlay applied, chain context, depth + 1)."""
-    schedule = apply_overlay(parent.schedule, overlay)
+) -> Prepared | None:
+    """Commit the follow-up of ``parent`` (overlay applied, chain context, depth + 1); ``None``
+    when its schedule is gone."""
     context = child_context(
         parent.trigger_context,
         parent_run_id=parent.run_id,
         exit_code=outcome.exit_code,
         status=outcome.status,
     )
-    return prepare(
+    return await fire(
         env,
-        schedule,
+        apply_overlay(parent.schedule, overlay),
         context,
         kind="follow_up",
+        claim=lambda: ScheduleClaim("follow_up", child_sid(parent)),
+        reservation=None,
         chain_depth=parent.chain_depth + 1,
         chain_parent_id=parent.run_id,
     )

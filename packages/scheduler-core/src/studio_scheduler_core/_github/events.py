@@ -4,7 +4,7 @@ Each ``github_filter.event`` names the timestamp that makes a pull request an ev
 kind: ``pr_updated`` its ``updated_at`` (a new or updated PR), ``pr_opened`` its ``created_at``
 (first sight: each PR is opened once), ``pr_merged`` its ``merged_at``, ``pr_closed`` its
 ``closed_at`` when it was closed without a merge. An event's key is ``(timestamp, number)``; the
-cursor ``timestamp#number`` (DESIGN §5.2: ``updated_at#number`` for the default event) is the
+cursor ``timestamp#number`` (``updated_at#number`` for the default event) is the
 key of the newest event handled, so a key at or before the cursor is never fired again, and
 the key never changes for an event that already happened (a merged PR that is commented on
 later does not merge again). Every event time is at or before the PR's ``updated_at``, so a

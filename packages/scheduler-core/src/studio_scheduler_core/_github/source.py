@@ -1,4 +1,4 @@
-"""The github_poll trigger source (DESIGN §5.2): background polls, one fire per PR event.
+"""The github_poll trigger source: background polls, one fire per PR event.
 
 A due row starts a poll in a background task (a slow GitHub never holds up the tick) and its
 ``next_fire_at`` moves on to the next poll at once, guarded on the due value. A poll that finds

@@ -1,4 +1,4 @@
-"""Follow-ups (ADR-0070 D4): overlay keys, the merged child action and its trigger context."""
+"""Follow-ups: overlay keys, the merged child action and its trigger context."""
 
 from __future__ import annotations
 

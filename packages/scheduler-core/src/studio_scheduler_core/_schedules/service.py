@@ -1,4 +1,4 @@
-"""The schedule service: create/validate/update/enable/disable/delete and reads (DESIGN §5.7).
+"""The schedule service: create/validate/update/enable/disable/delete and reads.
 
 Used by the API and the CLI alike, on any connection; it never talks to a running engine
 except through ``on_change`` (the engine's ``wake``).

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
 
+import aiosqlite
+
+from studio_state import fetch_all, write_transaction
+
 from .._exceptions import ScheduleValidationError
 from .cron import CronError, check_expression, iso, next_after
+
+logger = logging.getLogger("studio_scheduler_core")
 
 DEFAULT_POLL_INTERVAL_SEC = 300
 MAX_INTERVAL_SEC = 366 * 86400
@@ -27,6 +34,48 @@ def interval_next(due: float, interval: float, now: float) -> float:
         k += 1
         nxt = due + k * interval
     return nxt
+
+
+async def rearm(conn: aiosqlite.Connection, *, now: float, timezone: str) -> int:
+    """Re-arm enabled cron rows under ``timezone`` (rows already due are left alone) and arm
+    enabled rows with no ``next_fire_at``; returns how many rows moved.
+
+    Run at engine start-up: the configured zone (or the zone database) may have changed since
+    the values were written. Each update is guarded on the value read, so a concurrent change
+    wins.
+    """
+    rows = await fetch_all(
+        conn,
+        "SELECT id, trigger_type, cron_expr, interval_sec, poll_interval_sec, next_fire_at, "
+        "timezone FROM schedules WHERE enabled = 1 AND (next_fire_at IS NULL OR "
+        "(trigger_type = 'cron' AND next_fire_at > ?))",
+        (now,),
+    )
+    cache: dict[tuple[str, str], float | None] = {}
+    updates: list[tuple[Any, ...]] = []
+    for row in rows:
+        try:
+            if row["trigger_type"] == "cron":
+                key = (str(row["cron_expr"]), row["timezone"] or timezone)
+                if key not in cache:
+                    cache[key] = next_after(key[0], key[1], now)
+                value = cache[key]
+            else:
+                value = first_fire_at(row, now=now, timezone=timezone)
+        except (CronError, ValueError, TypeError, KeyError):
+            logger.warning("schedule %s: cannot compute its next fire time", row["id"])
+            continue
+        old = row["next_fire_at"]
+        if value is not None and (old is None or abs(float(old) - value) >= 1e-6):
+            updates.append((value, now, row["id"], old, old))
+    if updates:
+        async with write_transaction(conn):
+            await conn.executemany(
+                "UPDATE schedules SET next_fire_at = ?, updated_at = ? WHERE id = ? "
+                "AND (next_fire_at = ? OR (next_fire_at IS NULL AND ? IS NULL))",
+                updates,
+            )
+    return len(updates)
 
 
 def poll_interval(schedule: Mapping[str, Any]) -> int:

@@ -19,14 +19,16 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
 
+from .._exceptions import SchedulerError
+
 _MACROS = frozenset(
     {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 )
 _MAX_CANDIDATES = 2000
 
 
-class CronError(ValueError):
-    """A cron expression is invalid or never fires."""
+class CronError(SchedulerError, ValueError):
+    """A cron expression is invalid or never fires (validation reports it per field)."""
 
 
 @functools.lru_cache(maxsize=64)

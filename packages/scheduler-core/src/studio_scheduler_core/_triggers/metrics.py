@@ -1,4 +1,4 @@
-"""Threshold metrics (DESIGN §5.2): one indexed query (or two) per metric, studio-wide.
+"""Threshold metrics: one indexed query (or two) per metric, studio-wide.
 
 Every metric is studio-wide (they are health alerts), measured over the last
 ``window_minutes`` unless it is a point-in-time figure. The alert schedule's own runs (and

@@ -7,7 +7,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..abc import Occurrence, ThresholdDecision, TriggerSource
+from ..abc import Closeable, Occurrence, ThresholdDecision, TriggerSource
 from .cadence import advance
 
 
@@ -59,6 +59,15 @@ class TriggerRegistry:
         """Registered trigger types, sorted."""
         return tuple(sorted(self._sources))
 
+    def closeables(self) -> list[Closeable]:
+        """The registered sources that hold resources (closed by the engine on stop)."""
+        found: list[Closeable] = []
+        for trigger_type in self.types():
+            source = self._sources[trigger_type]
+            if isinstance(source, Closeable):
+                found.append(source)
+        return found
+
 
 def default_registry() -> TriggerRegistry:
     """cron and interval (github_poll registers its own source)."""
@@ -73,17 +82,3 @@ class NoThreshold:
     ) -> ThresholdDecision:
         """Always fire."""
         return ThresholdDecision(fire=True)
-
-
-class NoWorker:
-    """The default worker pass: ad-hoc queued runs are not executed yet."""
-
-    async def run(self, conn: aiosqlite.Connection, *, now: float) -> None:
-        """Do nothing."""
-
-    async def stop(self) -> None:
-        """Do nothing."""
-
-    def in_flight(self) -> int:
-        """Always 0."""
-        return 0

@@ -1,4 +1,4 @@
-"""The threshold gate (DESIGN §5.2): ``threshold_config`` on cron and interval schedules.
+"""The threshold gate: ``threshold_config`` on cron and interval schedules.
 
 ``{"metric", "op", "value", "window_minutes"}``: the occurrence fires only when the metric
 breaches (``observed <op> value``), and not again within ``window_minutes*60`` seconds of the

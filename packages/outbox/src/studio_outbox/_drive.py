@@ -1,0 +1,163 @@
+"""One definition of the outbox's SQL, run by two front-ends (asyncio and plain ``sqlite3``).
+
+Every outbox operation is written once, as a generator of *steps* (:class:`Fetch`,
+:class:`ExecMany`) that receives each step's result: it never touches a connection itself.
+:func:`run_async` drives such a generator on an ``aiosqlite.Connection``, :func:`run_sync` on a
+``sqlite3.Connection``. Both return rows as plain ``dict`` built from the cursor's column
+names, whatever ``row_factory`` the caller's connection has (the factory is overridden on the
+outbox's own cursors only, never on the connection).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiosqlite
+
+import studio_state
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Run one statement; its result is every row it returns (``[]`` for none)."""
+
+    sql: str
+    params: Sequence[Any] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExecMany:
+    """Run one statement once per parameter tuple; its result is ``None``."""
+
+    sql: str
+    params: Sequence[Sequence[Any]]
+
+
+Step = Fetch | ExecMany
+Steps = Generator[Step, Any, T]
+
+# The audit row of every status change (studio-state's ``status_transitions`` table).
+TRANSITION_INSERT = (
+    "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
+    "reason_code, reason_summary, evidence_refs, actor, metadata, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite's "database is locked"/"busy" (another writer holds the lock)."""
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
+def record(transitions: Sequence[studio_state.Transition]) -> Steps[None]:
+    """Write ``transitions`` (inside the current transaction)."""
+    if transitions:
+        yield ExecMany(TRANSITION_INSERT, [t.params() for t in transitions])
+
+
+def _rows(description: Any, rows: Sequence[Sequence[Any]]) -> list[Row]:
+    if not description:
+        return []
+    names = [column[0] for column in description]
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+async def _async_step(conn: aiosqlite.Connection, step: Step) -> list[Row] | None:
+    if isinstance(step, ExecMany):
+        await conn.executemany(step.sql, step.params)
+        return None
+    if conn.row_factory is studio_state.dict_row_factory:
+        # Studio's own connections already return dicts: one round trip.
+        return list(await conn.execute_fetchall(step.sql, step.params))  # type: ignore[arg-type]
+    async with conn.execute(step.sql, step.params) as cursor:
+        cursor.row_factory = None
+        fetched = await cursor.fetchall()
+        return _rows(cursor.description, fetched)  # type: ignore[arg-type]
+
+
+def _sync_step(conn: sqlite3.Connection, step: Step) -> list[Row] | None:
+    if isinstance(step, ExecMany):
+        conn.executemany(step.sql, step.params)
+        return None
+    cursor = conn.cursor()
+    try:
+        cursor.row_factory = None
+        cursor.execute(step.sql, step.params)
+        return _rows(cursor.description, cursor.fetchall())
+    finally:
+        cursor.close()
+
+
+async def fetch_async(
+    conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()
+) -> list[Row]:
+    """One :class:`Fetch` on an aiosqlite connection (rows as ``dict``, any row factory)."""
+    rows = await _async_step(conn, Fetch(sql, params))
+    assert rows is not None
+    return rows
+
+
+async def run_async(conn: aiosqlite.Connection, steps: Steps[T]) -> T:
+    """Run ``steps`` on an aiosqlite connection; a database error is raised inside them."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(result)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        try:
+            result, error = await _async_step(conn, step), None
+        except sqlite3.Error as exc:
+            result, error = None, exc
+
+
+def run_sync(conn: sqlite3.Connection, steps: Steps[T]) -> T:
+    """Run ``steps`` on a ``sqlite3`` connection; a database error is raised inside them."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(result)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        try:
+            result, error = _sync_step(conn, step), None
+        except sqlite3.Error as exc:
+            result, error = None, exc
+
+
+@contextlib.contextmanager
+def sync_write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """The ``sqlite3`` twin of :func:`studio_state.write_transaction`.
+
+    Inside a transaction the caller has open (``conn.in_transaction``), the block joins it:
+    nothing is begun or committed here. Otherwise the block runs in its own
+    ``BEGIN IMMEDIATE … COMMIT``, rolled back on any exception. Plain SQL ``COMMIT`` and
+    ``ROLLBACK`` are used so this works in every ``isolation_level``/``autocommit`` mode.
+    """
+    if _in_transaction(conn):
+        yield conn
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if _in_transaction(conn):
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _in_transaction(conn: sqlite3.Connection) -> bool:
+    return conn.in_transaction

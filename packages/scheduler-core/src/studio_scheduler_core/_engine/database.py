@@ -1,0 +1,87 @@
+"""The engine's database file and storage health, as the tick sees them.
+
+Opening migrates the file and proves it writable (a read-only file opens and reads fine).
+Before each tick the file is checked to be the one opened (not deleted or replaced), and a
+storage fault met by any write ("disk full", "read-only", "disk I/O error") holds the tick
+until a probe write lands again: nothing advances meanwhile, and health says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+import aiosqlite
+
+from studio_state import fetch_value, open_connection, write_transaction
+
+from .._dbfile import DatabaseFile, StorageHealth, probe_writable, storage_fault
+from .._exceptions import DatabaseUnavailable
+from .._schema import ensure_schema
+
+logger = logging.getLogger("studio_scheduler_core")
+
+
+class EngineDatabase:
+    """Opens the writer connection and says whether the tick may run."""
+
+    def __init__(self, path: str, storage: StorageHealth) -> None:
+        self.path = path
+        self.storage = storage
+        """The storage fault the last write met, shared with every terminal write."""
+        self._file = DatabaseFile(path)
+        self.file_problem: str | None = None
+        """Set while the file opened is no longer the one at ``path``."""
+
+    @property
+    def problem(self) -> str | None:
+        """The file or storage problem holding the tick, if any."""
+        return self.file_problem or self.storage.problem
+
+    async def open(self) -> aiosqlite.Connection:
+        """The writer connection, migrated and proven writable (storage faults: unavailable)."""
+        try:
+            conn = await open_connection(self.path)
+        except sqlite3.OperationalError as exc:
+            if storage_fault(exc):
+                raise DatabaseUnavailable(self.path, str(exc)) from exc
+            raise
+        try:
+            await ensure_schema(conn)
+            await probe_writable(conn, self.path)
+            self._file.remember()
+        except BaseException as exc:
+            await conn.close()
+            if storage_fault(exc):
+                raise DatabaseUnavailable(self.path, str(exc)) from exc
+            raise
+        self.file_problem = None
+        self.storage.problem = None
+        return conn
+
+    async def refusal(self, conn: aiosqlite.Connection) -> tuple[str, str] | None:
+        """Why nothing may tick now, as ``(problem, tick error)``; ``None``: tick."""
+        problem = self._file.problem()
+        if problem is not None:
+            # Writes would go to a file no one can open again.
+            if problem != self.file_problem:
+                logger.error("%s", problem)
+            self.file_problem = problem
+            return problem, problem
+        self.file_problem = None
+        if self.storage.problem is not None and not await self._writable(conn):
+            return self.storage.problem, f"storage fault: {self.storage.problem}"
+        return None
+
+    async def _writable(self, conn: aiosqlite.Connection) -> bool:
+        """Write the header once (``user_version`` to its own value): has the fault healed?"""
+        try:
+            async with write_transaction(conn):
+                version = int(await fetch_value(conn, "PRAGMA user_version") or 0)
+                await conn.execute(f"PRAGMA user_version = {version}")
+        except (sqlite3.Error, OSError) as exc:
+            if self.storage.failed(exc) is None:
+                logger.warning("storage probe failed: %s", exc)
+            return False
+        self.storage.succeeded()
+        return True

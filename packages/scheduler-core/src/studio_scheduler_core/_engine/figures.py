@@ -1,0 +1,85 @@
+"""What the last tick saw, for ``health()`` and ``limits()``: read without database access."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._dbfile import StorageHealth
+from .._settings import SchedulerSettings
+from .running import Running
+
+logger = logging.getLogger("studio_scheduler_core")
+
+Concern = tuple[str, Callable[[float], Awaitable[Any]]]
+
+
+async def run_concerns(
+    concerns: Sequence[Concern], now: float, storage: StorageHealth
+) -> tuple[dict[str, Any], list[str]]:
+    """Run each concern in order; a failure is logged (a storage fault once) and isolated.
+
+    Returns what each concern reported and the errors, a storage fault met meanwhile (by a
+    terminal write) included.
+    """
+    report: dict[str, Any] = {}
+    errors: list[str] = []
+    for name, concern in concerns:
+        try:
+            report[name] = await concern(now)
+        except Exception as exc:
+            problem = storage.failed(exc)
+            if problem is None:
+                logger.exception("scheduler concern %r failed", name)
+            errors.append(f"{name}: {problem or type(exc).__name__}: {exc}")
+    fault = storage.problem  # met by this tick, or by a terminal write meanwhile
+    if fault is not None and not any(fault in error for error in errors):
+        errors.append(f"storage fault: {fault}")
+    return report, errors
+
+
+@dataclass(slots=True)
+class Figures:
+    """The last tick's time and error, and the due and dispatch backlogs it read."""
+
+    last_tick_at: float | None = None
+    last_tick_error: str | None = None
+    due_backlog: int = 0
+    dispatch_backlog: int = 0
+
+    def ticked(self, now: float, error: str | None) -> None:
+        """A tick ran (or was refused) at ``now``."""
+        self.last_tick_at = now
+        self.last_tick_error = error
+
+    async def read_backlogs(self, run: Running, now: float) -> None:
+        """Re-read the backlog figures (a failure is logged; the old figures stay)."""
+        try:
+            self.due_backlog = await run.evaluator.due_backlog(now)
+            await run.delivery.refresh_backlog(now)
+            self.dispatch_backlog = run.delivery.backlog
+        except Exception:
+            logger.exception("reading the scheduler's backlog figures failed")
+
+    def health(
+        self, run: Running | None, *, problem: str | None, settings: SchedulerSettings
+    ) -> dict[str, Any]:
+        """The engine's health figures (see ``SchedulerEngine.health``)."""
+        task = None if run is None else run.loop_task
+        running = task is not None and not task.done()
+        degraded = not running or problem is not None or self.last_tick_error is not None
+        return {
+            "status": "degraded" if degraded else "ok",
+            "running": running,
+            "last_tick_at": self.last_tick_at,
+            "last_tick_error": self.last_tick_error,
+            "in_flight": 0 if run is None else len(run.admission.slots),
+            "due_backlog": self.due_backlog,
+            "dispatch_backlog": self.dispatch_backlog,
+            "delivery_paused": settings.notify_template is None,
+            "database_error": problem,
+            "global_cap": settings.max_scheduled_concurrent,
+            "holders": [] if run is None else run.admission.holders(),
+        }

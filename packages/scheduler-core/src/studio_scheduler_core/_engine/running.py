@@ -1,0 +1,98 @@
+"""What a started engine runs: every component built together, closed together.
+
+:func:`build` makes the engine's components on its writer connection as one
+:class:`Running`; the engine pushes their closers onto its exit stack, so ``stop()`` closes
+them in reverse order and a failing one neither stops the others nor goes unlogged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+from studio_state import Clock
+
+from .._admission.gates import Admission
+from .._dbfile import StorageHealth
+from .._fire.runner import FireRunner
+from .._fire.steps import FireEnv
+from .._recovery.reapers import Reapers
+from .._schedules.service import ScheduleService
+from .._settings import SchedulerSettings
+from .._triggers.registry import TriggerRegistry
+from ..abc import RunTerminalHook, ThresholdGate
+from .delivery import Delivery
+from .evaluation import Evaluator
+
+logger = logging.getLogger("studio_scheduler_core")
+
+
+@dataclass(slots=True)
+class Running:
+    """Everything a started engine has; built whole by ``start()``, closed whole by ``stop()``."""
+
+    conn: aiosqlite.Connection
+    env: FireEnv
+    admission: Admission
+    evaluator: Evaluator
+    runner: FireRunner
+    service: ScheduleService
+    delivery: Delivery
+    reapers: Reapers
+    stack: AsyncExitStack
+    loop_task: asyncio.Task[None] | None = None
+
+
+def logged(name: str, close: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:
+    """``close`` for the exit stack: a failure is logged and the other components still close."""
+
+    async def run() -> None:
+        try:
+            await close()
+        except Exception:
+            logger.exception("closing %s failed", name)
+
+    return run
+
+
+def build(
+    conn: aiosqlite.Connection,
+    *,
+    stack: AsyncExitStack,
+    db_path: str,
+    settings: SchedulerSettings,
+    clock: Clock,
+    storage: StorageHealth,
+    threshold: ThresholdGate,
+    registry: TriggerRegistry,
+    on_terminal: RunTerminalHook | None,
+    wake: Callable[[], None],
+    now: float,
+) -> Running:
+    """The components of an engine started at ``now`` on ``conn``."""
+    env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=db_path, storage=storage)
+    admission = Admission(conn, settings, threshold)
+    runner = FireRunner(env, on_terminal=on_terminal, wake=wake)
+    return Running(
+        conn=conn,
+        env=env,
+        admission=admission,
+        evaluator=Evaluator(env, admission, registry, runner.start),
+        runner=runner,
+        service=ScheduleService(conn, settings=settings, clock=clock, on_change=wake),
+        delivery=Delivery(conn, settings=settings, clock=clock, wake=wake),
+        reapers=Reapers(
+            conn,
+            db_path=db_path,
+            settings=settings,
+            owned_runs=lambda: set(env.committed) | set(env.live),
+            started=now,
+        ),
+        stack=stack,
+    )

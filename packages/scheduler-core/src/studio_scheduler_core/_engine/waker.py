@@ -1,0 +1,66 @@
+"""The loop's sleep: until a target time, an in-process wake-up, or another process's write.
+
+Another process (the CLI) writing to the database is noticed through ``PRAGMA data_version``,
+read once a second while asleep; ``wake()`` interrupts the sleep at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiosqlite
+
+from studio_state import Clock, fetch_value
+
+DATA_VERSION_EVERY = 1.0
+"""Seconds between two reads of ``PRAGMA data_version`` while the loop sleeps."""
+
+
+class Waker:
+    """The wake-up event, the last ``data_version`` seen, and whether the loop is closing."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._event = asyncio.Event()
+        self._data_version = 0
+        self.closed = False
+
+    def wake(self) -> None:
+        """End the current (or the next) sleep now."""
+        self._event.set()
+
+    def begin_tick(self) -> None:
+        """A tick starts: wake-ups before this point are served by it."""
+        self._event.clear()
+
+    def close(self) -> None:
+        """The engine stops: end every sleep, start no tick."""
+        self.closed = True
+        self._event.set()
+
+    async def open(self, conn: aiosqlite.Connection) -> None:
+        """The engine starts: remember the current ``data_version``."""
+        self.closed = False
+        self._data_version = await _data_version(conn)
+
+    async def sleep_until(self, conn: aiosqlite.Connection, target: float) -> None:
+        """Sleep until ``target``, a wake-up, a close, or a write by another process."""
+        while not self.closed:
+            remaining = target - self._clock()
+            if remaining <= 0 or self._event.is_set():
+                return
+            try:
+                await asyncio.wait_for(
+                    self._event.wait(), timeout=min(remaining, DATA_VERSION_EVERY)
+                )
+                return
+            except TimeoutError:
+                pass
+            version = await _data_version(conn)
+            if version != self._data_version:
+                self._data_version = version
+                return
+
+
+async def _data_version(conn: aiosqlite.Connection) -> int:
+    return int(await fetch_value(conn, "PRAGMA data_version") or 0)

@@ -1,0 +1,55 @@
+"""The periodic recovery concerns of the tick: the stale-run reaper and the WAL checkpoint.
+
+Each runs at its own interval (``reaper_interval_seconds``, ``checkpoint_interval_seconds``);
+a tick between two runs costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+import aiosqlite
+
+from .._settings import SchedulerSettings
+from .reconcile import checkpoint, reap_stale
+
+
+class Reapers:
+    """Interval bookkeeping around :func:`reap_stale` and :func:`checkpoint`."""
+
+    def __init__(
+        self,
+        conn: aiosqlite.Connection,
+        *,
+        db_path: str,
+        settings: SchedulerSettings,
+        owned_runs: Callable[[], Collection[str]],
+        started: float,
+    ) -> None:
+        self._conn = conn
+        self._db_path = db_path
+        self._settings = settings
+        self._owned_runs = owned_runs
+        self._last_reap: float | None = None
+        self._last_checkpoint = started  # the first checkpoint waits one interval
+
+    async def reap(self, now: float) -> int | None:
+        """Time out stale runs if the reaper interval has passed (``None``: not yet)."""
+        last = self._last_reap
+        if last is not None and now - last < self._settings.reaper_interval_seconds:
+            return None
+        self._last_reap = now
+        return await reap_stale(
+            self._conn,
+            now=now,
+            deadline_seconds=self._settings.invocation_deadline_seconds,
+            owned_runs=set(self._owned_runs()),
+        )
+
+    async def checkpoint(self, now: float) -> dict[str, Any] | None:
+        """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet)."""
+        if now - self._last_checkpoint < self._settings.checkpoint_interval_seconds:
+            return None
+        self._last_checkpoint = now
+        return await checkpoint(self._db_path)
