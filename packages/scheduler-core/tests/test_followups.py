@@ -18,10 +18,11 @@ async def _fire(engine, clock, created) -> None:
 async def test_on_success_chain_links_and_stops_at_depth_10(make_engine, clock, h) -> None:
     engine = await make_engine(clock=clock)
     ok = h.script("ok.py", "pass\n")
-    # on_success is inherited by every child: the chain only stops at the cap
-    created = await engine.service.create(
-        h.command_schedule(ok, on_success={"command_args": [ok, "again"]})
-    )
+    # a chain is written by nesting: eleven levels of overlay, the tenth follow-up is the last
+    overlay: dict[str, Any] = {"command_args": [ok, "again"]}
+    for _ in range(9):
+        overlay = {"command_args": [ok, "again"], "on_success": overlay}
+    created = await engine.service.create(h.command_schedule(ok, on_success=overlay))
     await _fire(engine, clock, created)
     runs = await h.runs_of(engine.conn, created["id"])
     assert [r["chain_depth"] for r in runs] == list(range(11))

@@ -27,6 +27,7 @@ from ._exceptions import (
     ScheduleValidationError,
 )
 from ._github.source import GithubPollSource
+from ._observe.events import EVENTS_LOGGER
 from ._recovery.orphans import OrphanReaper
 from ._runlog import read_run_log, run_log_dir, run_log_path
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
@@ -43,6 +44,7 @@ __all__ = [
     "AdhocWorker",
     "CadenceTrigger",
     "DatabaseUnavailable",
+    "EVENTS_LOGGER",
     "EngineLocked",
     "FireRefused",
     "GithubPollSource",

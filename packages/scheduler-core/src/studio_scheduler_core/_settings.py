@@ -36,6 +36,8 @@ class SchedulerSettings:
     """Where run logs go (``<run_id>.log``); ``None``: ``runs/`` beside the database."""
     run_log_bytes: int = 1024 * 1024
     """The bound of one run log (at least 1024 bytes)."""
+    retention_days: float = 30.0
+    """Terminal runs and dispatches older than this many days are deleted (0: keep forever)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -52,6 +54,14 @@ class SchedulerSettings:
                 or value <= 0
             ):
                 raise InvalidSettings(name, f"must be a positive number, got {value!r}")
+        days = self.retention_days
+        if (
+            isinstance(days, bool)
+            or not isinstance(days, int | float)
+            or not math.isfinite(days)
+            or not 0 <= days <= 36500
+        ):
+            raise InvalidSettings("retention_days", f"must be between 0 and 36500, got {days!r}")
         for name in ("max_scheduled_concurrent", "max_adhoc_concurrent"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

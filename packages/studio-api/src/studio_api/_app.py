@@ -21,7 +21,9 @@ from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
 from ._body_limit import BodyLimitMiddleware
 from ._dashboard import install_dashboard
 from ._errors import LastResortMiddleware, install_error_handlers
+from ._metrics_route import METRICS_PATH, install_metrics_route
 from ._models import ErrorOut
+from ._observe import StudioMetrics
 from ._settings import StudioSettings
 from ._storage import StorageHealth
 from .routes import dispatch, health, run_ops, runs, schedules
@@ -53,6 +55,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
             app.state.startup_error = exc
             raise
         app.state.engine = engine
+        metrics.install()
         try:
             app.state.synchronous = await apply_synchronous(engine, settings.synchronous)
         except BaseException:
@@ -70,6 +73,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
             yield
         finally:
             await engine.stop()
+            metrics.uninstall()
             logger.info("studio: scheduler stopped")
 
     app = FastAPI(
@@ -79,6 +83,9 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    metrics = StudioMetrics(settings.db, lambda: getattr(app.state, "engine", None))
+    app.state.metrics = metrics
+    install_metrics_route(app, metrics)
     app.state.storage = StorageHealth(settings.db, synchronous=settings.synchronous)
     app.state.synchronous = settings.synchronous
     install_error_handlers(app)
@@ -90,7 +97,11 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     install_dashboard(app)
     app.add_middleware(LastResortMiddleware)
     if settings.auth_token is not None:
-        app.add_middleware(BearerAuthMiddleware, token=settings.auth_token.get_secret_value())
+        app.add_middleware(
+            BearerAuthMiddleware,
+            token=settings.auth_token.get_secret_value(),
+            public=frozenset({METRICS_PATH}) if settings.metrics_public else frozenset(),
+        )
         _document_bearer_auth(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(StartupMessageMiddleware, owner=app)

@@ -37,13 +37,14 @@ class BearerAuthMiddleware:
     well as the API routes; only :data:`PUBLIC_PATHS` are exempt.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str) -> None:
+    def __init__(self, app: ASGIApp, *, token: str, public: frozenset[str] = frozenset()) -> None:
         self.app = app
         self._token = token.encode("ascii")
+        self._public = PUBLIC_PATHS | public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or path in PUBLIC_PATHS or is_dashboard_path(path):
+        if scope["type"] != "http" or path in self._public or is_dashboard_path(path):
             await self.app(scope, receive, send)
             return
         header = next(

@@ -343,6 +343,10 @@ class SchedulerHealth(ResponseModel):
     due_backlog: int
     global_cap: int
     holders: list[Holder] = Field(default_factory=list)
+    fire_lag_last_seconds: float | None = None
+    """Due → fire lag of the latest scheduled fire (this process)."""
+    fire_lag_max_seconds: float | None = None
+    """The largest due → fire lag since the server started."""
 
 
 class DispatchHealth(ResponseModel):

@@ -12,6 +12,8 @@ from typing import Any
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
+from studio_scheduler_core import EVENTS_LOGGER
+
 from ._app import create_app
 from ._connections import install_accept_error_filter, raise_nofile_limit, server_options
 from ._exceptions import PortUnavailable
@@ -21,8 +23,13 @@ from ._settings import StudioSettings
 STUDIO_LOGGERS = ("studio_api", "studio_scheduler_core", "studio_outbox", "studio_launcher")
 
 
-def log_config(level: str = "info") -> dict[str, Any]:
-    """uvicorn's logging configuration plus the Studio packages' loggers at ``level``."""
+def log_config(level: str = "info", log_format: str = "text") -> dict[str, Any]:
+    """uvicorn's logging configuration plus the Studio packages' loggers at ``level``.
+
+    ``log_format`` ``json`` writes one JSON object per line (scheduler events with ``event``,
+    their ids and reason code). The scheduler's events logger runs at DEBUG for the metrics;
+    the handlers keep ``level``.
+    """
     config = copy.deepcopy(LOGGING_CONFIG)
     for name in STUDIO_LOGGERS:
         config["loggers"][name] = {
@@ -30,6 +37,16 @@ def log_config(level: str = "info") -> dict[str, Any]:
             "level": level.upper(),
             "propagate": False,
         }
+    config["loggers"][EVENTS_LOGGER] = {
+        "handlers": ["default"],
+        "level": "DEBUG",
+        "propagate": False,
+    }
+    for handler in ("default", "access"):
+        config["handlers"][handler]["level"] = level.upper()
+    if log_format == "json":
+        for formatter in ("default", "access"):
+            config["formatters"][formatter] = {"()": "studio_api._observe.JsonFormatter"}
     return config
 
 
@@ -70,7 +87,7 @@ def run(
             host=settings.host,
             port=settings.port,
             log_level=log_level,
-            log_config=log_config(log_level),
+            log_config=log_config(log_level, settings.log_format),
         )
         return
     strip_secrets(settings)
@@ -81,7 +98,7 @@ def run(
             host=settings.host,
             port=settings.port,
             log_level=log_level,
-            log_config=log_config(log_level),
+            log_config=log_config(log_level, settings.log_format),
             timeout_graceful_shutdown=10,
             **server_options(),
         )

@@ -13,7 +13,7 @@ import re
 import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 import pydantic
@@ -176,6 +176,17 @@ class StudioSettings(BaseSettings):
         le=1024**3,
         validation_alias="LIONAGI_STUDIO_RUN_LOG_BYTES",
     )
+    retention_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=36500,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_RETENTION_DAYS",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", validation_alias="LIONAGI_STUDIO_LOG_FORMAT"
+    )
+    metrics_public: bool = Field(default=False, validation_alias="LIONAGI_STUDIO_METRICS_PUBLIC")
 
     #: field name -> environment variable name
     ENV_VARS: ClassVar[dict[str, str]] = {}
@@ -415,6 +426,7 @@ class StudioSettings(BaseSettings):
             child_env=self.child_environment(),
             run_log_dir=None if self.run_log_dir is None else str(self.run_log_dir),
             run_log_bytes=self.run_log_bytes,
+            retention_days=self.retention_days,
         )
 
     def stripped_secrets(self) -> frozenset[str]:

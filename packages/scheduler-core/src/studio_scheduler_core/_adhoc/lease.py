@@ -1,13 +1,13 @@
-"""Leases of ad-hoc runs (DESIGN §5.8): worker ids, renewal, and recovery of abandoned rows.
+"""Leases of ad-hoc runs: worker ids, renewal, and recovery of abandoned rows.
 
 A claimed row carries ``leased_by`` (``host:pid:random``), ``lease_expires_at`` and
 ``lease_attempts``. A row is abandoned when its lease expired, or at once when its owner is a
 process on this host that no longer runs (a restarted engine then need not wait out the lease
 of the one that was killed). Recovery of an abandoned row:
 
-- the child was launched (``child_pid`` recorded): DESIGN §5.1 applies — a live orphan group is
-  terminated and the run and invocation become ``failed`` (``run.failed.daemon_restart``);
-  it is never re-run (executing it twice is reference defect D25);
+- the child was launched (``child_pid`` recorded): as at start-up recovery, a live orphan
+  group is terminated and the run and invocation become ``failed``
+  (``run.failed.daemon_restart``); it is never re-run (a second execution must not happen);
 - no child was launched: back to ``queued`` (``run.queued.lease_expired``, the attempt's
   invocation ``aborted``) until ``max_attempts`` claims, then ``failed``
   (``run.failed.lease_exhausted``).

@@ -1,4 +1,4 @@
-"""The host task worker (DESIGN §5.8): the tick's fourth concern, a :class:`WorkerPass`.
+"""The host task worker: the tick's fourth concern, a :class:`WorkerPass`.
 
 Each pass first recovers rows abandoned by a dead worker, then claims queued ad-hoc rows,
 oldest first, into free slots of its own pool (``max_adhoc_concurrent``; never a scheduled

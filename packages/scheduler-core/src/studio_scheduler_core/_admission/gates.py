@@ -1,4 +1,4 @@
-"""Admission (ADR-0070 D2, DESIGN §5.3): threshold → overlap → budget → max_runs → slot.
+"""Admission: threshold → overlap → budget → max_runs → slot.
 
 :class:`Admission` holds the in-process bookkeeping (in-flight top-level fires per schedule,
 max_runs claims, global slot holders) and returns a :class:`Decision` with a reason code.

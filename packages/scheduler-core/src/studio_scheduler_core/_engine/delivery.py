@@ -18,6 +18,7 @@ import aiosqlite
 from studio_outbox import deliver_due_dispatches, dispatch_backlog, next_due_at
 from studio_state import Clock
 
+from .._observe.summary import delivery_event
 from .._settings import SchedulerSettings
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -86,7 +87,9 @@ class Delivery:
         exc = task.exception()
         if exc is not None:
             logger.error("dispatch delivery pass failed: %s", exc)
-        elif not self._closing:
+            return
+        delivery_event(task.result(), self._settings.notify_template)
+        if not self._closing:
             self._wake()
 
     async def next_due(self, target: float) -> float:

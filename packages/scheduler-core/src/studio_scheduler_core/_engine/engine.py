@@ -26,8 +26,11 @@ from .._exceptions import DatabaseUnavailable, FireRefused, ScheduleNotFound, Sc
 from .._fire.occurrence import ScheduleClaim
 from .._fire.pipeline import fire
 from .._github.source import GithubPollSource
+from .._observe.events import emit
+from .._observe.summary import recovery_event
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import reconcile_startup
+from .._recovery.retention import RetentionReport
 from .._schedules.service import ScheduleService
 from .._schedules.store import load_schedule
 from .._settings import SchedulerSettings
@@ -151,8 +154,9 @@ class SchedulerEngine:
                 now=now,
             )
             await rearm(conn, now=now, timezone=self.settings.timezone)
-            await reconcile_startup(conn, now=now, reaper=self.reaper)
-            await run.evaluator.missed_fires(now)
+            recovered = await reconcile_startup(conn, now=now, reaper=self.reaper)
+            missed = await run.evaluator.missed_fires(now)
+            recovery_event(recovered, self.reaper, missed)
             await self._waker.open(conn)
             # Closed in reverse: loop, delivery, worker, trigger sources, fires, orphans, conn.
             stack.push_async_callback(run.runner.cancel_all)
@@ -236,6 +240,7 @@ class SchedulerEngine:
         run = self._started()
         conn = run.conn
         now = self.clock()
+        began = time.perf_counter()
         refusal = await self._db.refusal(conn)
         if refusal is not None:
             self._figures.ticked(now, refusal[1])
@@ -253,6 +258,7 @@ class SchedulerEngine:
         )
         self._figures.ticked(now, "; ".join(errors) or None)
         await self._figures.read_backlogs(run, now)
+        emit("tick", "tick", level=logging.DEBUG, seconds=time.perf_counter() - began)
         return report
 
     # -- manual fire ------------------------------------------------------------------------
@@ -294,6 +300,11 @@ class SchedulerEngine:
         terminal write, cleared once a write succeeds again.
         """
         return self._figures.health(self._run, problem=self._db.problem, settings=self.settings)
+
+    @property
+    def last_retention(self) -> RetentionReport | None:
+        """What the reaper's last retention pass deleted (``None`` before the first)."""
+        return None if self._run is None else self._run.reapers.last_retention
 
     def limits(self) -> dict[str, Any]:
         """The global cap, in-flight holders, and the ad-hoc pool's figures."""

@@ -19,6 +19,8 @@ from .._admission.gates import Admission, Decision
 from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
 from .._fire.pipeline import StartFire, fire
 from .._fire.steps import FireEnv
+from .._observe.events import emit
+from .._observe.summary import coalesced_event
 from .._rows import decode_schedule
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -265,6 +267,7 @@ class Evaluator:
         def claim() -> ScheduleClaim:
             claim = self._claim(source, occ, now, advance=True)
             updates = {**claim.updates, **decision.schedule_updates}
+            coalesced_event(occ.schedule, occ.due_at, claim.next_fire_at)
             return replace(claim, stamp_fired=True, updates=updates)
 
         fired = await fire(
@@ -283,6 +286,14 @@ class Evaluator:
         count = self._deferrals.get(sid, 0) + 1
         self._deferrals[sid] = count
         self.blocked = True
+        emit(
+            "deferral",
+            f"schedule {sid} deferred ({decision.reason_code}, deferral {count})",
+            level=logging.INFO if count == 1 else logging.DEBUG,
+            schedule_id=sid,
+            reason_code=decision.reason_code,
+            count=count,
+        )
         if count % DEFERRAL_RECORD_EVERY == 1:
             self._pending_records.append(
                 Deferral(

@@ -8,6 +8,7 @@ same shape, so no path leaves half an occurrence behind.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import aiosqlite
 
 from studio_state import Transition, new_id, record_transitions, write_transaction
 
+from .._observe.events import emit
 from .._rows import dumps
 
 ClaimKind = Literal["occurrence", "manual", "follow_up"]
@@ -220,6 +222,13 @@ async def write_skip(
                 (reason_code, now, claim.schedule_id),
             )
             if cursor.rowcount == 1:
+                emit(
+                    "disable",
+                    f"schedule {claim.schedule_id} disabled [{reason_code}]: {summary}",
+                    level=logging.WARNING,
+                    schedule_id=claim.schedule_id,
+                    reason_code=reason_code,
+                )
                 rows.append(
                     Transition(
                         entity_type="schedule",

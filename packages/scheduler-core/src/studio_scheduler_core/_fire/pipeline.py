@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._admission.gates import Reservation
+from .._observe.events import emit
 from .occurrence import ScheduleClaim
 from .steps import FireEnv, Prepared, commit, prepare
 
@@ -58,6 +59,30 @@ async def fire(
         if reservation is not None:
             reservation.release()
         return None
+    fire_event(prepared, claim_due(env, context, kind))
     if start is not None:
         start(prepared, reservation)
     return prepared
+
+
+def claim_due(env: FireEnv, context: Mapping[str, Any], kind: str) -> float:
+    """Seconds from the occurrence's due time to now (0 for manual fires and follow-ups)."""
+    if kind in ("manual", "follow_up"):
+        return 0.0
+    due = context.get("due_at", context.get("missed_fire_at"))
+    if isinstance(due, int | float) and not isinstance(due, bool):
+        return max(0.0, env.clock() - float(due))
+    return 0.0
+
+
+def fire_event(prepared: Prepared, lag: float) -> None:
+    """The log event of a committed fire."""
+    sid = str(prepared.schedule["id"])
+    emit(
+        "fire",
+        f"fired schedule {sid} as run {prepared.run_id} ({prepared.kind}, lag {lag:.3f}s)",
+        schedule_id=sid,
+        run_id=prepared.run_id,
+        kind=prepared.kind,
+        lag_seconds=lag,
+    )

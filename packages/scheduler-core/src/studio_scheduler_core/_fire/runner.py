@@ -17,10 +17,12 @@ from typing import Any
 from studio_state import fetch_one
 
 from .._admission.gates import MAX_RUNS, Reservation
+from .._observe.events import emit
 from .._rows import decode_run
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
 from .._schedules.store import fired_run_count, load_schedule, set_enabled
 from ..abc import RunTerminalHook
+from .chain_budget import follow_up_refused
 from .occurrence import ScheduleClaim
 from .pipeline import fire
 from .steps import FireEnv, Outcome, Prepared, execute, finish
@@ -119,15 +121,26 @@ class FireRunner:
                 task = asyncio.current_task()
                 if task is not None:
                     self._executing[current.run_id] = task
+                started = self._env.clock()
                 try:
                     outcome = await execute(self._env, current, on_commit=release)
                 finally:
                     self._open.pop(current.run_id, None)
                     self._executing.pop(current.run_id, None)
+                if outcome.applied:
+                    outcome_event(current, outcome, self._env.clock() - started)
             if outcome.applied:
                 await self._terminal(current)
             overlay = select_follow_up(current.schedule, outcome.status, current.chain_depth)
             if not outcome.applied or overlay is None:
+                return
+            context = child_context(
+                current.trigger_context,
+                parent_run_id=current.run_id,
+                exit_code=outcome.exit_code,
+                status=outcome.status,
+            )
+            if await follow_up_refused(self._env, current, overlay, context):
                 return
             child = await fire_follow_up(self._env, current, overlay, outcome)
             if child is None:
@@ -163,6 +176,22 @@ class FireRunner:
                     await self._on_terminal(self._env.conn, fire.schedule, decode_run(row))
         except Exception:
             logger.exception("terminal bookkeeping of run %s failed", fire.run_id)
+
+
+def outcome_event(fire: Prepared, outcome: Outcome, duration: float) -> None:
+    """The log event of a run's end."""
+    emit(
+        "outcome",
+        f"run {fire.run_id} of schedule {child_sid(fire)} ended {outcome.status} "
+        f"[{outcome.reason_code}] after {duration:.3f}s",
+        schedule_id=child_sid(fire),
+        run_id=fire.run_id,
+        status=outcome.status,
+        reason_code=outcome.reason_code,
+        exit_code=outcome.exit_code,
+        kind=fire.kind,
+        duration_seconds=max(0.0, duration),
+    )
 
 
 def child_sid(fire: Prepared) -> str:

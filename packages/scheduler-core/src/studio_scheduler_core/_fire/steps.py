@@ -1,4 +1,4 @@
-"""One fire (DESIGN §5.4): prepare the argv, commit the occurrence, spawn, record the outcome.
+"""One fire: prepare the argv, commit the occurrence, spawn, record the outcome.
 
 Setup (argv, executable, cwd) runs before the occurrence transaction, so a refusal is recorded
 in that same transaction as a ``failed`` run (and never re-fires every tick). After the commit

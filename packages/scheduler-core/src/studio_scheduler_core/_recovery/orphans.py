@@ -33,6 +33,8 @@ class OrphanReaper:
     def __init__(self, *, grace: float = TERMINATE_GRACE_SECONDS) -> None:
         self.grace = float(grace)
         self._tasks: dict[asyncio.Task[None], list[int]] = {}
+        self.signalled = 0
+        """Process groups this reaper has been asked to terminate (for the start-up summary)."""
 
     def terminate(self, pids: Collection[int]) -> None:
         """SIGTERM the process groups of ``pids`` now; SIGKILL what is left after the grace
@@ -40,6 +42,7 @@ class OrphanReaper:
         wanted = sorted({int(pid) for pid in pids if int(pid) > 1})
         if not wanted:
             return
+        self.signalled += len(wanted)
         _signal_groups(wanted, signal.SIGTERM)
         task = asyncio.create_task(self._terminate(wanted), name="studio-orphan-reaper")
         self._tasks[task] = wanted

@@ -7,12 +7,14 @@ a tick between two runs costs nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
 from .._settings import SchedulerSettings
 from .reconcile import checkpoint, reap_stale
+from .retention import RetentionReport, retention_pass
 
 
 class Reapers:
@@ -33,6 +35,8 @@ class Reapers:
         self._owned_runs = owned_runs
         self._last_reap: float | None = None
         self._last_checkpoint = started  # the first checkpoint waits one interval
+        self.last_retention: RetentionReport | None = None
+        """What the last retention pass deleted."""
 
     async def reap(self, now: float) -> int | None:
         """Time out stale runs if the reaper interval has passed (``None``: not yet)."""
@@ -40,12 +44,19 @@ class Reapers:
         if last is not None and now - last < self._settings.reaper_interval_seconds:
             return None
         self._last_reap = now
-        return await reap_stale(
+        reaped = await reap_stale(
             self._conn,
             now=now,
             deadline_seconds=self._settings.invocation_deadline_seconds,
             owned_runs=set(self._owned_runs()),
         )
+        self.last_retention = await retention_pass(
+            self._conn,
+            now=now,
+            retention_days=self._settings.retention_days,
+            runs_dir=Path(self._db_path).parent / "runs",
+        )
+        return reaped
 
     async def checkpoint(self, now: float) -> dict[str, Any] | None:
         """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet)."""

@@ -1,4 +1,4 @@
-"""Crash reconciliation at startup and the periodic reapers (DESIGN §5.1).
+"""Crash reconciliation at startup and the periodic reapers.
 
 Startup runs while this engine holds the database's lock, so every scheduled run still
 ``running`` belongs to a previous process: its child group (if alive with the recorded start

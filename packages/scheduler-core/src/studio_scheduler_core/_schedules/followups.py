@@ -24,6 +24,33 @@ OVERLAY_KEYS: Mapping[str, str] = {
 }
 """Allowed ``on_success``/``on_fail`` keys and the schedule column each one overrides."""
 
+CONTINUATION_KEYS = ("on_success", "on_fail")
+"""Overlay keys that continue a chain; a follow-up never inherits them from its parent."""
+
+_ANY_KIND = frozenset({"kind", "action_kind", "project", *CONTINUATION_KEYS})
+KIND_KEYS: Mapping[str, frozenset[str]] = {
+    "command": _ANY_KIND | {"command", "command_args"},
+    "agent": _ANY_KIND | {"model", "prompt", "agent"},
+    "flow": _ANY_KIND | {"model", "prompt"},
+    "fanout": _ANY_KIND | {"model", "prompt"},
+    "play": _ANY_KIND | {"playbook", "prompt"},
+    "engine": _ANY_KIND | {"model", "agent", "prompt"},
+    "flow_yaml": _ANY_KIND | {"flow_yaml"},
+}
+"""The overlay keys each resulting kind can use (``project`` picks the working directory)."""
+
+
+def unusable_keys(overlay: Mapping[str, Any], kind: str) -> list[str]:
+    """Overlay keys with a value that a run of ``kind`` would ignore, in overlay order.
+
+    A key set to ``null`` only clears the inherited column and is always accepted.
+    """
+    usable = KIND_KEYS.get(kind)
+    if usable is None:
+        return []
+    return [k for k, v in overlay.items() if k not in usable and v is not None]
+
+
 SUCCESS_STATUSES = frozenset({"completed"})
 FAILURE_STATUSES = frozenset({"failed", "timed_out"})
 
@@ -33,9 +60,12 @@ def apply_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict
 
     Only the allowed keys are applied (anything else was refused at creation); ``kind`` and
     ``action_kind`` set the kind (``playbook`` is normalised to ``play``). The parent's own
-    ``on_success``/``on_fail`` are inherited unless the overlay sets them (``null`` clears).
+    ``on_success``/``on_fail`` are never inherited: the child continues only through the
+    overlay's own ``on_success``/``on_fail`` (nesting is how a chain is written).
     """
     child = dict(parent)
+    for key in CONTINUATION_KEYS:
+        child[key] = None
     for key, column in OVERLAY_KEYS.items():
         if key in overlay:
             child[column] = overlay[key]

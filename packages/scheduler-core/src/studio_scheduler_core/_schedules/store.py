@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import aiosqlite
@@ -9,6 +10,7 @@ import aiosqlite
 from studio_state import fetch_all, fetch_one, fetch_value, record_transition, write_transaction
 
 from .._exceptions import ScheduleValidationError
+from .._observe.events import emit
 from .._rows import TERMINAL_RUN_STATUSES, decode_run, decode_schedule
 from .._schema import RUN_STATUSES
 
@@ -103,4 +105,14 @@ async def set_enabled(
             metadata=metadata,
             now=now,
         )
-        return True
+    if not enabled:
+        emit(
+            "disable",
+            f"schedule {schedule_id} disabled [{reason_code}]"
+            + (f": {reason_summary}" if reason_summary else ""),
+            level=logging.WARNING,
+            schedule_id=schedule_id,
+            reason_code=reason_code,
+            actor=actor,
+        )
+    return True

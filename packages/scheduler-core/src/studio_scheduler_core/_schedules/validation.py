@@ -1,4 +1,4 @@
-"""Schedule validation (DESIGN §5.7): every refusal a ScheduleValidationError naming the field.
+"""Schedule validation: every refusal a ScheduleValidationError naming the field.
 
 :func:`normalize` turns create/update input into the row that would be stored; nothing is
 written here. Launcher rules come from :func:`studio_launcher.validate_action`.
@@ -22,7 +22,7 @@ from .._schema import ACTION_KINDS, TRIGGER_TYPES
 from .._settings import SchedulerSettings
 from .._triggers.cadence import MAX_INTERVAL_SEC
 from .._triggers.cron import CronError, check_expression, next_after, zone
-from .followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS, apply_overlay
+from .followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS, apply_overlay, unusable_keys
 
 MAX_TIMEOUT_SEC = 7 * 86400
 """The bound of a schedule's ``timeout_sec`` (7 days)."""
@@ -200,7 +200,7 @@ def _check_enums(row: dict[str, Any]) -> None:
 
 
 def check_github_filter(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Validate github_filter keys and values (DESIGN §5.2)."""
+    """Validate github_filter keys and values."""
     if value is None:
         return None
     out = dict(value)
@@ -225,7 +225,7 @@ def check_github_filter(value: Mapping[str, Any] | None) -> dict[str, Any] | Non
 
 
 def check_threshold(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Validate threshold_config: exactly metric, op, value, window_minutes (DESIGN §5.2)."""
+    """Validate threshold_config: exactly metric, op, value, window_minutes."""
     if value is None:
         return None
     out = dict(value)
@@ -344,7 +344,7 @@ def _check_cwd(row: dict[str, Any], settings: SchedulerSettings) -> None:
     if project:
         registered = settings.project_paths.get(project)
         if registered and os.path.isabs(registered) and os.path.isdir(registered):
-            # ADR-0070 D3: the execution root is snapshotted once, at creation.
+            # The execution root is snapshotted once, at creation.
             row["action_cwd"] = registered
 
 
@@ -383,6 +383,9 @@ def check_overlay(
             if out[key] not in ACTION_KINDS:
                 raise _err(f"{field}.{key}", f"must be one of {', '.join(ACTION_KINDS)}")
     child = apply_overlay(parent, out)
+    kind = str(child.get("action_kind"))
+    for key in unusable_keys(out, kind):
+        raise _err(f"{field}.{key}", f"a follow-up of kind {kind!r} cannot use {key!r}")
     check_action(child, settings=settings, prefix=f"{field}.")
     for key in ("on_success", "on_fail"):
         if key in out:

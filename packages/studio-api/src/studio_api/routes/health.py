@@ -45,6 +45,8 @@ async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> 
         seconds_since_last_tick=age,
         tick_seconds=settings.tick_seconds,
         holders=[Holder.of(h) for h in data.get("holders", [])],
+        fire_lag_last_seconds=request.app.state.metrics.last_lag,
+        fire_lag_max_seconds=request.app.state.metrics.max_lag,
     )
     dispatch = DispatchHealth(
         backlog=int(data.get("dispatch_backlog", 0)),

@@ -1,0 +1,246 @@
+"""Retention figures: how long each batch holds the writer, and what retention bounds.
+
+1. A retention pass over ROWS terminal rows (runs with their invocation and two transition
+   rows each, and dispatches with one transition row each; all older than the window): the
+   max / median / p99 time each batch held the writer (one write transaction, one trip to the
+   writer's thread), the pass's rows/s, and a probe: a one-row write transaction issued every
+   10 ms on the same connection during the pass, whose worst wait is what any other writer of
+   the engine would have seen. Target: the writer never blocked > 50 ms.
+2. Database and `runs/` size after N fires of a `true` command through the real engine (a
+   manual clock stepping one hour per tick, 20 interval schedules), with retention on (1 day)
+   and off. Each run gets a 4 KiB `runs/<run_id>.log` written beside it by this script,
+   standing in for the launcher's run log.
+
+    python bench/retention.py [--rows 1000000] [--fires 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from studio_scheduler_core import SchedulerEngine, SchedulerSettings, ensure_schema
+from studio_scheduler_core._recovery.retention import retention_pass
+from studio_state import ManualClock, open_connection, run_write_transaction
+
+DAY = 86400.0
+T0 = 1_700_000_000.0
+
+
+def _populate(path: Path, rows: int) -> tuple[int, int]:
+    """Write ``rows`` terminal rows: 60% runs (+ invocation, 2 transitions), 40% dispatches."""
+    runs = rows * 6 // 10
+    dispatches = rows - runs
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA synchronous = OFF")
+    chunk = 20_000
+    for start in range(0, runs, chunk):
+        n = min(chunk, runs - start)
+        t = T0
+        db.executemany(
+            "INSERT INTO invocations (id, schedule_run_id, skill, status, started_at, ended_at, "
+            "created_at, updated_at) VALUES (?, ?, 'command', 'completed', ?, ?, ?, ?)",
+            [(f"i{start + i}", f"r{start + i}", t, t, t, t) for i in range(n)],
+        )
+        db.executemany(
+            "INSERT INTO schedule_runs (id, invocation_id, trigger_context, action_kind, "
+            "action_args, status, exit_code, fired_at, ended_at, created_at, updated_at, "
+            "status_reason_code) VALUES (?, ?, '{\"scheduled\": true}', 'command', "
+            "'[\"true\"]', 'completed', 0, ?, ?, ?, ?, 'run.completed.ok')",
+            [(f"r{start + i}", f"i{start + i}", t, t, t, t) for i in range(n)],
+        )
+        db.executemany(
+            "INSERT INTO status_transitions (id, entity_type, entity_id, status, reason_code, "
+            "actor, created_at) VALUES (?, ?, ?, ?, 'x', 'scheduler', ?)",
+            [
+                (f"t{start + i}-{k}", kind, f"r{start + i}", status, t)
+                for i in range(n)
+                for k, (kind, status) in enumerate(
+                    (("schedule_run", "running"), ("schedule_run", "completed"))
+                )
+            ],
+        )
+        db.commit()
+    for start in range(0, dispatches, chunk):
+        n = min(chunk, dispatches - start)
+        db.executemany(
+            "INSERT INTO dispatch_outbox (id, kind, deliver_to, payload, status, attempt, "
+            "next_attempt_at, created_at, updated_at) VALUES (?, 'run.failed', 'ops', '{}', "
+            "'delivered', 1, ?, ?, ?)",
+            [(f"d{start + i}", T0, T0, T0) for i in range(n)],
+        )
+        db.executemany(
+            "INSERT INTO status_transitions (id, entity_type, entity_id, status, reason_code, "
+            "actor, created_at) VALUES (?, 'dispatch', ?, 'delivered', 'x', 'outbox', ?)",
+            [(f"td{start + i}", f"d{start + i}", T0) for i in range(n)],
+        )
+        db.commit()
+    db.close()
+    return runs, dispatches
+
+
+async def _probe(conn: Any, waits: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        begun = time.perf_counter()
+        await run_write_transaction(
+            conn, lambda db, at=begun: db.execute("INSERT INTO bench_probe (at) VALUES (?)", (at,))
+        )
+        waits.append(time.perf_counter() - begun)
+        await asyncio.sleep(0.01)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def pass_over(rows: int, workdir: Path) -> None:
+    path = workdir / "retention.db"
+    conn = await open_connection(path)
+    await ensure_schema(conn)
+    await conn.execute("CREATE TABLE bench_probe (at REAL)")
+    await conn.commit()
+    await conn.close()
+    began = time.perf_counter()
+    runs, dispatches = _populate(path, rows)
+    print(
+        f"populated {runs:,} runs (+ {runs:,} invocations, {2 * runs:,} transitions) and "
+        f"{dispatches:,} dispatches (+ {dispatches:,} transitions) in "
+        f"{time.perf_counter() - began:.1f} s; file {path.stat().st_size / 2**20:,.0f} MiB"
+    )
+    conn = await open_connection(path)
+    waits: list[float] = []
+    stop = asyncio.Event()
+    probe = asyncio.create_task(_probe(conn, waits, stop))
+    began = time.perf_counter()
+    report = await retention_pass(
+        conn, now=T0 + 31 * DAY, retention_days=30, runs_dir=workdir, time_budget=3600
+    )
+    elapsed = time.perf_counter() - began
+    stop.set()
+    await probe
+    await conn.close()
+    holds = [h * 1000 for h in report.holds]
+    deleted = report.runs + report.dispatches
+    print(
+        f"pass: {report.runs:,} runs + {report.dispatches:,} dispatches deleted in "
+        f"{elapsed:.1f} s ({deleted / elapsed:,.0f} rows/s), {len(holds):,} batches, done="
+        f"{report.done}"
+    )
+    print(
+        f"batch hold (ms): max {max(holds):.1f}, median {statistics.median(holds):.1f}, "
+        f"p99 {_pct(holds, 0.99):.1f}; target: never > 50 ms; met: "
+        f"{'yes' if max(holds) <= 50 else 'NO'}"
+    )
+    ms = [w * 1000 for w in waits]
+    print(
+        f"probe write during the pass (ms, {len(ms):,} writes): max {max(ms):.1f}, "
+        f"median {statistics.median(ms):.1f}, p99 {_pct(ms, 0.99):.1f}"
+    )
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for suffix in ("", "-wal"):
+        candidate = Path(f"{path}{suffix}")
+        if candidate.exists():
+            total += candidate.stat().st_size
+    return total
+
+
+async def steady(fires: int, retention_days: float, workdir: Path) -> dict[str, Any]:
+    db = workdir / f"steady-{retention_days:g}" / "state.db"
+    db.parent.mkdir(parents=True)
+    runs_dir = db.parent / "runs"
+    runs_dir.mkdir()
+    clock = ManualClock(T0)
+    settings = SchedulerSettings(
+        tick_seconds=30.0,
+        max_scheduled_concurrent=20,
+        command_allowlist=("true",),
+        reaper_interval_seconds=3600.0,
+        retention_days=retention_days,
+        child_env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )
+    engine = SchedulerEngine(db, settings=settings, clock=clock)
+    await engine.start(loop=False)
+    for i in range(20):
+        await engine.service.create(
+            {
+                "name": f"s{i}",
+                "trigger_type": "interval",
+                "interval_sec": 3600,
+                "action_kind": "command",
+                "action_command": "true",
+            }
+        )
+    fired = 0
+    log = b"x" * 4096
+    while fired < fires:
+        clock.advance(3600)
+        await engine.tick_once()
+        await engine.wait_idle()
+        rows = await engine.conn.execute_fetchall(
+            "SELECT id FROM schedule_runs WHERE fired_at > ?", (clock() - 3600,)
+        )
+        for row in rows:
+            (runs_dir / f"{row['id']}.log").write_bytes(log)  # type: ignore[index]
+        fired += len(list(rows))
+    await engine.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    left = await engine.conn.execute_fetchall("SELECT COUNT(*) AS n FROM schedule_runs")
+    pages = await engine.conn.execute_fetchall("PRAGMA page_count")
+    free = await engine.conn.execute_fetchall("PRAGMA freelist_count")
+    page_size = await engine.conn.execute_fetchall("PRAGMA page_size")
+    await engine.stop()
+    live = (list(pages)[0]["page_count"] - list(free)[0]["freelist_count"]) * list(page_size)[0][
+        "page_size"
+    ]
+    logs = sum(p.stat().st_size for p in runs_dir.iterdir())
+    return {
+        "fires": fired,
+        "runs_kept": list(left)[0]["n"],
+        "db_file": _size(db),
+        "db_live": live,
+        "runs_dir": logs,
+        "log_files": len(list(runs_dir.iterdir())),
+        "hours": (clock() - T0) / 3600,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--fires", type=int, default=2000)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="studio-retention-"))
+    try:
+        print(
+            f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
+            f"{os.cpu_count()} cores"
+        )
+        await pass_over(args.rows, workdir)
+        for days in (0.0, 1.0):
+            figures = await steady(args.fires, days, workdir)
+            label = "off (0)" if days == 0 else f"on ({days:g} day)"
+            print(
+                f"retention {label}: {figures['fires']:,} fires over {figures['hours']:.0f} h; "
+                f"runs kept {figures['runs_kept']:,}; database file "
+                f"{figures['db_file'] / 1024:,.0f} KiB (live pages "
+                f"{figures['db_live'] / 1024:,.0f} KiB); runs/ {figures['log_files']:,} files, "
+                f"{figures['runs_dir'] / 1024:,.0f} KiB"
+            )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,18 @@
+"""``GET /metrics``: Prometheus text format (behind the token unless made public)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ._observe import StudioMetrics
+
+METRICS_PATH = "/metrics"
+
+
+def install_metrics_route(app: FastAPI, metrics: StudioMetrics) -> None:
+    """Add ``GET /metrics`` serving ``metrics``' registry."""
+
+    @app.get(METRICS_PATH, include_in_schema=False)
+    def scrape() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

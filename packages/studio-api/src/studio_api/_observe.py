@@ -1,0 +1,210 @@
+"""Studio's log format and Prometheus metrics, both derived from the scheduler's events.
+
+scheduler-core emits one structured record per event on its events logger
+(``extra={"studio_event", "studio_fields"}``) and knows nothing of Prometheus; this module
+formats those records (``LIONAGI_STUDIO_LOG_FORMAT``) and turns them into counters and
+histograms with a logging handler. Gauges are read when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from studio_scheduler_core import EVENTS_LOGGER, SchedulerEngine
+
+logger = logging.getLogger("studio_api")
+
+_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_DURATION_BUCKETS = (0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200)
+_TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``ts``, ``level``, ``logger``, ``message``, and for events
+    ``event`` with its fields (ids, ``reason_code``, figures)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": round(record.created, 6),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        event = getattr(record, "studio_event", None)
+        if event is not None:
+            data["event"] = event
+            fields = getattr(record, "studio_fields", None)
+            if isinstance(fields, dict):
+                data.update(fields)
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str, separators=(",", ":"))
+
+
+class StudioMetrics:
+    """The ``/metrics`` registry of one app, fed by the scheduler's events."""
+
+    def __init__(self, db_path: Path, engine: Callable[[], SchedulerEngine | None]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.fires = Counter(
+            "studio_fires_total", "Runs that ended, by terminal status.", ["outcome"], registry=r
+        )
+        self.lag = Histogram(
+            "studio_fire_lag_seconds",
+            "Scheduled fires: seconds from the occurrence's due time to its fire.",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "studio_run_duration_seconds",
+            "Seconds from a run's start to its end.",
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.deferrals = Counter(
+            "studio_deferrals_total",
+            "Deferred occurrences, by reason code.",
+            ["reason"],
+            registry=r,
+        )
+        self.deliveries = Counter(
+            "studio_deliveries_total",
+            "Dispatch send outcomes, by outcome and transport.",
+            ["outcome", "transport"],
+            registry=r,
+        )
+        self.tick = Histogram(
+            "studio_tick_seconds",
+            "Seconds one scheduler tick took.",
+            buckets=_TICK_BUCKETS,
+            registry=r,
+        )
+        self.coalesced = Counter(
+            "studio_coalesced_slots_total",
+            "Interval slots coalesced away (passed over while late or busy), by schedule id.",
+            ["schedule"],
+            registry=r,
+        )
+        self.last_lag: float | None = None
+        self.max_lag: float | None = None
+        r.register(_ScrapeGauges(db_path, engine))
+        self.handler = _EventHandler(self)
+
+    def observe(self, event: str, fields: dict[str, Any]) -> None:
+        """Account one scheduler event."""
+        if event == "fire":
+            if fields.get("kind") in ("scheduled", "missed_fire"):
+                lag = float(fields.get("lag_seconds") or 0.0)
+                self.lag.observe(lag)
+                self.last_lag = lag
+                self.max_lag = lag if self.max_lag is None else max(self.max_lag, lag)
+        elif event == "outcome":
+            self.fires.labels(outcome=str(fields.get("status"))).inc()
+            self.duration.observe(float(fields.get("duration_seconds") or 0.0))
+        elif event == "deferral":
+            self.deferrals.labels(reason=str(fields.get("reason_code"))).inc()
+        elif event == "delivery":
+            self.deliveries.labels(
+                outcome=str(fields.get("outcome")), transport=str(fields.get("transport"))
+            ).inc(int(fields.get("count") or 0))
+        elif event == "coalesced":
+            self.coalesced.labels(schedule=str(fields.get("schedule_id"))).inc(
+                int(fields.get("count") or 0)
+            )
+        elif event == "tick":
+            self.tick.observe(float(fields.get("seconds") or 0.0))
+
+    def install(self) -> None:
+        """Listen to the scheduler's events (every level: per-tick events are DEBUG)."""
+        events = logging.getLogger(EVENTS_LOGGER)
+        if events.level == logging.NOTSET or events.level > logging.DEBUG:
+            events.setLevel(logging.DEBUG)
+        events.addHandler(self.handler)
+
+    def uninstall(self) -> None:
+        """Stop listening."""
+        logging.getLogger(EVENTS_LOGGER).removeHandler(self.handler)
+
+
+class _EventHandler(logging.Handler):
+    def __init__(self, metrics: StudioMetrics) -> None:
+        super().__init__(logging.DEBUG)
+        self._metrics = metrics
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "studio_event", None)
+        fields = getattr(record, "studio_fields", None)
+        if event is None or not isinstance(fields, dict):
+            return
+        try:
+            self._metrics.observe(str(event), fields)
+        except Exception:  # a metric must never break the scheduler
+            self.handleError(record)
+
+
+class _ScrapeGauges(Collector):
+    """Gauges read at scrape time: runs in flight, dispatch rows, github poll health age."""
+
+    def __init__(self, db_path: Path, engine: Callable[[], SchedulerEngine | None]) -> None:
+        self._db = db_path
+        self._engine = engine
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        in_flight = GaugeMetricFamily(
+            "studio_runs_in_flight", "Runs executing now, by kind.", labels=["kind"]
+        )
+        engine = self._engine()
+        if engine is not None:
+            limits = engine.limits()
+            in_flight.add_metric(["scheduled"], float(limits.get("in_flight", 0)))
+            in_flight.add_metric(["adhoc"], float(limits.get("adhoc_in_flight", 0)))
+        yield in_flight
+        rows = GaugeMetricFamily(
+            "studio_dispatch_rows", "Dispatch rows, by status.", labels=["status"]
+        )
+        age = GaugeMetricFamily(
+            "studio_github_poll_healthy_age_seconds",
+            "Seconds since each github_poll schedule's last successful poll.",
+            labels=["schedule"],
+        )
+        try:
+            by_status, polls = self._read()
+        except sqlite3.Error as exc:
+            logger.warning("metrics: reading the database failed: %s", exc)
+            by_status, polls = {}, []
+        for status, count in sorted(by_status.items()):
+            rows.add_metric([status], float(count))
+        now = time.time()
+        for schedule_id, healthy_at, created_at in polls:
+            since = healthy_at if healthy_at is not None else created_at
+            age.add_metric([schedule_id], max(0.0, now - float(since)))
+        yield rows
+        yield age
+
+    def _read(self) -> tuple[dict[str, int], list[tuple[str, float | None, float]]]:
+        db = sqlite3.connect(f"{self._db.as_uri()}?mode=ro", uri=True, timeout=1.0)
+        try:
+            counts = db.execute(
+                "SELECT status, SUM(n) FROM dispatch_outbox_counts GROUP BY status"
+            ).fetchall()
+            polls = db.execute(
+                "SELECT id, last_healthy_poll_at, created_at FROM schedules "
+                "WHERE trigger_type = 'github_poll'"
+            ).fetchall()
+        finally:
+            db.close()
+        return {str(s): int(n) for s, n in counts}, [(str(i), h, c) for i, h, c in polls]
