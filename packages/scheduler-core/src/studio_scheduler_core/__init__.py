@@ -20,6 +20,7 @@ from ._exceptions import (
     InvalidSettings,
     RunNotCancellable,
     RunNotFound,
+    ScheduleHasRunningRuns,
     ScheduleNameTaken,
     ScheduleNotFound,
     SchedulerError,
@@ -35,6 +36,7 @@ from ._notify import (
 )
 from ._observe.events import EVENTS_LOGGER
 from ._recovery.orphans import OrphanReaper
+from ._runlog import read_run_log, run_log_dir, run_log_path
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
 from ._schema import ensure_schema
@@ -62,6 +64,7 @@ __all__ = [
     "OrphanReaper",
     "RunNotCancellable",
     "RunNotFound",
+    "ScheduleHasRunningRuns",
     "ScheduleNameTaken",
     "ScheduleNotFound",
     "ScheduleService",
@@ -76,6 +79,9 @@ __all__ = [
     "notify_run",
     "notify_schedule_disabled",
     "preview_fire_times",
+    "read_run_log",
     "report_usage",
+    "run_log_dir",
+    "run_log_path",
     "storage_fault",
 ]

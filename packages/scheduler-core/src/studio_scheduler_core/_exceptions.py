@@ -8,6 +8,7 @@ SchedulerError
  ├── ScheduleNameTaken                      another schedule already has that name
  ├── RunNotFound (LookupError)              no schedule run with that id
  ├── RunNotCancellable                      cancel of a run already terminal; ``.status``
+ ├── ScheduleHasRunningRuns                 delete of a schedule with running runs (no force)
  ├── FireRefused                            a manual fire was refused; ``.reason_code`` says why
  ├── EngineLocked                           another engine holds the database's lock
  └── DatabaseUnavailable                    the database cannot be written (read-only, I/O)
@@ -65,10 +66,26 @@ class RunNotFound(SchedulerError, LookupError):
 class RunNotCancellable(SchedulerError):
     """The run cannot be cancelled: it is already terminal (``.status``)."""
 
+    reason_code = "run.cancel.terminal"
+
     def __init__(self, run_id: str, status: str) -> None:
         self.run_id = run_id
         self.status = status
         super().__init__(f"run {run_id!r} is already {status}; only queued or running runs cancel")
+
+
+class ScheduleHasRunningRuns(SchedulerError):
+    """A delete without ``force`` of a schedule that has running runs (``.run_ids``)."""
+
+    reason_code = "schedule.delete.running"
+
+    def __init__(self, schedule_id: str, run_ids: list[str]) -> None:
+        self.schedule_id = schedule_id
+        self.run_ids = run_ids
+        super().__init__(
+            f"schedule {schedule_id!r} has {len(run_ids)} running run(s) "
+            f"({', '.join(run_ids)}); cancel them or delete with force"
+        )
 
 
 class FireRefused(SchedulerError):

@@ -56,6 +56,8 @@ SCHEDULE_COLUMNS = (
     "last_healthy_poll_at",
     "poller_consecutive_401",
     "disabled_reason",
+    "timezone",
+    "timeout_sec",
     "created_at",
     "updated_at",
     "notify",

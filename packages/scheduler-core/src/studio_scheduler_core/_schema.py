@@ -193,11 +193,18 @@ ALTER TABLE schedules ADD COLUMN notify JSON;
 ALTER TABLE schedule_runs ADD COLUMN notify JSON;
 """
 
+# Per-schedule time zone (null = the server's) and deadline (null = the deadline setting).
+_V5 = """
+ALTER TABLE schedules ADD COLUMN timezone TEXT;
+ALTER TABLE schedules ADD COLUMN timeout_sec INTEGER;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
     Migration(3, "github_poll ETag column; threshold metric indexes", _V3),
     Migration(4, "notify column on schedules and schedule_runs", _V4),
+    Migration(5, "per-schedule timezone and timeout_sec", _V5),
 )
 
 

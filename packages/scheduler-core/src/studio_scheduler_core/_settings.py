@@ -34,6 +34,10 @@ class SchedulerSettings:
     github_token: str | None = None
     project_paths: Mapping[str, str] = field(default_factory=dict)
     child_env: Mapping[str, str] | None = None
+    run_log_dir: str | None = None
+    """Where run logs go (``<run_id>.log``); ``None``: ``runs/`` beside the database."""
+    run_log_bytes: int = 1024 * 1024
+    """The bound of one run log (at least 1024 bytes)."""
     retention_days: float = 30.0
     """Terminal runs and dispatches older than this many days are deleted (0: keep forever)."""
     webhook_secret: str | None = field(default=None, repr=False)
@@ -66,6 +70,9 @@ class SchedulerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidSettings(name, f"must be an integer >= 1, got {value!r}")
+        value = self.run_log_bytes
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+            raise InvalidSettings("run_log_bytes", f"must be an integer >= 1024, got {value!r}")
         # Accept any sequence (a list from JSON) but store tuples: the object stays hashable.
         object.__setattr__(self, "command_allowlist", tuple(self.command_allowlist))
         if self.notify_template is not None:

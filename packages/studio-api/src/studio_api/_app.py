@@ -26,7 +26,7 @@ from ._models import ErrorOut
 from ._observe import StudioMetrics
 from ._settings import StudioSettings
 from ._storage import StorageHealth
-from .routes import dispatch, health, runs, schedules
+from .routes import dispatch, health, run_ops, runs, schedules
 
 logger = logging.getLogger("studio_api")
 
@@ -90,6 +90,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     app.state.synchronous = settings.synchronous
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(run_ops.router)
     app.include_router(schedules.router)
     app.include_router(runs.router)
     app.include_router(dispatch.router)

@@ -6,7 +6,8 @@
   ``InvalidDispatch`` / ``InvalidArgument``.
 - 404 ``{"detail", "field"}``: ``ScheduleNotFound``, ``RunNotFound``, ``DispatchNotFound``.
 - 409 ``{"detail", "field": "name"}``: ``ScheduleNameTaken``.
-- 409 ``{"detail", "reason_code"}``: ``FireRefused``.
+- 409 ``{"detail", "reason_code"}``: ``FireRefused``, ``RunNotCancellable``,
+  ``ScheduleHasRunningRuns``.
 - 409 ``{"detail"}``: ``InvalidDispatchState``, ``AckTokenMismatch``, ``AckNotRequired``,
   any other outbox or scheduler error.
 - 503 ``{"detail"}`` with ``Retry-After``: SQLite busy or locked; a storage fault (read-only or
@@ -43,7 +44,9 @@ from studio_outbox import (
 )
 from studio_scheduler_core import (
     FireRefused,
+    RunNotCancellable,
     RunNotFound,
+    ScheduleHasRunningRuns,
     ScheduleNameTaken,
     ScheduleNotFound,
     SchedulerError,
@@ -233,6 +236,14 @@ async def _fire_refused(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(exc.message, reason_code=exc.reason_code), status_code=409)
 
 
+async def _refused_with_reason(request: Request, exc: Exception) -> JSONResponse:
+    reason = getattr(exc, "reason_code", None)
+    return JSONResponse(
+        error_body(str(exc), reason_code=reason if isinstance(reason, str) else None),
+        status_code=409,
+    )
+
+
 async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     fault = storage_fault_response(request.app, exc)  # a library error raised from one
     if fault is not None:
@@ -288,6 +299,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DispatchNotFound, _not_found)
     app.add_exception_handler(ScheduleNameTaken, _name_taken)
     app.add_exception_handler(FireRefused, _fire_refused)
+    app.add_exception_handler(RunNotCancellable, _refused_with_reason)
+    app.add_exception_handler(ScheduleHasRunningRuns, _refused_with_reason)
     app.add_exception_handler(InvalidDispatch, _invalid_dispatch)
     app.add_exception_handler(InvalidArgument, _invalid_dispatch)
     for conflict in (InvalidDispatchState, AckTokenMismatch, AckNotRequired, OutboxError):

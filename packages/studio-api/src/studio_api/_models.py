@@ -132,6 +132,8 @@ class _ScheduleFields(_ActionFields):
     threshold_config: dict[str, Any] | None = None
     notify: dict[str, Any] | None = None
     """``{"deliver_to", "on", "ack_required", "max_attempts"}``: who is told of which outcomes."""
+    timezone: str | None = None
+    timeout_sec: int | None = None
 
 
 class ScheduleCreate(_ScheduleFields):
@@ -243,6 +245,8 @@ class ScheduleOut(ResponseModel):
     last_healthy_poll_at: float | None = None
     poller_consecutive_401: int = 0
     disabled_reason: str | None = None
+    timezone: str | None = None
+    timeout_sec: int | None = None
     created_at: float
     updated_at: float
     notify: dict[str, Any] | None = None

@@ -172,6 +172,13 @@ class StudioSettings(BaseSettings):
     child_env_pass: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), validation_alias="LIONAGI_SCHEDULER_CHILD_ENV_PASS"
     )
+    run_log_dir: Path | None = Field(default=None, validation_alias="LIONAGI_STUDIO_RUN_LOG_DIR")
+    run_log_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        le=1024**3,
+        validation_alias="LIONAGI_STUDIO_RUN_LOG_BYTES",
+    )
     retention_days: float = Field(
         default=30.0,
         ge=0,
@@ -431,6 +438,8 @@ class StudioSettings(BaseSettings):
                 self.github_token.get_secret_value() if self.github_token is not None else None
             ),
             child_env=self.child_environment(),
+            run_log_dir=None if self.run_log_dir is None else str(self.run_log_dir),
+            run_log_bytes=self.run_log_bytes,
             retention_days=self.retention_days,
             webhook_secret=(
                 self.webhook_secret.get_secret_value() if self.webhook_secret is not None else None

@@ -14,6 +14,7 @@ down the way a signal would (the lifespan stops the engine) and waits for it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -77,6 +78,23 @@ class StudioServer:
         port = self._server.servers[0].sockets[0].getsockname()[1]
         self.base_url = f"http://{self.settings.host}:{port}"
         return self.base_url
+
+    def task_names(self, timeout: float = 5.0) -> list[str]:
+        """What the asyncio tasks alive in the server's loop run now (coroutine names, sorted;
+        the asking task left out), for leak checks."""
+
+        async def names() -> list[str]:
+            me = asyncio.current_task()
+            return sorted(
+                getattr(task.get_coro(), "__qualname__", task.get_name())
+                for task in asyncio.all_tasks()
+                if task is not me
+            )
+
+        loop = self._server.servers[0].sockets and self._server.servers[0].get_loop()
+        if not loop:
+            raise RuntimeError("the server is not serving")
+        return asyncio.run_coroutine_threadsafe(names(), loop).result(timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Shut down (lifespan teardown stops the engine) and wait for the thread."""

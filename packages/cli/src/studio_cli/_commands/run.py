@@ -38,6 +38,7 @@ from ._common import (
     offset_option,
 )
 from ._notify_flags import NOTIFY_OPTIONS, new_notify
+from .run_ops import log_file, log_tail, print_failure
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -157,6 +158,7 @@ def _enqueue(data: dict[str, Any], opts: dict[str, Any]) -> None:
     if opts.get("as_json"):
         emit_json(run)
     if opts.get("wait") and run["status"] != "completed":
+        print_failure(run, log_tail(log_file(db_path, str(run["id"]))))
         raise CliError(f"run {run['id']} ended {run['status']} ({_ending(run)})")
     if opts.get("as_json"):
         return
@@ -321,16 +323,22 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
 @db_option
 @json_option
 def cancel(run_id: str, db: str | None, as_json: bool) -> None:
-    """Cancel a queued or running ad-hoc run (a running one's process group is terminated)."""
+    """Cancel a queued or running run: ad-hoc, scheduled or follow-up (a running one's process
+    group and descendants are terminated)."""
     db_path = resolve_db_path(db, existing=True)
 
     async def _cancel() -> tuple[str, dict[str, Any]]:
-        from studio_scheduler_core import AdhocRunService, SchedulerSettings
+        from studio_scheduler_core import AdhocRunService, RunNotFound, SchedulerSettings
+        from studio_state import fetch_one
 
         async with open_db(db_path) as conn:
             service = AdhocRunService(conn, settings=SchedulerSettings())
-            before = (await service.get(run_id))["status"]
-            return str(before), await service.cancel(run_id)
+            found = await fetch_one(
+                conn, "SELECT status FROM schedule_runs WHERE id = ?", (run_id,)
+            )
+            if found is None:
+                raise RunNotFound(run_id)
+            return str(found["status"]), await service.cancel(run_id)
 
     before, row = run_async(_cancel)
     if as_json:

@@ -30,6 +30,7 @@ from ._common import (
     schedule_rows,
     show_schedule_result,
 )
+from .run_ops import cancel, cancel_runs, logs
 from .schedule_edit import create, update
 from .trigger import trigger
 
@@ -45,6 +46,8 @@ def schedule_group() -> None:
 schedule_group.add_command(create)
 schedule_group.add_command(update)
 schedule_group.add_command(trigger)
+schedule_group.add_command(logs)
+schedule_group.add_command(cancel)
 
 
 @schedule_group.command("list")
@@ -147,20 +150,29 @@ def disable(schedule: str, reason: str | None, db: str | None, as_json: bool) ->
 @schedule_group.command("delete")
 @click.argument("schedule")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--force", is_flag=True, help="Cancel its running runs first (else refused).")
 @db_option
 @json_option
-def delete(schedule: str, yes: bool, db: str | None, as_json: bool) -> None:
-    """Delete SCHEDULE and its run history."""
+def delete(schedule: str, yes: bool, force: bool, db: str | None, as_json: bool) -> None:
+    """Delete SCHEDULE and its run history (refused while a run runs, unless --force)."""
     db_path = resolve_db_path(db, existing=True)
+
+    async def _resolve() -> tuple[dict[str, Any], list[str]]:
+        async with open_service(db_path, validating=False) as service:
+            row = await service.resolve(schedule)
+            return row, await service.running_run_ids(row["id"])
+
+    row, running = run_async(_resolve)
+    confirm_or_abort(f"delete schedule {row['id']} ({row['name']}) and its runs", yes)
+    if running and force:
+        cancel_runs(db_path, running)
 
     async def _delete() -> dict[str, Any]:
         async with open_service(db_path, validating=False) as service:
-            row = await service.resolve(schedule)
-            confirm_or_abort(f"delete schedule {row['id']} ({row['name']}) and its runs", yes)
-            await service.delete(row["id"])
+            await service.delete(row["id"], refuse_running=True)
             return row
 
-    row = run_async(_delete)
+    run_async(_delete)
     if as_json:
         emit_json({"deleted": True, "id": row["id"], "name": row["name"]})
     else:
@@ -257,13 +269,40 @@ def preview(
                 return row, await service.preview(row["id"], count)
 
         row, times = run_async(_preview)
-        zone = scheduler_settings().timezone
+        zone = row.get("timezone") or scheduler_settings().timezone
+        served = _server_preview(str(row["id"]), count)
+        if served is not None:
+            times, zone = served
         subject = {"schedule_id": row["id"], "name": row["name"]}
     if as_json:
         emit_json({**subject, "timezone": zone, "fire_times": times})
         return
     rows = [[str(i), str(t.get("utc")), str(t.get("local"))] for i, t in enumerate(times, 1)]
     print_rows(("#", "UTC", f"LOCAL ({zone})"), rows, empty="no upcoming fire times")
+
+
+def _server_preview(schedule_id: str, count: int) -> tuple[list[dict[str, Any]], str] | None:
+    """The running server's preview of the schedule, or ``None`` (no server, or not its)."""
+    import httpx
+
+    from .._context import auth_token, resolve_server
+
+    url, _source = resolve_server(None)
+    token = auth_token()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        answer = httpx.get(
+            f"{url}/api/schedules/{schedule_id}/preview",
+            params={"n": count},
+            headers=headers,
+            timeout=2.0,
+        )
+    except httpx.HTTPError:
+        return None
+    if answer.status_code != 200:
+        return None
+    body = answer.json()
+    return list(body["fire_times"]), str(body["timezone"])
 
 
 def _preview_cron(cron: str, tz: str | None, count: int) -> tuple[list[dict[str, Any]], str]:

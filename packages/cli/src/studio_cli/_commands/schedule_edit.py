@@ -46,6 +46,8 @@ CLEARABLE: dict[str, tuple[str, Any]] = {
     "budget-tokens": ("budget_tokens", None),
     "schedule-project": ("project", None),
     "notify": ("notify", None),
+    "timezone": ("timezone", None),
+    "timeout": ("timeout_sec", None),
 }
 
 _FIELD_OPTIONS: list[Callable[[F], F]] = [
@@ -98,6 +100,14 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
     click.option("--once", is_flag=True, help="Run once (--max-runs 1)."),
     click.option("--budget-usd", type=float, help="Cumulative cost budget in USD."),
     click.option("--budget-tokens", type=int, help="Cumulative token budget."),
+    click.option(
+        "--timezone",
+        metavar="ZONE",
+        help="IANA zone of the cron expression (default the server's), e.g. Europe/Berlin.",
+    ),
+    duration_option(
+        "--timeout", help="Deadline of each run: seconds, or 30s/15m/6h/2d (at most 7 days)."
+    ),
     click.option(
         "--schedule-project",
         metavar="NAME",
@@ -168,6 +178,8 @@ def _field_values(opts: dict[str, Any]) -> dict[str, Any]:
         "budget_usd": opts["budget_usd"],
         "budget_tokens": opts["budget_tokens"],
         "project": opts["schedule_project"],
+        "timezone": opts["timezone"],
+        "timeout_sec": opts["timeout"],
     }
     data.update({key: value for key, value in simple.items() if value is not None})
     if opts["cwd"] is not None:

@@ -17,6 +17,7 @@ from .._errors import CliError, one_line
 from .._output import console, emit_json, fmt_duration, note, say
 from .._types import duration_option
 from ._common import TERMINAL_RUN_STATUSES, json_option
+from .run_ops import FAILURE_TAIL_BYTES, print_failure
 
 if TYPE_CHECKING:
     import httpx
@@ -152,6 +153,17 @@ def _get_run(server: _Server, run_id: str) -> dict[str, Any] | None:
     return run
 
 
+def _log_tail(server: _Server, run_id: str) -> str:
+    """The last bytes of the run's log, from the server ("" when it has none to give)."""
+    try:
+        response = server.request(
+            "GET", f"/api/schedules/runs/{run_id}/log", params={"tail": FAILURE_TAIL_BYTES}
+        )
+    except CliError:
+        return ""
+    return response.text if response.status_code == 200 else ""
+
+
 def _wait(server: _Server, run_id: str, timeout: int | None) -> dict[str, Any]:
     """Poll the run until terminal, with a live status line on stderr."""
     started = time.monotonic()
@@ -224,6 +236,7 @@ def trigger(schedule: str, wait: bool, timeout: int | None, url: str | None, as_
         if not as_json:
             say(f"Triggered schedule {row['id']} ({row.get('name')}): run {run_id}")
         run = _wait(server, run_id, timeout)
+        tail = "" if run.get("status") == "completed" else _log_tail(server, run_id)
     finally:
         server.close()
     status = str(run.get("status"))
@@ -234,6 +247,7 @@ def trigger(schedule: str, wait: bool, timeout: int | None, url: str | None, as_
         took = fmt_duration(run.get("fired_at"), run.get("ended_at"))
         say(f"Run {run_id} {status} (exit {'-' if exit_code is None else exit_code}) in {took}")
     if status != "completed":
+        print_failure(run, tail)
         reason = run.get("status_reason_code") or run.get("status_reason_summary")
         detail = f" [{reason}]" if reason else ""
         raise CliError(f"run {run_id} ended {status}{detail}")

@@ -43,6 +43,7 @@ from .._schedules.validation import CREATE_FIELDS, normalize
 from .._settings import SchedulerSettings
 
 if TYPE_CHECKING:
+    from .._fire.runner import FireRunner
     from .worker import AdhocWorker
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -121,12 +122,14 @@ class AdhocRunService:
         clock: Clock = time.time,
         on_change: Callable[[], None] | None = None,
         worker: AdhocWorker | None = None,
+        runner: FireRunner | None = None,
     ) -> None:
         self._conn = conn
         self._settings = settings
         self._clock = clock
         self._on_change = on_change
         self._worker = worker
+        self._runner = runner
 
     def _changed(self) -> None:
         if self._on_change is not None:
@@ -212,15 +215,18 @@ class AdhocRunService:
         )
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
-        """Cancel a queued or running ad-hoc run; return the run (now ``cancelled``).
+        """Cancel a queued or running run of any kind; return the run (now ``cancelled``).
 
-        A running run's child process group is terminated before this returns when this
-        process can reach it (the in-process worker, or the recorded pid + start time).
+        Ad-hoc, scheduled and follow-up runs alike: a running run's child process group (and
+        every descendant) is terminated before this returns when this process can reach it
+        (the in-process worker or fire runner, or the recorded pid + start time).
         Raises :class:`RunNotFound`, or :class:`RunNotCancellable` for a terminal run.
         """
         now = self._clock()
         async with write_transaction(self._conn):
-            row = await self._row(run_id)
+            row = await fetch_one(self._conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+            if row is None:
+                raise RunNotFound(run_id)
             status = row["status"]
             if status not in ("queued", "running"):
                 raise RunNotCancellable(run_id, status)
@@ -231,7 +237,7 @@ class AdhocRunService:
                 "status_reason_summary": summary,
             }
             guards = {}
-            if status == "running":
+            if status == "running" and row["leased_by"] is not None:
                 guards = {"leased_by": row["leased_by"], "lease_attempts": row["lease_attempts"]}
             moved = await transition(
                 self._conn,
@@ -268,10 +274,14 @@ class AdhocRunService:
         if status == "running":
             await self._stop_child(row)
         self._changed()
-        return await self.get(run_id)
+        done = await fetch_one(self._conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+        assert done is not None
+        return decode_run(done)
 
     async def _stop_child(self, row: Mapping[str, Any]) -> None:
         if self._worker is not None and await self._worker.revoke(str(row["id"])):
+            return
+        if self._runner is not None and await self._runner.revoke(str(row["id"])):
             return
         pid, started = row.get("child_pid"), row.get("child_started_at")
         if not pid or started is None or not is_same_process(int(pid), float(started)):

@@ -112,7 +112,12 @@ class SchedulerEngine:
         stops a run the engine's worker executes at once)."""
         worker = self._worker if isinstance(self._worker, AdhocWorker) else None
         return AdhocRunService(
-            self.conn, settings=self.settings, clock=self.clock, on_change=self.wake, worker=worker
+            self.conn,
+            settings=self.settings,
+            clock=self.clock,
+            on_change=self.wake,
+            worker=worker,
+            runner=None if self._run is None else self._run.runner,
         )
 
     # -- lifecycle --------------------------------------------------------------------------

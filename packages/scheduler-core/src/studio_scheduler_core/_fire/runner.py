@@ -45,6 +45,8 @@ class FireRunner:
         self._wake = wake
         self._tasks: set[asyncio.Task[None]] = set()
         self._open: dict[str, Prepared] = {}
+        self._executing: dict[str, asyncio.Task[None]] = {}
+        """run id → the chain task whose child runs it now (for an operator's cancel)."""
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The fire tasks still tracked."""
@@ -81,6 +83,19 @@ class FireRunner:
                 )
         self._open.clear()
 
+    async def revoke(self, run_id: str) -> bool:
+        """Stop the child of a run this runner executes (its row is already terminal).
+
+        Cancels the run's chain task (the launcher sends SIGTERM to the group, waits 5 s, then
+        SIGKILL, descendants too) and awaits it; returns whether this runner executed the run.
+        """
+        task = self._executing.get(run_id)
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return True
+
     async def _run(self, fire: Prepared, reservation: Reservation | None) -> None:
         try:
             await self._chain(fire, reservation)
@@ -103,11 +118,15 @@ class FireRunner:
                     release()
                 outcome = Outcome("failed", current.setup_error[0], None, True)
             else:
+                task = asyncio.current_task()
+                if task is not None:
+                    self._executing[current.run_id] = task
                 started = self._env.clock()
                 try:
                     outcome = await execute(self._env, current, on_commit=release)
                 finally:
                     self._open.pop(current.run_id, None)
+                    self._executing.pop(current.run_id, None)
                 if outcome.applied:
                     outcome_event(current, outcome, self._env.clock() - started)
             if outcome.applied:

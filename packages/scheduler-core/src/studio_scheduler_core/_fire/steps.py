@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from studio_state import Clock, Transition, new_id, write_transaction
 
 from .._dbfile import StorageHealth
 from .._notify import notify_run
+from .._runlog import run_log_path
 from .._settings import SchedulerSettings
 from .._terminal import StatusChange, apply, clip
 from .occurrence import ScheduleClaim, commit_fire
@@ -403,15 +405,34 @@ async def _finish_once(
     return run_won
 
 
+async def _ended(env: FireEnv, run_id: str) -> bool:
+    cursor = await env.conn.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,))
+    row = await cursor.fetchone()
+    await cursor.close()
+    return row is not None and row[0] != "running"
+
+
 async def _record_child(env: FireEnv, fire: Prepared, pid: int) -> None:
     started = process_start_time(pid)
     env.live[fire.run_id] = (pid, started)
     async with write_transaction(env.conn):
-        await env.conn.execute(
+        cursor = await env.conn.execute(
             "UPDATE schedule_runs SET child_pid = ?, child_started_at = ? "
             "WHERE id = ? AND status = 'running'",
             (pid, started, fire.run_id),
         )
+    if cursor.rowcount == 0 and await _ended(env, fire.run_id):
+        # Cancelled (by another process) before its child was recorded: stop the child now;
+        # the launcher then ends whatever it left behind.
+        logger.info("run %s ended before its child %d was recorded: stopping it", fire.run_id, pid)
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGTERM)
+
+
+def run_deadline(schedule: Mapping[str, Any], settings: SchedulerSettings) -> float:
+    """The schedule's own ``timeout_sec``, else the invocation deadline setting."""
+    own = schedule.get("timeout_sec")
+    return float(own) if own else settings.invocation_deadline_seconds
 
 
 async def execute(
@@ -429,8 +450,11 @@ async def execute(
                 tmp_path=fire.tmp_path,
                 cwd=fire.cwd,
                 env=env.child_env(fire.invocation_id),
-                deadline_seconds=settings.invocation_deadline_seconds,
+                deadline_seconds=run_deadline(fire.schedule, settings),
                 on_spawn=lambda pid: _record_child(env, fire, pid),
+                kill_descendants=True,
+                log_path=run_log_path(env.db_path, settings, fire.run_id),
+                log_bytes=settings.run_log_bytes,
             )
             fire.tmp_path = None
             if exit_code == 0:

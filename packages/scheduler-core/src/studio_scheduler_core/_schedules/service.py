@@ -6,6 +6,7 @@ except through ``on_change`` (the engine's ``wake``).
 
 from __future__ import annotations
 
+import builtins
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -23,10 +24,16 @@ from studio_state import (
     write_transaction,
 )
 
-from .._exceptions import RunNotFound, ScheduleNameTaken, ScheduleNotFound, ScheduleValidationError
+from .._exceptions import (
+    RunNotFound,
+    ScheduleHasRunningRuns,
+    ScheduleNameTaken,
+    ScheduleNotFound,
+    ScheduleValidationError,
+)
 from .._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
 from .._settings import SchedulerSettings
-from .._triggers.cadence import first_fire_at, preview_times
+from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
 from .._usage import schedule_spend
 from .store import fired_run_count, load_schedule, page_runs, set_enabled
 from .validation import CREATE_FIELDS, check_disable_reason, normalize
@@ -34,7 +41,9 @@ from .validation import CREATE_FIELDS, check_disable_reason, normalize
 Rows = list[dict[str, Any]]
 """A list of decoded rows (an alias: the class below has a method named ``list``)."""
 
-_CADENCE_FIELDS = frozenset({"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec"})
+_CADENCE_FIELDS = frozenset(
+    {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone"}
+)
 
 
 class ScheduleService:
@@ -270,11 +279,29 @@ class ScheduleService:
             )
         return await self.get(schedule_id)
 
-    async def delete(self, schedule_id: str) -> None:
-        """Delete the schedule and its runs (their invocations and sessions stay)."""
+    async def running_run_ids(self, schedule_id: str) -> builtins.list[str]:
+        """Ids of the schedule's runs (follow-ups included) that are ``running`` now."""
+        rows = await fetch_all(
+            self._conn,
+            "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'running' "
+            "ORDER BY fired_at",
+            (schedule_id,),
+        )
+        return [str(row["id"]) for row in rows]
+
+    async def delete(self, schedule_id: str, *, refuse_running: bool = False) -> None:
+        """Delete the schedule and its runs (their invocations and sessions stay).
+
+        With ``refuse_running`` a schedule that has running runs is kept and
+        :class:`ScheduleHasRunningRuns` raised (cancel them first, then delete).
+        """
         now = self._clock()
         async with write_transaction(self._conn):
             schedule = await self.get(schedule_id)
+            if refuse_running:
+                running = await self.running_run_ids(schedule_id)
+                if running:
+                    raise ScheduleHasRunningRuns(schedule_id, running)
             await self._conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
             await record_transition(
                 self._conn,
@@ -322,14 +349,15 @@ class ScheduleService:
         return run
 
     async def preview(self, schedule_id: str, n: int = 5) -> Rows:
-        """The schedule's next ``n`` fire times (UTC and settings.timezone)."""
+        """The schedule's next ``n`` fire times (UTC and the schedule's zone)."""
         schedule = await self.get(schedule_id)
+        zone = schedule_zone(schedule, self._settings.timezone)
         return preview_times(
             trigger_type=schedule["trigger_type"],
             cron_expr=schedule.get("cron_expr"),
             interval_sec=schedule.get("interval_sec"),
             poll_interval_sec=schedule.get("poll_interval_sec"),
-            timezone=self._settings.timezone,
+            timezone=zone,
             start=self._clock(),
             n=n,
             first=schedule.get("next_fire_at"),

@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
+from zoneinfo import ZoneInfoNotFoundError
 
 import yaml
 
@@ -21,8 +22,11 @@ from .._notify import check_notify
 from .._schema import ACTION_KINDS, TRIGGER_TYPES
 from .._settings import SchedulerSettings
 from .._triggers.cadence import MAX_INTERVAL_SEC
-from .._triggers.cron import CronError, check_expression, next_after
+from .._triggers.cron import CronError, check_expression, next_after, zone
 from .followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS, apply_overlay, unusable_keys
+
+MAX_TIMEOUT_SEC = 7 * 86400
+"""The bound of a schedule's ``timeout_sec`` (7 days)."""
 
 CREATE_FIELDS = (
     "name",
@@ -55,6 +59,8 @@ CREATE_FIELDS = (
     "threshold_config",
     "enabled",
     "notify",
+    "timezone",
+    "timeout_sec",
 )
 NOT_NULL_FIELDS = frozenset(
     {"name", "trigger_type", "action_kind", "missed_fire_policy", "overlap_policy", "enabled"}
@@ -283,7 +289,23 @@ def _check_trigger(row: dict[str, Any], *, timezone: str, now: float) -> None:
     row["threshold_config"] = check_threshold(row.get("threshold_config"))
 
 
+def check_timezone(value: Any) -> str | None:
+    """An IANA zone name (``None``: the server's zone); refusals name ``timezone``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _err("timezone", f"must be an IANA time zone name, got {value!r}")
+    name = value.strip()
+    try:
+        zone(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise _err("timezone", f"unknown time zone {name!r}") from None
+    return name
+
+
 def _check_limits(row: dict[str, Any]) -> None:
+    if row.get("timeout_sec") is not None:
+        row["timeout_sec"] = _positive_int("timeout_sec", row["timeout_sec"], MAX_TIMEOUT_SEC)
     for field in ("max_runs", "budget_tokens"):
         if row.get(field) is not None:
             row[field] = _positive_int(field, row[field], MAX_COUNT)
@@ -419,7 +441,8 @@ def normalize(
     row["name"] = check_name(row.get("name"))
     _check_types(row)
     _check_enums(row)
-    _check_trigger(row, timezone=settings.timezone, now=now)
+    row["timezone"] = check_timezone(row.get("timezone"))
+    _check_trigger(row, timezone=row["timezone"] or settings.timezone, now=now)
     _check_limits(row)
     if row.get("project") is not None and not row["project"].strip():
         raise _err("project", "must not be blank")

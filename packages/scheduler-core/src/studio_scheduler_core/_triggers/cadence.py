@@ -46,20 +46,20 @@ async def rearm(conn: aiosqlite.Connection, *, now: float, timezone: str) -> int
     """
     rows = await fetch_all(
         conn,
-        "SELECT id, trigger_type, cron_expr, interval_sec, poll_interval_sec, next_fire_at "
-        "FROM schedules WHERE enabled = 1 AND (next_fire_at IS NULL OR "
+        "SELECT id, trigger_type, cron_expr, interval_sec, poll_interval_sec, next_fire_at, "
+        "timezone FROM schedules WHERE enabled = 1 AND (next_fire_at IS NULL OR "
         "(trigger_type = 'cron' AND next_fire_at > ?))",
         (now,),
     )
-    cache: dict[str, float | None] = {}
+    cache: dict[tuple[str, str], float | None] = {}
     updates: list[tuple[Any, ...]] = []
     for row in rows:
         try:
             if row["trigger_type"] == "cron":
-                expr = str(row["cron_expr"])
-                if expr not in cache:
-                    cache[expr] = next_after(expr, timezone, now)
-                value = cache[expr]
+                key = (str(row["cron_expr"]), row["timezone"] or timezone)
+                if key not in cache:
+                    cache[key] = next_after(key[0], key[1], now)
+                value = cache[key]
             else:
                 value = first_fire_at(row, now=now, timezone=timezone)
         except (CronError, ValueError, TypeError, KeyError):
@@ -84,11 +84,17 @@ def poll_interval(schedule: Mapping[str, Any]) -> int:
     return int(value) if value else DEFAULT_POLL_INTERVAL_SEC
 
 
+def schedule_zone(schedule: Mapping[str, Any], default: str) -> str:
+    """The zone a schedule's cron is evaluated in: its own ``timezone``, else ``default``."""
+    own = schedule.get("timezone")
+    return str(own) if own else default
+
+
 def first_fire_at(schedule: Mapping[str, Any], *, now: float, timezone: str) -> float | None:
     """``next_fire_at`` of a schedule armed at ``now`` (creation, enable, trigger change)."""
     trigger = schedule.get("trigger_type")
     if trigger == "cron":
-        return next_after(str(schedule["cron_expr"]), timezone, now)
+        return next_after(str(schedule["cron_expr"]), schedule_zone(schedule, timezone), now)
     if trigger == "interval":
         return now + int(schedule["interval_sec"])
     if trigger == "github_poll":
@@ -106,7 +112,7 @@ def advance(
     trigger = schedule.get("trigger_type")
     ref = now if due is None else max(now, due)
     if trigger == "cron":
-        return next_after(str(schedule["cron_expr"]), timezone, ref)
+        return next_after(str(schedule["cron_expr"]), schedule_zone(schedule, timezone), ref)
     if trigger == "interval":
         interval = int(schedule["interval_sec"])
         return interval_next(now if due is None else due, interval, ref)

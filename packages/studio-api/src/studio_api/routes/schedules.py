@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
+
+from studio_scheduler_core import RunNotCancellable, RunNotFound
 
 from .._deps import EngineDep, ServiceDep, SettingsDep, responses
 from .._models import (
@@ -86,11 +89,24 @@ async def update_schedule(
     return ScheduleOut.of(row)
 
 
-@router.delete("/{schedule_id}", response_model=ScheduleOut, responses=responses(404))
-async def delete_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
-    """Delete a schedule and its runs; answers the schedule as it was."""
+@router.delete("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
+async def delete_schedule(
+    engine: EngineDep,
+    service: ServiceDep,
+    schedule_id: str,
+    force: Annotated[bool, Query(description="Cancel its running runs first")] = False,
+) -> ScheduleOut:
+    """Delete a schedule and its runs; answers the schedule as it was.
+
+    409 (``schedule.delete.running``) while it has running runs, unless ``force=true``:
+    then those runs are cancelled (``run.cancelled.operator``) and the schedule deleted.
+    """
     row = await service.get(schedule_id)
-    await service.delete(schedule_id)
+    if force:
+        for run_id in await service.running_run_ids(schedule_id):
+            with contextlib.suppress(RunNotCancellable, RunNotFound):
+                await engine.runs.cancel(run_id)
+    await service.delete(schedule_id, refuse_running=True)
     return ScheduleOut.of(row)
 
 
@@ -145,9 +161,10 @@ async def preview(
     n: Annotated[int, Query(ge=1, le=100, description="How many fire times")] = 5,
 ) -> PreviewOut:
     """The next ``n`` fire times, in UTC and in the scheduler's time zone."""
+    schedule = await service.get(schedule_id)
     times = await service.preview(schedule_id, n)
     return PreviewOut(
         schedule_id=schedule_id,
-        timezone=settings.timezone,
+        timezone=schedule.get("timezone") or settings.timezone,
         fire_times=[FireTime.of(t) for t in times],
     )
