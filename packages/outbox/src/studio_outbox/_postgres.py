@@ -184,9 +184,7 @@ async def _migrate(
     async with conn.transaction(), conn.cursor() as cursor:
         await cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         await cursor.execute(_MIGRATIONS_TABLE)
-        await cursor.execute(
-            "SELECT version FROM schema_migrations WHERE package = %s", (package,)
-        )
+        await cursor.execute("SELECT version FROM schema_migrations WHERE package = %s", (package,))
         versions = {row[0] for row in await cursor.fetchall()}
         if max(versions, default=0) > code_version:
             raise studio_state.SchemaTooNew(package, max(versions), code_version)

@@ -51,8 +51,16 @@ class PostgresCluster:
         """Stop the server (fast shutdown) and remove its directory."""
         try:
             subprocess.run(
-                [*self.run_as, str(self.bindir / "pg_ctl"), "stop", "-D", str(self.data), "-m",
-                 "fast", "-w"],
+                [
+                    *self.run_as,
+                    str(self.bindir / "pg_ctl"),
+                    "stop",
+                    "-D",
+                    str(self.data),
+                    "-m",
+                    "fast",
+                    "-w",
+                ],
                 check=False,
                 capture_output=True,
                 timeout=60,
@@ -115,8 +123,20 @@ def start_cluster(base: Path | None = None) -> PostgresCluster:
     data = directory / "data"
     try:
         _check(
-            [*run_as, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-             "-E", "UTF8", "--no-sync", "--no-instructions"],
+            [
+                *run_as,
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--no-instructions",
+            ],
             "initdb",
         )
         for _ in range(5):
@@ -126,8 +146,20 @@ def start_cluster(base: Path | None = None) -> PostgresCluster:
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50"
             )
             started = subprocess.run(
-                [*run_as, str(bindir / "pg_ctl"), "start", "-D", str(data), "-w", "-t", "60",
-                 "-l", str(directory / "server.log"), "-o", options],
+                [
+                    *run_as,
+                    str(bindir / "pg_ctl"),
+                    "start",
+                    "-D",
+                    str(data),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-l",
+                    str(directory / "server.log"),
+                    "-o",
+                    options,
+                ],
                 capture_output=True,
                 text=True,
                 timeout=90,
