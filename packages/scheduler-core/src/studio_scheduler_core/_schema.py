@@ -187,10 +187,21 @@ CREATE INDEX IF NOT EXISTS idx_sessions_time
 CREATE INDEX IF NOT EXISTS idx_invocations_started ON invocations(started_at);
 """
 
+# Indexes for every ORDER BY a list page uses, so a page costs the same whatever the history:
+# a schedule's runs page (newest first; status trails the key so a status filter and the count
+# read the index alone) and GET /api/schedules (creation order; the index carries the rowid).
+_V4_PAGES = """
+DROP INDEX IF EXISTS idx_schedule_runs_schedule;
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_schedule_page
+  ON schedule_runs(schedule_id, fired_at DESC, created_at DESC, status);
+CREATE INDEX IF NOT EXISTS idx_schedules_created ON schedules(created_at);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
     Migration(3, "github_poll ETag column; threshold metric indexes", _V3),
+    Migration(4, "indexes for the runs page and the schedules page order", _V4_PAGES),
 )
 
 
