@@ -393,7 +393,8 @@ async def test_schema_has_the_hot_path_indexes(conn) -> None:
     }
     assert {
         "idx_schedules_due",
-        "idx_schedule_runs_schedule",
+        "idx_schedule_runs_schedule_page",
+        "idx_schedules_created",
         "idx_schedule_runs_running",
         "idx_schedule_runs_chain_parent",
         "idx_sessions_invocation",

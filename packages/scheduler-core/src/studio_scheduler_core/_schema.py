@@ -199,12 +199,23 @@ ALTER TABLE schedules ADD COLUMN timezone TEXT;
 ALTER TABLE schedules ADD COLUMN timeout_sec INTEGER;
 """
 
+# Indexes for every ORDER BY a list page uses, so a page costs the same whatever the history:
+# a schedule's runs page (newest first; status trails the key so a status filter and the count
+# read the index alone) and GET /api/schedules (creation order; the index carries the rowid).
+_V6_PAGES = """
+DROP INDEX IF EXISTS idx_schedule_runs_schedule;
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_schedule_page
+  ON schedule_runs(schedule_id, fired_at DESC, created_at DESC, status);
+CREATE INDEX IF NOT EXISTS idx_schedules_created ON schedules(created_at);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
     Migration(3, "github_poll ETag column; threshold metric indexes", _V3),
     Migration(4, "notify column on schedules and schedule_runs", _V4),
     Migration(5, "per-schedule timezone and timeout_sec", _V5),
+    Migration(6, "indexes for the runs page and the schedules page order", _V6_PAGES),
 )
 
 
