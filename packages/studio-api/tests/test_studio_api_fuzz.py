@@ -111,6 +111,7 @@ OPERATIONS = [
     ("GET", "/api/runs/{run_id}"),
     ("DELETE", "/api/runs/{run_id}"),
     ("POST", "/api/runs/{run_id}/cancel"),
+    ("POST", "/api/dispatch"),
     ("GET", "/api/dispatch"),
     ("GET", "/api/dispatch/{dispatch_id}"),
     ("DELETE", "/api/dispatch/{dispatch_id}"),
