@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from studio_scheduler_core import SchedulerEngine, ensure_schema, storage_fault
-from studio_state import connect, fetch_one
+from studio_state import connect
 
 
 @pytest.fixture
@@ -53,10 +53,14 @@ def _fill(directory: Path) -> Path:
     return path
 
 
-async def _run(conn: Any, run_id: str) -> dict[str, Any]:
-    row = await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+def _committed(db: Path, run_id: str) -> dict[str, Any]:
+    """The run's committed row, read on a connection of its own: the engine's connection
+    would also show its own open (maybe about to fail) terminal transaction."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        conn.row_factory = sqlite3.Row
+        row = conn.execute("SELECT * FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
     assert row is not None
-    return row
+    return dict(row)
 
 
 async def test_storage_fault_names_real_faults_and_nothing_else(tmpfs: Path) -> None:
@@ -112,7 +116,7 @@ async def test_a_terminal_write_on_a_full_disk_is_retried_until_it_lands(
         await engine.tick_once()
 
         async def started() -> bool:
-            return (await _run(engine.conn, run["id"]))["child_pid"] is not None
+            return _committed(tmpfs / "state.db", run["id"])["child_pid"] is not None
 
         await h.eventually(started)
         assert engine.health()["database_error"] is None
@@ -125,17 +129,21 @@ async def test_a_terminal_write_on_a_full_disk_is_retried_until_it_lands(
         await h.eventually(reported)
         health = engine.health()
         assert health["status"] == "degraded"
-        assert (await _run(engine.conn, run["id"]))["status"] == "running"
+        assert _committed(tmpfs / "state.db", run["id"])["status"] == "running"
         assert await engine.tick_once() == {"database": "disk full"}
         filler.unlink()
 
         async def landed() -> bool:
-            return (await _run(engine.conn, run["id"]))["status"] != "running"
+            return _committed(tmpfs / "state.db", run["id"])["status"] != "running"
 
         await h.eventually(landed, timeout=20)
-        done = await _run(engine.conn, run["id"])
+        done = _committed(tmpfs / "state.db", run["id"])
         assert (done["status"], done["exit_code"]) == ("completed", 0)
-        assert engine.health()["database_error"] is None
+
+        async def cleared() -> bool:
+            return engine.health()["database_error"] is None
+
+        await h.eventually(cleared)
         await engine.tick_once()
         assert engine.health()["last_tick_error"] is None
     finally:
