@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import time
+import zoneinfo
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -11,7 +13,7 @@ from fastapi.responses import Response
 
 from . import _queries
 from ._internal import ApiAnswer, call_api, has_route
-from ._render import PAGE_SIZE, page_links, render, signer_of, to_login, visitor
+from ._render import PAGE_SIZE, Visitor, page_links, render, signer_of, to_login, visitor
 
 router = APIRouter(include_in_schema=False)
 
@@ -26,6 +28,12 @@ async def api_get(request: Request, path: str, **query: Any) -> ApiAnswer:
     params = {k: v for k, v in query.items() if v not in (None, "")}
     target = path + (f"?{urlencode(params)}" if params else "")
     return await call_api(request.app, "GET", target, token=signer_of(request).token)
+
+
+@functools.cache
+def zone_names() -> tuple[str, ...]:
+    """The IANA zone names the create form suggests (the API checks what is typed)."""
+    return tuple(sorted(zoneinfo.available_timezones()))
 
 
 def _offset(request: Request) -> int:
@@ -75,10 +83,22 @@ async def overview(request: Request) -> Response:
 
 @router.get("/schedules")
 async def schedules(request: Request) -> Response:
-    """Schedules, filtered by enabled state and trigger type, a page at a time."""
+    """Schedules, filtered by enabled state and trigger type, a page at a time; the create form."""
     who = visitor(request)
     if who is None:
         return to_login(request)
+    return await schedules_page(request, who)
+
+
+async def schedules_page(
+    request: Request,
+    who: Visitor,
+    *,
+    form: dict[str, str] | None = None,
+    form_error: dict[str, str | None] | None = None,
+    status_code: int = 200,
+) -> Response:
+    """The schedules page; ``form`` / ``form_error``: a refused create form, shown again."""
     offset = _offset(request)
     enabled = request.query_params.get("enabled", "")
     trigger_type = request.query_params.get("trigger_type", "")
@@ -96,12 +116,16 @@ async def schedules(request: Request) -> Response:
         request,
         "schedules.html",
         who,
+        status_code=status_code,
         schedules=answer.body["schedules"],
         total=answer.body["total"],
         offset=offset,
         pages=page_links(request, offset, answer.body["total"]),
         enabled=enabled,
         trigger_type=trigger_type,
+        form=form if form is not None else {"enabled": "on"},
+        form_error=form_error,
+        zone_names=zone_names(),
     )
 
 
