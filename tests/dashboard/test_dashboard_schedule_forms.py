@@ -22,6 +22,10 @@ def test_create_a_schedule_from_the_page(studio: StudioProcess, page: Page, shot
     open_form(page, url)
     # with no schedule yet the form is open on arrival (the quickstart starts here)
     shots.take(page, "10-schedules-create-form")
+    page.set_viewport_size({"width": 390, "height": 844})
+    expect(page.get_by_role("button", name="Create schedule")).to_be_visible()
+    shots.take(page, "10-schedules-create-form-narrow")
+    page.set_viewport_size({"width": 1280, "height": 800})
 
     # an invalid cron expression: the API's own message, beside its field, values kept
     page.get_by_label("Name", exact=True).fill("from-the-page")
@@ -155,6 +159,10 @@ def test_delete_is_refused_while_running_then_force_deletes(
     assert studio.request("GET", f"/api/schedules/{sid}").status_code == 200
     assert run()["status"] == "running" and pid_alive(pid)
     shots.take(page, "12-delete-refused-409")
+    page.set_viewport_size({"width": 390, "height": 844})
+    expect(force).to_be_visible()
+    shots.take(page, "12-delete-refused-409-narrow")
+    page.set_viewport_size({"width": 1280, "height": 800})
 
     # force: the run is cancelled (run.cancelled.operator), its process gone, the schedule gone
     force.click()
