@@ -12,7 +12,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_all, fetch_one, fetch_value
+from studio_state import fetch_all, fetch_one, fetch_value, open_connection
 
 ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
 """What makes a ``schedule_runs`` row an ad-hoc run (fixed SQL for the run pages)."""
@@ -118,3 +118,14 @@ async def lease_held(
         (run_id, worker_id, attempt),
     )
     return found is not None
+
+
+async def open_reader(db_path: str) -> aiosqlite.Connection:
+    """A query-only connection of its own (it sees committed rows only)."""
+    reader = await open_connection(db_path)
+    try:
+        await reader.execute("PRAGMA query_only = ON")
+    except BaseException:
+        await reader.close()
+        raise
+    return reader

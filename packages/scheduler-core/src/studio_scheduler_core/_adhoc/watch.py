@@ -11,9 +11,10 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock, open_connection
+from studio_state import Clock
 
 from .._fire.env import FireEnv, Prepared
+from . import store
 from .lease import holds_lease, renew_lease
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -90,13 +91,7 @@ class LeaseWatch:
         """
         async with self._reader_lock:
             if self._reader is None:
-                reader = await open_connection(self.db_path)
-                try:
-                    await reader.execute("PRAGMA query_only = ON")
-                except BaseException:
-                    await reader.close()
-                    raise
-                self._reader = reader
+                self._reader = await store.open_reader(self.db_path)
             return self._reader
 
     async def close(self) -> None:
