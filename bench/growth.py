@@ -69,15 +69,19 @@ _DUE_SQL = (
     "max_runs, budget_usd, budget_tokens FROM schedules WHERE enabled = 1 AND next_fire_at <= ? "
     "AND trigger_type IN (?, ?, ?) ORDER BY next_fire_at, id LIMIT ?"
 )
-_DUE_COUNT_SQL = "SELECT COUNT(*) FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
+_DUE_COUNT_SQL = (
+    "SELECT COUNT(*) AS n, MIN(next_fire_at) AS oldest FROM schedules "
+    "WHERE enabled = 1 AND next_fire_at <= ?"
+)
 _NEXT_WAKE_SQL = (
     "SELECT id, next_fire_at FROM schedules WHERE enabled = 1 "
     "AND next_fire_at IS NOT NULL AND trigger_type IN (?, ?, ?) "
     "ORDER BY next_fire_at, id LIMIT ?"
 )
 _REAP_RUNS_SQL = (
-    "SELECT id, invocation_id, child_pid, child_started_at, fired_at FROM schedule_runs "
-    "WHERE status = 'running' AND leased_by IS NULL AND fired_at < ?"
+    "SELECT r.id, r.invocation_id, r.child_pid, r.child_started_at, r.fired_at, "
+    "s.timeout_sec FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
+    "WHERE r.status = 'running' AND r.leased_by IS NULL AND r.fired_at < ?"
 )
 _REAP_INVOCATIONS_SQL = (
     "SELECT i.id, i.schedule_run_id FROM invocations i "

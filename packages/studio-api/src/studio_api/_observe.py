@@ -162,7 +162,8 @@ class _EventHandler(logging.Handler):
 
 
 class _ScrapeGauges(Collector):
-    """Gauges read at scrape time: runs in flight, dispatch rows, github poll health age."""
+    """Gauges read at scrape time: runs in flight, scheduling lag, dispatch rows, github poll
+    health age."""
 
     def __init__(self, db_path: Path, engine: Callable[[], SchedulerEngine | None]) -> None:
         self._db = db_path
@@ -175,12 +176,18 @@ class _ScrapeGauges(Collector):
         in_flight = GaugeMetricFamily(
             "studio_runs_in_flight", "Runs executing now, by kind.", labels=["kind"]
         )
+        lag = GaugeMetricFamily(
+            "studio_scheduling_lag_seconds",
+            "Seconds the oldest due schedule is behind its due time (0 when none is due).",
+        )
         engine = self._engine()
         if engine is not None:
             limits = engine.limits()
             in_flight.add_metric(["scheduled"], float(limits.get("in_flight", 0)))
             in_flight.add_metric(["adhoc"], float(limits.get("adhoc_in_flight", 0)))
+            lag.add_metric([], float(engine.health().get("scheduling_lag_seconds", 0.0)))
         yield in_flight
+        yield lag
         rows = GaugeMetricFamily(
             "studio_dispatch_rows", "Dispatch rows, by status.", labels=["status"]
         )

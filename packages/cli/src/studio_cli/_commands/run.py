@@ -74,6 +74,12 @@ def _common_options(func: F) -> F:
                 help="At most one running ad-hoc run per key (others wait, oldest first).",
             ),
             click.option(
+                "--timeout-sec",
+                type=int,
+                metavar="SECONDS",
+                help="The run's own deadline (1 to 604800 s; default: the server's).",
+            ),
+            click.option(
                 "--wait", is_flag=True, help="Wait until the run ends; exit 1 unless it completed."
             ),
             duration_option("--timeout", help="With --wait: give up after this long."),
@@ -138,6 +144,8 @@ def _enqueue(data: dict[str, Any], opts: dict[str, Any]) -> None:
     fields["action_cwd"] = str(Path(cwd or ".").expanduser().resolve())
     if opts.get("concurrency_key") is not None:
         fields["concurrency_key"] = opts["concurrency_key"]
+    if opts.get("timeout_sec") is not None:
+        fields["timeout_sec"] = opts["timeout_sec"]
     notify = new_notify(opts)
     if notify is not None:
         fields["notify"] = notify

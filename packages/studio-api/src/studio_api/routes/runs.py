@@ -12,8 +12,15 @@ from .._models import SQLITE_INT_MAX, RunCreate, RunList, RunOut, RunStatus, Tri
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
 
+class AdhocRunCreate(RunCreate):
+    """Body of ``POST /api/runs``: :class:`RunCreate` and the run's own ``timeout_sec``."""
+
+    timeout_sec: int | None = None
+    """The run's deadline in seconds (1 to the schedules' bound; default: the server's)."""
+
+
 @router.post("", status_code=202, response_model=TriggerOut, responses=responses())
-async def enqueue_run(engine: EngineDep, body: RunCreate) -> TriggerOut:
+async def enqueue_run(engine: EngineDep, body: AdhocRunCreate) -> TriggerOut:
     """Queue an ad-hoc run (same action fields as a schedule, no trigger): 202 with its id.
 
     The host task worker claims it on the next tick; 422 names an invalid field.
