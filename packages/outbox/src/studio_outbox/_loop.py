@@ -19,6 +19,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiosqlite
 
@@ -156,9 +157,9 @@ class Loop:
                         decided, finished, unsent = [], [], []
                 if step is None and not in_flight:
                     return
-                waiting: set[asyncio.Future[object]] = set(in_flight)
+                waiting: set[asyncio.Future[Any]] = set(in_flight)
                 if step is not None:
-                    waiting.add(step)  # type: ignore[arg-type]
+                    waiting.add(step)
                 done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if step is not None and step in done:
                     claimed, step = step.result(), None
@@ -171,9 +172,11 @@ class Loop:
                 for future in [f for f in in_flight if f in done]:
                     finished.append((in_flight.pop(future), future.result()))
         except BaseException:
-            pending = [*in_flight, *([step] if step is not None else [])]
-            for future in pending:
-                future.cancel()
+            pending: list[asyncio.Future[Any]] = [*in_flight]
+            if step is not None:
+                pending.append(step)
+            for task in pending:
+                task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             raise
         finally:
