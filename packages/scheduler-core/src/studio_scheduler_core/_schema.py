@@ -209,6 +209,49 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_schedule_page
 CREATE INDEX IF NOT EXISTS idx_schedules_created ON schedules(created_at);
 """
 
+# Per-schedule run counts kept by triggers, so a runs page's exact ``total`` reads a few
+# rows whatever the schedule's history (counting its runs grows with every fire); and the
+# ad-hoc run list's order (newest queued first) read from an index instead of sorted per page.
+_V7_RUN_COUNTS = """
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_adhoc_page
+  ON schedule_runs(schedule_id, queued_at) WHERE queued_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS schedule_run_counts (
+  schedule_id TEXT NOT NULL,
+  status      TEXT NOT NULL,
+  n           INTEGER NOT NULL,
+  PRIMARY KEY (schedule_id, status)
+) WITHOUT ROWID;
+INSERT INTO schedule_run_counts (schedule_id, status, n)
+  SELECT schedule_id, status, count(*) FROM schedule_runs
+  WHERE schedule_id IS NOT NULL GROUP BY schedule_id, status;
+CREATE TRIGGER IF NOT EXISTS schedule_run_count_insert AFTER INSERT ON schedule_runs
+  WHEN NEW.schedule_id IS NOT NULL
+BEGIN
+  INSERT INTO schedule_run_counts (schedule_id, status, n) VALUES (NEW.schedule_id, NEW.status, 1)
+    ON CONFLICT (schedule_id, status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS schedule_run_count_delete AFTER DELETE ON schedule_runs
+  WHEN OLD.schedule_id IS NOT NULL
+BEGIN
+  UPDATE schedule_run_counts SET n = n - 1
+    WHERE schedule_id = OLD.schedule_id AND status = OLD.status;
+  DELETE FROM schedule_run_counts
+    WHERE schedule_id = OLD.schedule_id AND status = OLD.status AND n <= 0;
+END;
+CREATE TRIGGER IF NOT EXISTS schedule_run_count_update
+  AFTER UPDATE OF status, schedule_id ON schedule_runs
+  WHEN OLD.status IS NOT NEW.status OR OLD.schedule_id IS NOT NEW.schedule_id
+BEGIN
+  UPDATE schedule_run_counts SET n = n - 1
+    WHERE schedule_id = OLD.schedule_id AND status = OLD.status;
+  DELETE FROM schedule_run_counts
+    WHERE schedule_id = OLD.schedule_id AND status = OLD.status AND n <= 0;
+  INSERT INTO schedule_run_counts (schedule_id, status, n)
+    SELECT NEW.schedule_id, NEW.status, 1 WHERE NEW.schedule_id IS NOT NULL
+    ON CONFLICT (schedule_id, status) DO UPDATE SET n = n + 1;
+END;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
@@ -216,6 +259,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "notify column on schedules and schedule_runs", _V4),
     Migration(5, "per-schedule timezone and timeout_sec", _V5),
     Migration(6, "indexes for the runs page and the schedules page order", _V6_PAGES),
+    Migration(7, "run counts per schedule and status; ad-hoc list index", _V7_RUN_COUNTS),
 )
 
 

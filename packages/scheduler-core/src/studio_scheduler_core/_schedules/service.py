@@ -329,6 +329,7 @@ class ScheduleService:
             status=status,
             limit=limit,
             offset=offset,
+            counted=schedule_id,
         )
 
     async def get_run(self, run_id: str) -> dict[str, Any]:

@@ -33,14 +33,25 @@ async def page_runs(
     status: str | None,
     limit: int,
     offset: int,
+    counted: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """``(runs, total)`` of the ``schedule_runs`` matching ``where`` (fixed SQL from the caller,
-    values bound), optionally of one ``status``, one page in ``order``."""
+    values bound), optionally of one ``status``, one page in ``order``. With ``counted`` (a
+    schedule id, ``where`` selecting exactly that schedule's runs) the total is read from the
+    trigger-kept ``schedule_run_counts``."""
     if status is not None:
         if status not in RUN_STATUSES:
             raise ScheduleValidationError("status", f"must be one of {', '.join(RUN_STATUSES)}")
         where, params = f"{where} AND status = ?", [*params, status]
-    total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params)
+    if counted is not None:
+        total = await fetch_value(
+            conn,
+            "SELECT coalesce(sum(n), 0) FROM schedule_run_counts WHERE schedule_id = ?"
+            + ("" if status is None else " AND status = ?"),
+            [counted] if status is None else [counted, status],
+        )
+    else:
+        total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params)
     rows = await fetch_all(
         conn,
         f"SELECT * FROM schedule_runs WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
