@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -25,15 +26,18 @@ def pg_cluster_dsn() -> Iterator[str]:
 
 @pytest.fixture
 async def pg_dsn(pg_cluster_dsn: str) -> AsyncIterator[str]:
-    """The cluster's DSN with the outbox's tables dropped before each test."""
+    """A DSN of a new, empty database of the cluster for each test (dropped afterwards)."""
+    name = f"test_{next(_databases)}"
     async with await psycopg.AsyncConnection.connect(pg_cluster_dsn, autocommit=True) as conn:
-        await conn.execute(
-            "DROP TABLE IF EXISTS dispatch_outbox, dispatch_outbox_counts, status_transitions, "
-            "schema_migrations CASCADE; "
-            "DROP FUNCTION IF EXISTS dispatch_outbox_count, dispatch_outbox_wake"
-        )
-    yield pg_cluster_dsn
+        await conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield pg_cluster_dsn.rsplit("/", 1)[0] + "/" + name
+    finally:
+        async with await psycopg.AsyncConnection.connect(pg_cluster_dsn, autocommit=True) as conn:
+            await conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
+
+_databases = itertools.count()
 
 Rows = Callable[..., Awaitable[list[dict[str, Any]]]]
 
