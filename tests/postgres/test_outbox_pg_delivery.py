@@ -68,8 +68,14 @@ async def test_a_pass_sends_each_due_row_once_with_its_transitions(
             "dispatch.delivered.transport_ok",
         ]
     )
-    counted = await pg_rows("SELECT status, n FROM dispatch_outbox_counts")
-    assert counted == [{"status": "delivered", "n": 5}]
+    counted = "SELECT status, sum(n) AS n FROM dispatch_outbox_counts GROUP BY status "
+    counted += "HAVING sum(n) <> 0"
+    assert await pg_rows(counted) == [{"status": "delivered", "n": 5}]
+    async with await _ready(pg_dsn) as conn:
+        await pg.compact_counts(conn)
+    assert await pg_rows("SELECT status, n FROM dispatch_outbox_counts") == [
+        {"status": "delivered", "n": 5}
+    ]
 
 
 async def test_failures_back_off_then_dead_letter_after_max_attempts(

@@ -24,13 +24,21 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._pg._delivery import deliver_due_dispatches
 from ._pg._enqueue import enqueue_dispatch, enqueue_dispatch_sync, enqueue_many, enqueue_many_sync
-from ._pg._schema import CHANNEL, MIGRATIONS, STATE_MIGRATIONS, ensure_schema, ensure_schema_sync
+from ._pg._schema import (
+    CHANNEL,
+    MIGRATIONS,
+    STATE_MIGRATIONS,
+    compact_counts,
+    ensure_schema,
+    ensure_schema_sync,
+)
 from ._pg._wake import next_due_at, run_deliverer
 
 __all__ = [
     "CHANNEL",
     "MIGRATIONS",
     "STATE_MIGRATIONS",
+    "compact_counts",
     "deliver_due_dispatches",
     "enqueue_dispatch",
     "enqueue_dispatch_sync",

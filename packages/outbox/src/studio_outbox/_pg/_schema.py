@@ -150,12 +150,70 @@ CREATE TRIGGER dispatch_outbox_wake_insert AFTER INSERT ON dispatch_outbox
   FOR EACH STATEMENT EXECUTE FUNCTION dispatch_outbox_wake();
 """
 
+# The counts as delta rows: each statement appends its net change per (status, kind) instead of
+# updating one shared row, so concurrent deliverers never queue (or deadlock) on a hot counter
+# row. Readers sum ``n`` as before; :func:`compact_counts` folds the deltas from time to time.
+_V5 = """
+DROP TRIGGER dispatch_outbox_count_insert ON dispatch_outbox;
+DROP TRIGGER dispatch_outbox_count_delete ON dispatch_outbox;
+DROP TRIGGER dispatch_outbox_count_update ON dispatch_outbox;
+DROP FUNCTION dispatch_outbox_count();
+ALTER TABLE dispatch_outbox_counts DROP CONSTRAINT dispatch_outbox_counts_pkey;
+CREATE INDEX idx_dispatch_outbox_counts ON dispatch_outbox_counts(status, kind);
+CREATE FUNCTION dispatch_outbox_count() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO dispatch_outbox_counts (status, kind, n)
+      SELECT status, kind, count(*) FROM new_rows GROUP BY status, kind;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO dispatch_outbox_counts (status, kind, n)
+      SELECT status, kind, -count(*) FROM old_rows GROUP BY status, kind;
+  ELSE
+    INSERT INTO dispatch_outbox_counts (status, kind, n)
+      SELECT status, kind, sum(d) FROM (
+        SELECT status, kind, 1 AS d FROM new_rows
+        UNION ALL SELECT status, kind, -1 AS d FROM old_rows
+      ) AS moved GROUP BY status, kind HAVING sum(d) <> 0;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+CREATE TRIGGER dispatch_outbox_count_insert AFTER INSERT ON dispatch_outbox
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION dispatch_outbox_count();
+CREATE TRIGGER dispatch_outbox_count_delete AFTER DELETE ON dispatch_outbox
+  REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION dispatch_outbox_count();
+CREATE TRIGGER dispatch_outbox_count_update AFTER UPDATE ON dispatch_outbox
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION dispatch_outbox_count();
+CREATE FUNCTION dispatch_outbox_counts_compact() RETURNS void LANGUAGE sql AS $$
+  WITH folded AS (DELETE FROM dispatch_outbox_counts RETURNING status, kind, n)
+  INSERT INTO dispatch_outbox_counts (status, kind, n)
+    SELECT status, kind, sum(n) FROM folded GROUP BY status, kind HAVING sum(n) <> 0;
+$$;
+"""
+
 MIGRATIONS: tuple[studio_state.Migration, ...] = (
     studio_state.Migration(1, "dispatch_outbox", _V1),
     studio_state.Migration(2, "dispatch_outbox.claimed_by", _V2),
     studio_state.Migration(3, "dispatch_outbox_counts and list indexes", _V3),
     studio_state.Migration(4, "dispatch_outbox wake-ups (NOTIFY)", _V4),
+    studio_state.Migration(5, "dispatch_outbox_counts as delta rows", _V5),
 )
+
+
+async def compact_counts(conn: Any) -> None:
+    """Fold ``dispatch_outbox_counts``'s delta rows into one row per (status, kind).
+
+    Safe beside any writer (one statement: the rows it folds are deleted and their sums
+    inserted atomically). :func:`studio_outbox.postgres.run_deliverer` calls it when idle.
+    """
+    await run_in_transaction_async(conn, _compact_steps())
+
+
+def _compact_steps() -> PgSteps[None]:
+    yield Fetch("SELECT dispatch_outbox_counts_compact()")
 
 
 def _migrate_steps(

@@ -20,9 +20,10 @@ from .._exceptions import InvalidArgument
 from ..abc import Transport
 from ._delivery import deliver_due_dispatches
 from ._drive import PgSteps, fetch, run_async
-from ._schema import CHANNEL
+from ._schema import CHANNEL, compact_counts
 
 _RECHECK_SECONDS = 1.0
+_COMPACT_EVERY_SECONDS = 60.0
 
 
 async def next_due_at(conn: psycopg.AsyncConnection[Any]) -> float | None:
@@ -84,6 +85,7 @@ async def run_deliverer(
     wake = asyncio.Event()
     listener = asyncio.ensure_future(_listen(listen_conn, wake))
     totals: dict[str, int] = {}
+    compacted = float("-inf")
     try:
         while not stop.is_set():
             wake.clear()
@@ -103,6 +105,9 @@ async def run_deliverer(
                 totals[key] = totals.get(key, 0) + value
             if any(counts.values()):
                 continue  # a full pass: there may be more due already
+            if clock() - compacted >= _COMPACT_EVERY_SECONDS:
+                await compact_counts(conn)  # idle: fold the counters' delta rows
+                compacted = clock()
             due = await next_due_at(conn)
             # Work due now that this pass left alone (no transport for it, a live sender's
             # lapsed lease) is looked at again after a pause, not in a busy loop.
