@@ -55,7 +55,7 @@ async def test_one_leader_and_failover_within_a_tick_when_its_backend_dies(
         async with await psycopg.AsyncConnection.connect(pg_cluster_dsn, autocommit=True) as conn:
             await conn.execute("SELECT pg_terminate_backend(%s)", (leader.backend_pid,))
         took = await _wait_for(lambda: follower.is_leader, 10)
-        assert took <= TICK + 0.5  # within one tick (plus scheduling slack)
+        assert took <= TICK + 1.0  # within one tick (plus generous scheduling slack)
         await _wait_for(lambda: not leader.is_leader, 2 * TICK + 1)
         await asyncio.sleep(3 * TICK)
         assert follower.is_leader and not leader.is_leader  # the old leader stays a follower
@@ -98,7 +98,7 @@ async def test_a_killed_leader_process_is_replaced_within_a_tick(pg_cluster_dsn:
         while not await local.tick():
             assert time.monotonic() - killed < 5, "no takeover"
             await asyncio.sleep(TICK)
-        assert time.monotonic() - killed <= TICK + 0.5
+        assert time.monotonic() - killed <= TICK + 1.0
     finally:
         if child.poll() is None:
             child.kill()
