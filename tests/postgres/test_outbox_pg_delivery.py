@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -287,3 +289,67 @@ async def test_rows_without_a_transport_stay_untouched(pg_dsn: str, pg_rows: Row
     assert await pg_rows("SELECT status, attempt FROM dispatch_outbox") == [
         {"status": "pending", "attempt": 0}
     ]
+
+
+_DELIVERER = """
+import asyncio, json, sys, time
+import psycopg
+from studio_outbox import postgres as pg
+from studio_outbox.testing import RecordingTransport
+
+async def main() -> None:
+    transport = RecordingTransport(latency=0.002)
+    async with await psycopg.AsyncConnection.connect(sys.argv[1], autocommit=True) as conn:
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        while True:
+            counts = await pg.deliver_due_dispatches(conn, transport=transport, limit=10)
+            if counts["attempted"] == 0:
+                due = await pg.next_due_at(conn)
+                if due is None or due > time.time():
+                    break
+    print(json.dumps([e.dispatch_id for e in transport.sent]), flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_three_deliverer_processes_deliver_every_dispatch_exactly_once(
+    pg_dsn: str, pg_rows: Rows
+) -> None:
+    total = 400
+    async with await _ready(pg_dsn) as conn:
+        ids = await pg.enqueue_many(conn, [{"kind": "k", "deliver_to": "x"}] * total)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _DELIVERER, pg_dsn],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    sent: list[list[str]] = []
+    try:
+        for child in children:
+            assert child.stdout is not None
+            line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 60)
+            assert line.strip() == "ready"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        for child in children:
+            out, _ = await asyncio.to_thread(child.communicate, None, 120)
+            sent.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    everything = [dispatch_id for part in sent for dispatch_id in part]
+    assert len(everything) == total and set(everything) == set(ids)
+    assert all(part for part in sent)  # every process took a share
+    assert await pg_rows(
+        "SELECT status, attempt, count(*) AS n FROM dispatch_outbox GROUP BY status, attempt"
+    ) == [{"status": "delivered", "attempt": 1, "n": total}]
