@@ -105,3 +105,37 @@ async def test_ensure_schema_refuses_an_open_transaction(pg_dsn: str, pg_rows: R
         with pytest.raises(studio_state.MigrationError):
             pg.ensure_schema_sync(conn)
     assert await pg_rows("SELECT to_regclass('dispatch_outbox') AS t") == [{"t": None}]
+
+
+async def test_a_database_at_version_3_upgrades_and_keeps_its_counts(
+    pg_dsn: str, pg_rows: Rows
+) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        # The schema as the first PostgreSQL release left it: versions 1-3, rows in it.
+        await conn.execute(
+            "CREATE TABLE schema_migrations (package TEXT NOT NULL, version INTEGER NOT NULL, "
+            "applied_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (package, version))"
+        )
+        for package, migrations in (
+            ("studio-state", pg.STATE_MIGRATIONS),
+            ("studio-outbox", pg.MIGRATIONS[:3]),
+        ):
+            for migration in migrations:
+                await conn.execute(migration.sql.encode())
+                await conn.execute(
+                    "INSERT INTO schema_migrations VALUES (%s, %s, 0)",
+                    (package, migration.version),
+                )
+        await pg.enqueue_many(conn, [{"kind": "a", "deliver_to": "x"}] * 3)
+        await pg.ensure_schema(conn)
+        await pg.enqueue_dispatch(conn, kind="a", deliver_to="x")
+        await conn.execute("UPDATE dispatch_outbox SET status = 'expired'")
+    versions = await pg_rows(
+        "SELECT version FROM schema_migrations WHERE package = 'studio-outbox' ORDER BY version"
+    )
+    assert [r["version"] for r in versions] == list(range(1, len(pg.MIGRATIONS) + 1))
+    counts = await pg_rows(
+        "SELECT status, kind, sum(n) AS n FROM dispatch_outbox_counts "
+        "GROUP BY status, kind HAVING sum(n) <> 0"
+    )
+    assert counts == [{"status": "expired", "kind": "a", "n": 4}]
