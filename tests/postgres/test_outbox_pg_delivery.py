@@ -353,3 +353,23 @@ async def test_three_deliverer_processes_deliver_every_dispatch_exactly_once(
     assert await pg_rows(
         "SELECT status, attempt, count(*) AS n FROM dispatch_outbox GROUP BY status, attempt"
     ) == [{"status": "delivered", "attempt": 1, "n": total}]
+
+
+async def test_a_pass_skips_rows_another_deliverer_has_locked_instead_of_waiting(
+    pg_dsn: str, pg_rows: Rows
+) -> None:
+    transport = RecordingTransport()
+    async with (
+        await _ready(pg_dsn) as conn,
+        await psycopg.AsyncConnection.connect(pg_dsn) as other,
+    ):
+        held, *rest = await pg.enqueue_many(conn, [{"kind": "k", "deliver_to": "x"}] * 4)
+        # Another deliverer's open claiming transaction holds the first row.
+        await other.execute("SELECT id FROM dispatch_outbox WHERE id = %s FOR UPDATE", (held,))
+        counts = await asyncio.wait_for(
+            pg.deliver_due_dispatches(conn, transport=transport), timeout=10
+        )
+        await other.rollback()
+    assert counts["delivered"] == 3
+    assert sorted(e.dispatch_id for e in transport.sent) == sorted(rest)
+    assert (await _row(pg_rows, held))["status"] == "pending"
