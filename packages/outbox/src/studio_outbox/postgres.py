@@ -11,6 +11,10 @@ transitions, retries, backoff and dead letters; its claims lock rows with
 ``FOR UPDATE SKIP LOCKED``, so any number of deliverers on any number of machines drain one
 table without sending a dispatch twice. :func:`run_deliverer` runs passes until stopped,
 sleeping on ``LISTEN`` between them.
+
+Operators and consumers: :func:`ack_dispatch`, :func:`retry_dispatch`, :func:`purge_dispatch`,
+:func:`get_dispatch`, :func:`count_dispatches` and :func:`dispatch_backlog`, with the SQLite
+functions' rules and errors.
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._pg._delivery import deliver_due_dispatches
 from ._pg._enqueue import enqueue_dispatch, enqueue_dispatch_sync, enqueue_many, enqueue_many_sync
+from ._pg._operations import (
+    ack_dispatch,
+    count_dispatches,
+    dispatch_backlog,
+    get_dispatch,
+    purge_dispatch,
+    retry_dispatch,
+)
 from ._pg._schema import (
     CHANNEL,
     MIGRATIONS,
@@ -38,14 +50,20 @@ __all__ = [
     "CHANNEL",
     "MIGRATIONS",
     "STATE_MIGRATIONS",
+    "ack_dispatch",
     "compact_counts",
+    "count_dispatches",
     "deliver_due_dispatches",
+    "dispatch_backlog",
     "enqueue_dispatch",
     "enqueue_dispatch_sync",
     "enqueue_many",
     "enqueue_many_sync",
     "ensure_schema",
     "ensure_schema_sync",
+    "get_dispatch",
     "next_due_at",
+    "purge_dispatch",
+    "retry_dispatch",
     "run_deliverer",
 ]

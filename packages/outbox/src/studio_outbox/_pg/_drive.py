@@ -66,10 +66,19 @@ def _advance(steps: PgSteps[T], result: Any, error: BaseException | None) -> tup
     return False, step
 
 
+def _json_as_text(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
+    # JSON columns come back as their text, as SQLite and asyncpg return them (the shared
+    # steps decode the payload themselves).
+    from psycopg.types.string import TextLoader
+
+    cursor.adapters.register_loader("json", TextLoader)
+
+
 async def _psycopg_async_step(conn: psycopg.AsyncConnection[Any], step: PgStep) -> Any:
     from psycopg.rows import dict_row
 
     async with conn.cursor(row_factory=dict_row) as cursor:
+        _json_as_text(cursor)
         if isinstance(step, Script):
             await cursor.execute(step.sql.encode())
             return None
@@ -84,6 +93,7 @@ def _psycopg_sync_step(conn: psycopg.Connection[Any], step: PgStep) -> Any:
     from psycopg.rows import dict_row
 
     with conn.cursor(row_factory=dict_row) as cursor:
+        _json_as_text(cursor)
         if isinstance(step, Script):
             cursor.execute(step.sql.encode())
             return None
