@@ -25,7 +25,7 @@ __all__ = ["TRANSPORT_DEADLINE_SECONDS", "deliver", "deliver_due_dispatches"]
 DEFAULT_DELIVERY_ACTOR = "studio_outbox.delivery"
 
 
-def _positive_int(field: str, value: object) -> int:
+def positive_int(field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(field, f"must be an int, got {type(value).__name__}")
     if value < 1:
@@ -102,8 +102,8 @@ async def deliver(
 ) -> dict[str, int]:
     """:func:`deliver_due_dispatches` with a ``stop`` event: once set, nothing new is
     claimed, and the sends in flight finish and are recorded before returning."""
-    limit = _positive_int("limit", limit)
-    concurrency = _positive_int("concurrency", concurrency)
+    limit = positive_int("limit", limit)
+    concurrency = positive_int("concurrency", concurrency)
     if now is not None and (isinstance(now, bool) or not isinstance(now, int | float)):
         raise InvalidArgument("now", f"must be epoch seconds, got {type(now).__name__}")
     if transport is None and notify_template is not None:
@@ -136,7 +136,7 @@ async def deliver(
     decided: list[Change] = []
     sendable: list[DueRow] = []
     for row in rows:
-        if _still_held(row, scan_now):
+        if still_held(row, scan_now):
             continue
         change = decide_without_send(row, scan_now)
         if change is not None:
@@ -150,7 +150,7 @@ async def deliver(
     return counts
 
 
-def _still_held(row: DueRow, now: float) -> bool:
+def still_held(row: DueRow, now: float) -> bool:
     """A lapsed lease whose sender is still running (its outcome write may be waiting)."""
     return (
         row.status == DELIVERING

@@ -51,7 +51,7 @@ _STALE_SECONDS = 0.5
 CLAIM_AHEAD = 1
 
 COUNT_KEYS = ("attempted", "delivered", "retried", "dead_letter", "expired")
-_COUNTED_AS = {
+COUNTED_AS = {
     DispatchReason.TRANSPORT_OK: "delivered",
     DispatchReason.AWAITING_ACK: "delivered",  # a successful send of a row awaiting its ack
     DispatchReason.RETRY_BACKOFF: "retried",
@@ -246,7 +246,7 @@ class Loop:
     def _count(self, applied: list[Change]) -> None:
         counts = self._counts
         for change in applied:
-            counts[_COUNTED_AS[change.reason_code]] += 1
+            counts[COUNTED_AS[change.reason_code]] += 1
 
     async def _send(self, item: Claimed, deadline: float) -> TransportResult:
         row = item.row

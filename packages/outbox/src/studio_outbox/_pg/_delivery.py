@@ -20,15 +20,9 @@ from psycopg import errors as pg_errors
 from studio_state import Clock, system_clock
 
 from .. import _claimant as claimant
-from .._constants import DELIVERING
-from .._delivery import (
-    _COUNT_KEYS,
-    _COUNTED_AS,
-    DEFAULT_DELIVERY_ACTOR,
-    TRANSPORT_DEADLINE_SECONDS,
-    _positive_int,
-)
+from .._delivery import DEFAULT_DELIVERY_ACTOR, positive_int, still_held
 from .._exceptions import InvalidArgument
+from .._loop import COUNT_KEYS, COUNTED_AS, TRANSPORT_DEADLINE_SECONDS
 from .._routing import Routes
 from .._secret import parse_webhook_secret
 from .._steps import Change, Claimed, DueRow, decide_without_send, outcome
@@ -69,8 +63,8 @@ async def deliver_due_dispatches(
     is still guarded on ``(id, status, attempt)``. Once ``stop`` is set nothing new is claimed
     and the sends in flight finish and are recorded before returning.
     """
-    limit = _positive_int("limit", limit)
-    concurrency = _positive_int("concurrency", concurrency)
+    limit = positive_int("limit", limit)
+    concurrency = positive_int("concurrency", concurrency)
     if now is not None and (isinstance(now, bool) or not isinstance(now, int | float)):
         raise InvalidArgument("now", f"must be epoch seconds, got {type(now).__name__}")
     if not isinstance(conn, psycopg.AsyncConnection):
@@ -84,7 +78,7 @@ async def deliver_due_dispatches(
             )
     if webhook_secret is not None:
         parse_webhook_secret(webhook_secret, field="webhook_secret")
-    counts = dict.fromkeys(_COUNT_KEYS, 0)
+    counts = dict.fromkeys(COUNT_KEYS, 0)
     routes = Routes(transport, webhook_transport, webhook_secret=webhook_secret, clock=clock)
     if routes.paused:
         return counts
@@ -101,15 +95,6 @@ async def deliver_due_dispatches(
     finally:
         await routes.aclose()
     return counts
-
-
-def _still_held(row: DueRow, now: float) -> bool:
-    """A lapsed lease whose sender (on this machine) is known to be still running."""
-    return (
-        row.status == DELIVERING
-        and now - row.next_attempt_at < claimant.LIVE_SENDER_GRACE_SECONDS
-        and claimant.sender_alive(row.claimed_by, row.id, row.attempt)
-    )
 
 
 class _Pass:
@@ -210,7 +195,7 @@ class _Pass:
             rows = await run_async(conn, lock_due(now, free, self._passed))
             seen = len(rows)
             for row in rows:
-                if not self._routes.can_send(row.deliver_to) or _still_held(row, now):
+                if not self._routes.can_send(row.deliver_to) or still_held(row, now):
                     self._passed.append(row.id)
                     continue
                 change = decide_without_send(row, now)
@@ -232,7 +217,7 @@ class _Pass:
     def _count(self, applied: list[Change], claimed: list[Claimed]) -> None:
         self._counts["attempted"] += len(claimed)
         for change in applied:
-            self._counts[_COUNTED_AS[change.reason_code]] += 1
+            self._counts[COUNTED_AS[change.reason_code]] += 1
 
     async def _send(self, item: Claimed) -> TransportResult:
         row = item.row
