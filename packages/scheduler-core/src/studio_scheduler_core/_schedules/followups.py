@@ -5,23 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._records.column import overlay_keys
+from .._records.schedule import Schedule
+from .._records.vocab import ACTION_KIND_ALIASES
+
 MAX_CHAIN_DEPTH = 10
 """A run at this depth never launches a further follow-up."""
 
-OVERLAY_KEYS: Mapping[str, str] = {
-    "kind": "action_kind",
-    "action_kind": "action_kind",
-    "model": "action_model",
-    "prompt": "action_prompt",
-    "agent": "action_agent",
-    "playbook": "action_playbook",
-    "project": "action_project",
-    "command": "action_command",
-    "command_args": "action_command_args",
-    "flow_yaml": "action_flow_yaml",
-    "on_success": "on_success",
-    "on_fail": "on_fail",
-}
+OVERLAY_KEYS: Mapping[str, str] = overlay_keys(Schedule)
 """Allowed ``on_success``/``on_fail`` keys and the schedule column each one overrides."""
 
 CONTINUATION_KEYS = ("on_success", "on_fail")
@@ -69,8 +60,9 @@ def apply_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict
     for key, column in OVERLAY_KEYS.items():
         if key in overlay:
             child[column] = overlay[key]
-    if child.get("action_kind") == "playbook":
-        child["action_kind"] = "play"
+    kind = child.get("action_kind")
+    if isinstance(kind, str) and kind in ACTION_KIND_ALIASES:
+        child["action_kind"] = ACTION_KIND_ALIASES[kind]
     return child
 
 
