@@ -34,6 +34,9 @@ class Column:
     """Input may not set it to null (create falls back to the field's default)."""
     overlay: tuple[str, ...] = ()
     """The follow-up overlay keys (``on_success``/``on_fail``) that override this column."""
+    kinds: tuple[str, ...] | None = None
+    """The action kinds that use this column (``None``: every kind); a follow-up of another kind
+    may not set it."""
     maximum: float | None = None
     """The largest value accepted (inclusive)."""
     own_check: bool = False
@@ -173,6 +176,19 @@ def not_null_fields(record: type[Any]) -> frozenset[str]:
 def overlay_keys(record: type[Any]) -> dict[str, str]:
     """Follow-up overlay key → the column it overrides, in field order."""
     return {key: s.name for s in specs(record) for key in s.meta.overlay}
+
+
+def kind_keys(record: type[Any]) -> dict[str, frozenset[str]]:
+    """Action kind → the overlay keys a follow-up of that kind can use."""
+    every = {key for s in specs(record) if s.meta.kinds is None for key in s.meta.overlay}
+    kinds = {kind for s in specs(record) for kind in s.meta.kinds or ()}
+    return {
+        kind: frozenset(
+            every
+            | {key for s in specs(record) if kind in (s.meta.kinds or ()) for key in s.meta.overlay}
+        )
+        for kind in sorted(kinds)
+    }
 
 
 def maximum(record: type[Any], name: str) -> float:

@@ -26,6 +26,8 @@ from .vocab import (
 
 _IN = column(create=True)
 """A plain input field."""
+_MODEL_KINDS = ("agent", "flow", "fanout", "engine")
+"""The kinds that take a model (``engine`` is the launcher's own kind, reachable by follow-ups)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +57,8 @@ class _Trigger:
 class Action:
     """What a fire runs: the ``action_*`` columns a schedule and an ad-hoc run share.
 
-    ``overlay`` names the follow-up keys (``on_success``/``on_fail``) that override a column.
+    ``overlay`` names the follow-up keys (``on_success``/``on_fail``) that override a column;
+    ``kinds`` the action kinds that use it (a follow-up of another kind may not set it).
     """
 
     # The stored kind is one of ACTION_KINDS; input may also spell an alias.
@@ -64,16 +67,21 @@ class Action:
             create=True, not_null=True, overlay=("kind", "action_kind"), aliases=ACTION_KIND_ALIASES
         )
     )
-    action_model: str | None = field(default=None, metadata=column(create=True, overlay=("model",)))
-    action_prompt: str | None = field(
-        default=None, metadata=column(create=True, overlay=("prompt",))
+    action_model: str | None = field(
+        default=None, metadata=column(create=True, overlay=("model",), kinds=_MODEL_KINDS)
     )
-    action_agent: str | None = field(default=None, metadata=column(create=True, overlay=("agent",)))
+    action_prompt: str | None = field(
+        default=None,
+        metadata=column(create=True, overlay=("prompt",), kinds=(*_MODEL_KINDS, "play")),
+    )
+    action_agent: str | None = field(
+        default=None, metadata=column(create=True, overlay=("agent",), kinds=("agent", "engine"))
+    )
     action_playbook: str | None = field(
-        default=None, metadata=column(create=True, overlay=("playbook",))
+        default=None, metadata=column(create=True, overlay=("playbook",), kinds=("play",))
     )
     action_flow_yaml: str | None = field(
-        default=None, metadata=column(create=True, overlay=("flow_yaml",))
+        default=None, metadata=column(create=True, overlay=("flow_yaml",), kinds=("flow_yaml",))
     )
     action_project: str | None = field(
         default=None, metadata=column(create=True, overlay=("project",))
@@ -81,10 +89,11 @@ class Action:
     action_cwd: str | None = field(default=None, metadata=_IN)
     action_extra_args: tuple[str, ...] = field(default=(), metadata=column(create=True, json=True))
     action_command: str | None = field(
-        default=None, metadata=column(create=True, overlay=("command",))
+        default=None, metadata=column(create=True, overlay=("command",), kinds=("command",))
     )
     action_command_args: tuple[str, ...] = field(
-        default=(), metadata=column(create=True, json=True, overlay=("command_args",))
+        default=(),
+        metadata=column(create=True, json=True, overlay=("command_args",), kinds=("command",)),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._records.column import overlay_keys
+from .._records.column import kind_keys, overlay_keys
 from .._records.schedule import Schedule
 from .._records.vocab import ACTION_KIND_ALIASES
 
@@ -18,16 +18,7 @@ OVERLAY_KEYS: Mapping[str, str] = overlay_keys(Schedule)
 CONTINUATION_KEYS = ("on_success", "on_fail")
 """Overlay keys that continue a chain; a follow-up never inherits them from its parent."""
 
-_ANY_KIND = frozenset({"kind", "action_kind", "project", *CONTINUATION_KEYS})
-KIND_KEYS: Mapping[str, frozenset[str]] = {
-    "command": _ANY_KIND | {"command", "command_args"},
-    "agent": _ANY_KIND | {"model", "prompt", "agent"},
-    "flow": _ANY_KIND | {"model", "prompt"},
-    "fanout": _ANY_KIND | {"model", "prompt"},
-    "play": _ANY_KIND | {"playbook", "prompt"},
-    "engine": _ANY_KIND | {"model", "agent", "prompt"},
-    "flow_yaml": _ANY_KIND | {"flow_yaml"},
-}
+KIND_KEYS: Mapping[str, frozenset[str]] = kind_keys(Schedule)
 """The overlay keys each resulting kind can use (``project`` picks the working directory)."""
 
 
