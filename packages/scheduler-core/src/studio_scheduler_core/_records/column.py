@@ -38,7 +38,9 @@ class Column:
     """The action kinds that use this column (``None``: every kind); a follow-up of another kind
     may not set it."""
     maximum: float | None = None
-    """The largest value accepted (inclusive)."""
+    """The largest value accepted (inclusive); an integer input field with a maximum is checked
+    as ``1..maximum`` by the service, and the API refuses beyond it early when ``_bounds``
+    names it."""
     own_check: bool = False
     """A dedicated check validates it (no generic type check by its annotation)."""
     public: bool = True

@@ -40,7 +40,13 @@ _OBJECT_FIELDS = tuple(
     s.name for s in _CREATE_SPECS if s.shape == "object" and not s.meta.own_check
 )
 _LIST_FIELDS = tuple(s.name for s in _CREATE_SPECS if s.shape == "list")
-_COUNT_FIELDS = ("timeout_sec", "max_runs", "budget_tokens")
+_TRIGGER_OWNED = frozenset(f for fields in TRIGGER_FIELDS.values() for f in fields)
+_COUNT_FIELDS = tuple(
+    s.name
+    for s in _CREATE_SPECS
+    if s.shape == "int" and s.meta.maximum is not None and s.name not in _TRIGGER_OWNED
+)
+"""Bounded integer fields outside the trigger (checked as ``1..maximum``), in column order."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME = 200
 MAX_DESCRIPTION = 4000
