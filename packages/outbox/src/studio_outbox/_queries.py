@@ -17,12 +17,9 @@ from studio_state import Clock, system_clock
 from ._constants import DISPATCH_STATUSES
 from ._drive import Fetch, Steps, run_read
 from ._exceptions import InvalidArgument
+from ._record import PUBLIC_DISPATCH_COLUMNS
 
-_PUBLIC_COLUMNS = (
-    "id, kind, deliver_to, payload, dedup_key, status, attempt, max_attempts, "
-    "next_attempt_at, ack_required, session_id, schedule_run_id, last_error, created_at, "
-    "expires_at, updated_at"
-)
+_PUBLIC_COLUMNS = ", ".join(PUBLIC_DISPATCH_COLUMNS)
 
 
 def public_row(row: Mapping[str, Any]) -> dict[str, Any]:

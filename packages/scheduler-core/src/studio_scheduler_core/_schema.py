@@ -13,31 +13,15 @@ import studio_outbox
 import studio_state
 from studio_state import Migration, migrate
 
-PACKAGE = "studio-scheduler-core"
+from ._records.vocab import (
+    ACTION_KINDS,
+    INVOCATION_STATUSES,
+    RUN_STATUSES,
+    SESSION_STATUSES,
+    TRIGGER_TYPES,
+)
 
-TRIGGER_TYPES = ("cron", "interval", "github_poll")
-ACTION_KINDS = ("agent", "flow", "fanout", "play", "flow_yaml", "command")
-RUN_STATUSES = (
-    "queued",
-    "waiting_dependency",
-    "running",
-    "retry_wait",
-    "completed",
-    "failed",
-    "timed_out",
-    "skipped",
-    "cancelled",
-)
-INVOCATION_STATUSES = (
-    "running",
-    "completed",
-    "completed_empty",
-    "failed",
-    "timed_out",
-    "aborted",
-    "cancelled",
-)
-SESSION_STATUSES = INVOCATION_STATUSES
+PACKAGE = "studio-scheduler-core"
 
 
 def _in(values: tuple[str, ...]) -> str:

@@ -28,11 +28,10 @@ from .._output import (
     say,
     shorten,
 )
-from .._types import duration_option, read_text
+from .._types import VocabularyChoice, duration_option, read_text
 from ._common import (
-    RUN_STATUSES,
-    TERMINAL_RUN_STATUSES,
     db_option,
+    is_final_status,
     json_option,
     limit_option,
     offset_option,
@@ -196,7 +195,7 @@ def _follow(db_path: Path, run_id: str, timeout: int | None) -> dict[str, Any]:
     hinted = False
     while True:
         run = run_async(_get)
-        if run["status"] in TERMINAL_RUN_STATUSES:
+        if is_final_status(run["status"]):
             return run
         waited = time.monotonic() - started
         if timeout is not None and waited >= timeout:
@@ -267,7 +266,7 @@ def command_kind(name: str, args: Sequence[str], **opts: Any) -> None:
 
 # -- reads and cancel ----------------------------------------------------------------------
 @run_group.command("list")
-@click.option("--status", type=click.Choice(RUN_STATUSES), help="Only runs with this status.")
+@click.option("--status", type=VocabularyChoice("RUN_STATUSES"), help="Only runs with this status.")
 @limit_option(50)
 @offset_option
 @db_option
