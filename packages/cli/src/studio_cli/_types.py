@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from collections.abc import Callable
@@ -15,21 +16,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class VocabularyChoice(click.Choice[str]):
-    """A ``click.Choice`` over one of scheduler-core's vocabularies (``RUN_STATUSES`` …).
+    """A ``click.Choice`` over one of a package's vocabularies (``RUN_STATUSES`` …).
 
-    The values are read from :mod:`studio_scheduler_core` when first needed (parsing the
-    option, or its command's help), so ``studio --help`` imports no Studio package.
+    The values are read from ``module`` (scheduler-core unless told) when first needed
+    (parsing the option, or its command's help), so ``studio --help`` imports no Studio
+    package.
     """
 
-    def __init__(self, vocabulary: str) -> None:
+    def __init__(self, vocabulary: str, module: str = "studio_scheduler_core") -> None:
         self._vocabulary = vocabulary
+        self._module = module
         self._values: tuple[str, ...] | None = None
         self.case_sensitive = True
 
     @property
     def choices(self) -> tuple[str, ...]:
         if self._values is None:
-            self._values = tuple(vocabulary(self._vocabulary))
+            self._values = tuple(vocabulary(self._vocabulary, self._module))
         return self._values
 
     @choices.setter
@@ -37,12 +40,10 @@ class VocabularyChoice(click.Choice[str]):
         self._values = tuple(values)
 
 
-def vocabulary(name: str) -> tuple[str, ...]:
-    """One of scheduler-core's vocabularies by name (``ActionKindName`` gives a Literal's
+def vocabulary(name: str, module: str = "studio_scheduler_core") -> tuple[str, ...]:
+    """One of a package's vocabularies by name (``ActionKindName`` gives a Literal's
     values), imported on demand."""
-    import studio_scheduler_core
-
-    value = getattr(studio_scheduler_core, name)
+    value = getattr(importlib.import_module(module), name)
     args = get_args(value)
     return tuple(args) if args else tuple(value)
 

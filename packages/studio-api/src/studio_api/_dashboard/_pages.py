@@ -12,14 +12,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from markupsafe import Markup
 
+from studio_outbox import DISPATCH_STATUSES
+from studio_scheduler_core import FINAL_RUN_STATUSES, RUN_STATUSES
+
 from . import _queries
 from ._internal import ApiAnswer, call_api, has_route
 from ._render import PAGE_SIZE, Visitor, page_links, render, signer_of, to_login, visitor
 
 router = APIRouter(include_in_schema=False)
 
-TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "timed_out", "skipped", "cancelled"})
-DISPATCH_STATUSES = ("pending", "delivering", "delivered", "acked", "dead_letter", "expired")
 LOG_STREAM_ROUTE = "/api/schedules/runs/{run_id}/log/stream"
 CANCEL_ROUTE = "/api/schedules/runs/{run_id}/cancel"
 
@@ -172,8 +173,8 @@ async def runs(request: Request) -> Response:
     if problem is not None:
         return render(request, "error.html", who, status_code=503, title="Runs", message=problem)
     status = request.query_params.get("status", "")
-    if status and status not in _queries.RUN_STATUSES:
-        message = f"status: must be one of {', '.join(_queries.RUN_STATUSES)}"
+    if status and status not in RUN_STATUSES:
+        message = f"status: must be one of {', '.join(RUN_STATUSES)}"
         return render(request, "error.html", who, status_code=422, title="Runs", message=message)
     offset = _offset(request)
     rows, total = await _queries.runs_page(
@@ -192,7 +193,7 @@ async def runs(request: Request) -> Response:
         offset=offset,
         pages=page_links(request, offset, total),
         status=status,
-        statuses=_queries.RUN_STATUSES,
+        statuses=RUN_STATUSES,
     )
 
 
@@ -219,7 +220,7 @@ async def run(request: Request, run_id: str) -> Response:
         run=body,
         schedule=schedule_row,
         zone=(schedule_row or {}).get("timezone"),
-        terminal=body["status"] in TERMINAL_RUN_STATUSES,
+        terminal=body["status"] in FINAL_RUN_STATUSES,
         log_available=has_route(app, "GET", LOG_STREAM_ROUTE.format(**concrete)),
         cancel_available=has_route(app, "POST", CANCEL_ROUTE.format(**concrete)),
         checked_at=time.time(),
