@@ -278,5 +278,8 @@ async def retention_pass(
                 await asyncio.sleep(min(max(held, TARGET_HOLD), MAX_GAP))
         return report
     finally:
-        await asyncio.shield(_set_autocheckpoint(conn, autocheckpoint))
+        try:
+            await asyncio.shield(_set_autocheckpoint(conn, autocheckpoint))
+        except Exception as exc:  # the connection is closing: nothing left to restore
+            logger.debug("retention: wal_autocheckpoint not restored (%s)", exc)
         await asyncio.to_thread(checkpointer.close)
