@@ -6,7 +6,8 @@ than :data:`TARGET_HOLD` (the bound is ~50 ms; the target leaves room for a slow
 Commits are where the writer stalls: an auto-checkpoint that lands in a batch's commit copies
 and syncs up to a thousand pages while the write lock is held. So during a pass the engine
 connection's auto-checkpoint is off, and the pass runs a ``PASSIVE`` checkpoint between
-batches on a connection of its own, which takes no write lock.
+batches (every :data:`CHECKPOINT_ROWS` rows, and when it ends) on a connection of its own,
+which takes no write lock.
 Rows are visited in ``rowid`` order (insertion order, so oldest first) and a pass stops at
 the first row newer than the cut-off, so a pass reads only what it deletes plus one batch.
 
@@ -41,6 +42,9 @@ MAX_BATCH = 5000
 FIRST_BATCH = 50
 MAX_GAP = 0.1
 """Longest pause between batches (seconds)."""
+CHECKPOINT_ROWS = 1000
+"""Rows deleted between two passive checkpoints (and one when the pass ends): a few hundred
+pages of WAL, and a pass over a few rows is not slowed by a sync per batch."""
 
 TERMINAL_RUN = ("completed", "failed", "timed_out", "cancelled", "skipped")
 LIVE_RUN = ("queued", "waiting_dependency", "running", "retry_wait")
@@ -248,6 +252,7 @@ async def retention_pass(
     started = timer()
     checkpointer = _Checkpointer(await _database_file(conn))
     autocheckpoint = await _set_autocheckpoint(conn, 0)
+    unsynced = 0  # rows deleted since the last checkpoint
     try:
         for table in _TABLES:
             after, size = 0, FIRST_BATCH
@@ -266,7 +271,9 @@ async def retention_pass(
                         report.log_files += await asyncio.to_thread(_unlink_logs, logs, ids)
                 else:
                     report.dispatches += len(ids)
-                if ids:
+                unsynced += len(ids)
+                if unsynced >= CHECKPOINT_ROWS:
+                    unsynced = 0
                     await checkpointer.checkpoint()
                 if end:
                     break
@@ -278,6 +285,8 @@ async def retention_pass(
                 await asyncio.sleep(min(max(held, TARGET_HOLD), MAX_GAP))
         return report
     finally:
+        if unsynced:
+            await checkpointer.checkpoint()
         try:
             await asyncio.shield(_set_autocheckpoint(conn, autocheckpoint))
         except Exception as exc:  # the connection is closing: nothing left to restore
