@@ -80,6 +80,7 @@ def test_metrics_scraped_from_a_served_studio(
     assert _value(lag, "studio_scheduling_lag_seconds") == 0.0
     health = studio.client.get("/api/health").json()["scheduler"]
     assert "fire_lag_last_seconds" in health and "fire_lag_max_seconds" in health
+    assert (health["scheduling_lag_seconds"], health["coalesced_slots"]) == (0.0, 0)
     in_flight = families["studio_runs_in_flight"]
     assert _value(in_flight, "studio_runs_in_flight", kind="scheduled") == 0
 

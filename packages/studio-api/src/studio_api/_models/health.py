@@ -43,6 +43,10 @@ class SchedulerHealth(ResponseModel):
     """Due → fire lag of the latest scheduled fire (this process)."""
     fire_lag_max_seconds: float | None = None
     """The largest due → fire lag since the server started."""
+    scheduling_lag_seconds: float = 0.0
+    """How far behind its due time the oldest due enabled schedule is now (0: none late)."""
+    coalesced_slots: int = 0
+    """Interval slots folded into a later fire since the server started (overload shows here)."""
 
 
 class TransportHealth(ResponseModel):
