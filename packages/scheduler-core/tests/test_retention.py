@@ -57,6 +57,8 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     clock.set(float(chained["next_fire_at"]))
     await engine.tick_once()
     await h.eventually(lambda: _child_running(conn, chained["id"]))
+    # that tick fired "old" a second time: retention must find it ended, not still running
+    await h.eventually(lambda: _all_ended(conn, old["id"]))
     parent, child = await h.runs_of(conn, chained["id"])
 
     clock.advance(3 * DAY)
@@ -169,6 +171,13 @@ async def _child_running(conn: Any, schedule_id: str) -> bool:
         (schedule_id,),
     )
     return bool(rows) and rows[0]["status"] == "running"
+
+
+async def _all_ended(conn: Any, schedule_id: str) -> bool:
+    rows = await fetch_all(
+        conn, "SELECT status FROM schedule_runs WHERE schedule_id = ?", (schedule_id,)
+    )
+    return len(rows) == 2 and all(r["status"] == "completed" for r in rows)
 
 
 async def _ended(conn: Any, schedule_id: str) -> bool:
