@@ -2,27 +2,34 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-import ipaddress
-import json
 import logging
 import math
 import os
-import re
-import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
-from urllib.parse import urlsplit
 
 import pydantic
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from studio_outbox import InvalidWebhookSecret, parse_webhook_secret
-
 from ._exceptions import SettingsError
+from ._setting_values import (
+    command_names,
+    db_path,
+    directory,
+    env_names,
+    github_url,
+    host_name,
+    is_loopback_host,
+    li_path,
+    notify_template,
+    printable_token,
+    synchronous_level,
+    webhook_secret,
+    zone_name,
+)
 
 if TYPE_CHECKING:
     from studio_scheduler_core import SchedulerSettings
@@ -33,7 +40,6 @@ DEFAULT_DB = "~/.lionagi/studio/state.db"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
-_COMMAND_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Secrets are never echoed back in an error message.
 _SECRET_FIELDS = frozenset({"auth_token", "github_token", "webhook_secret"})
 SECRET_ENV_VARS = ("GITHUB_TOKEN", "LIONAGI_STUDIO_AUTH_TOKEN", "LIONAGI_STUDIO_WEBHOOK_SECRET")
@@ -42,53 +48,12 @@ for the operator's clients, the GitHub token for the poller, the webhook secret 
 unless ``LIONAGI_SCHEDULER_CHILD_ENV_PASS`` names them."""
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # When False, construction reads only its keyword arguments (``from_env`` with an explicit
 # mapping passes the variables that way); the default reads ``os.environ`` too.
 _READ_OS_ENVIRON: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "studio_api_read_os_environ", default=True
 )
-
-
-def _is_zone(name: str) -> bool:
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        return False
-    return True
-
-
-def system_timezone_name() -> str:
-    """The host's IANA zone: ``TZ``, else ``/etc/localtime``, else ``/etc/timezone``, else UTC."""
-    candidates: list[str] = []
-    tz = os.environ.get("TZ", "").strip().lstrip(":")
-    if tz:
-        candidates.append(tz)
-    try:
-        target = os.path.realpath("/etc/localtime")
-    except OSError:
-        target = ""
-    marker = "zoneinfo/"
-    if marker in target:
-        candidates.append(target.split(marker, 1)[1])
-    with contextlib.suppress(OSError):
-        candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
-    for name in candidates:
-        if name and _is_zone(name):
-            return name
-    return "UTC"
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
-    name = host.strip().strip("[]").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def _env(name: str) -> Any:
@@ -255,151 +220,62 @@ class StudioSettings(BaseSettings):
     @field_validator("db", mode="before")
     @classmethod
     def _check_db(cls, value: Any) -> Any:
-        if isinstance(value, str | Path):
-            text = str(value).strip()
-            if not text:
-                raise ValueError("must be a file path, not empty")
-            if text == ":memory:":
-                raise ValueError("must be a file path (an in-memory database cannot be shared)")
-            return Path(text).expanduser().absolute()
-        return value
+        return db_path(value)
 
     @field_validator("host")
     @classmethod
     def _check_host(cls, value: str) -> str:
-        host = value.strip()
-        if not host or any(ch.isspace() for ch in host):
-            raise ValueError("must be a host name or IP address")
-        return host
+        return host_name(value)
 
     @field_validator("auth_token", "github_token")
     @classmethod
     def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None:
-            return None
-        secret = value.get_secret_value()
-        if not secret.isascii() or not secret.isprintable() or " " in secret:
-            raise ValueError("must be printable ASCII without spaces")
-        return value
+        return printable_token(value)
 
     @field_validator("webhook_secret")
     @classmethod
     def _check_webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is None:
-            return None
-        try:
-            parse_webhook_secret(value.get_secret_value(), field="LIONAGI_STUDIO_WEBHOOK_SECRET")
-        except InvalidWebhookSecret as exc:
-            raise ValueError(str(exc).partition(": ")[2]) from None
-        return value
+        return webhook_secret(value)
 
     @field_validator("timezone")
     @classmethod
     def _check_timezone(cls, value: str) -> str:
-        name = value.strip()
-        if not name:
-            return system_timezone_name()
-        if not _is_zone(name):
-            logger.warning("LIONAGI_SCHEDULER_TZ=%r is not a known IANA time zone; using UTC", name)
-            return "UTC"
-        return name
+        return zone_name(value)
 
     @field_validator("default_cwd")
     @classmethod
     def _check_cwd(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        path = Path(value).expanduser()
-        if not path.is_absolute():
-            raise ValueError("must be an absolute directory path")
-        if not path.is_dir():
-            logger.warning(
-                "LIONAGI_SCHEDULER_CWD=%s is not a directory now; it is used only once it is",
-                path,
-            )
-        return str(path)
+        return directory(value)
 
     @field_validator("command_allowlist", mode="before")
     @classmethod
     def _split_allowlist(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",")]
-        if isinstance(value, list | tuple):
-            names = tuple(str(part).strip() for part in value if str(part).strip())
-            for name in names:
-                if not _COMMAND_NAME.fullmatch(name) or name.startswith("-"):
-                    raise ValueError(
-                        f"{name!r} is not a bare command name (letters, digits, '_', '.', '-'; "
-                        "comma separated)"
-                    )
-            return names
-        return value
+        return command_names(value)
 
     @field_validator("synchronous", mode="before")
     @classmethod
     def _check_synchronous(cls, value: Any) -> Any:
-        from studio_state import InvalidSetting, check_synchronous
-
-        if not isinstance(value, str):
-            return value
-        try:
-            return check_synchronous(value)
-        except InvalidSetting:
-            raise ValueError("must be 'full' or 'normal'") from None
+        return synchronous_level(value)
 
     @field_validator("child_env_pass", mode="before")
     @classmethod
     def _split_env_pass(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",")]
-        if isinstance(value, list | tuple):
-            names = tuple(str(part).strip() for part in value if str(part).strip())
-            for name in names:
-                if not _ENV_NAME.fullmatch(name):
-                    raise ValueError(
-                        f"{name!r} is not an environment variable name (comma separated names)"
-                    )
-            return names
-        return value
+        return env_names(value)
 
     @field_validator("li_executable")
     @classmethod
     def _check_li(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        path = Path(value).expanduser()
-        if not path.is_absolute():
-            raise ValueError("must be an absolute path to the li executable")
-        if not path.is_file() or not os.access(path, os.X_OK):
-            raise ValueError(f"{path} is not an executable file")
-        return str(path)
+        return li_path(value)
 
     @field_validator("notify_template", mode="before")
     @classmethod
     def _parse_template(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except (ValueError, RecursionError):
-                raise ValueError(
-                    'must be a JSON list of strings, e.g. ["notify-send", "{payload}"]'
-                ) from None
-        if value is None:
-            return None
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise ValueError('must be a JSON list of strings, e.g. ["notify-send", "{payload}"]')
-        if not value or not value[0].strip():
-            raise ValueError("must start with the program to run")
-        return tuple(value)
+        return notify_template(value)
 
     @field_validator("github_api_url")
     @classmethod
     def _check_github_url(cls, value: str) -> str:
-        url = value.strip().rstrip("/")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("must be an http(s) URL such as https://api.github.com")
-        return url
+        return github_url(value)
 
     # -- use --------------------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ from fastapi import FastAPI
 
 from ._app import create_app
 from ._connections import server_options
-from ._settings import StudioSettings, is_loopback_host
+from ._setting_values import is_loopback_host
+from ._settings import StudioSettings
 
 __all__ = ["StudioServer", "serve_studio"]
 

@@ -1,0 +1,214 @@
+"""The value checks behind ``StudioSettings``: each takes one raw setting and returns it
+normalised, or raises ``ValueError`` with the message the operator sees beside the variable."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import re
+import zoneinfo
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import SecretStr
+
+from studio_outbox import InvalidWebhookSecret, parse_webhook_secret
+
+logger = logging.getLogger("studio_api")
+
+_COMMAND_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_zone(name: str) -> bool:
+    """Whether ``name`` is a time zone this machine knows."""
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
+
+def system_timezone_name() -> str:
+    """The host's IANA zone: ``TZ``, else ``/etc/localtime``, else ``/etc/timezone``, else UTC."""
+    candidates: list[str] = []
+    tz = os.environ.get("TZ", "").strip().lstrip(":")
+    if tz:
+        candidates.append(tz)
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        target = ""
+    marker = "zoneinfo/"
+    if marker in target:
+        candidates.append(target.split(marker, 1)[1])
+    with contextlib.suppress(OSError):
+        candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
+    for name in candidates:
+        if name and is_zone(name):
+            return name
+    return "UTC"
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def db_path(value: Any) -> Any:
+    """The database path, absolute with ``~`` expanded (never empty or ``:memory:``)."""
+    if isinstance(value, str | Path):
+        text = str(value).strip()
+        if not text:
+            raise ValueError("must be a file path, not empty")
+        if text == ":memory:":
+            raise ValueError("must be a file path (an in-memory database cannot be shared)")
+        return Path(text).expanduser().absolute()
+    return value
+
+
+def host_name(value: str) -> str:
+    """The bind host, stripped (no whitespace inside)."""
+    host = value.strip()
+    if not host or any(ch.isspace() for ch in host):
+        raise ValueError("must be a host name or IP address")
+    return host
+
+
+def printable_token(value: SecretStr | None) -> SecretStr | None:
+    """A bearer or GitHub token: printable ASCII without spaces."""
+    if value is None:
+        return None
+    secret = value.get_secret_value()
+    if not secret.isascii() or not secret.isprintable() or " " in secret:
+        raise ValueError("must be printable ASCII without spaces")
+    return value
+
+
+def webhook_secret(value: SecretStr | None) -> SecretStr | None:
+    """A Standard Webhooks signing secret, as the outbox parses it."""
+    if value is None:
+        return None
+    try:
+        parse_webhook_secret(value.get_secret_value(), field="LIONAGI_STUDIO_WEBHOOK_SECRET")
+    except InvalidWebhookSecret as exc:
+        raise ValueError(str(exc).partition(": ")[2]) from None
+    return value
+
+
+def zone_name(value: str) -> str:
+    """An IANA zone name; empty means the host's zone, an unknown one falls back to UTC."""
+    name = value.strip()
+    if not name:
+        return system_timezone_name()
+    if not is_zone(name):
+        logger.warning("LIONAGI_SCHEDULER_TZ=%r is not a known IANA time zone; using UTC", name)
+        return "UTC"
+    return name
+
+
+def directory(value: str | None) -> str | None:
+    """An absolute directory path (a warning, not an error, while it does not exist)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        raise ValueError("must be an absolute directory path")
+    if not path.is_dir():
+        logger.warning(
+            "LIONAGI_SCHEDULER_CWD=%s is not a directory now; it is used only once it is",
+            path,
+        )
+    return str(path)
+
+
+def command_names(value: Any) -> Any:
+    """The command allow-list: comma-separated bare command names."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",")]
+    if isinstance(value, list | tuple):
+        names = tuple(str(part).strip() for part in value if str(part).strip())
+        for name in names:
+            if not _COMMAND_NAME.fullmatch(name) or name.startswith("-"):
+                raise ValueError(
+                    f"{name!r} is not a bare command name (letters, digits, '_', '.', '-'; "
+                    "comma separated)"
+                )
+        return names
+    return value
+
+
+def synchronous_level(value: Any) -> Any:
+    """``full`` or ``normal``."""
+    from studio_state import InvalidSetting, check_synchronous
+
+    if not isinstance(value, str):
+        return value
+    try:
+        return check_synchronous(value)
+    except InvalidSetting:
+        raise ValueError("must be 'full' or 'normal'") from None
+
+
+def env_names(value: Any) -> Any:
+    """Comma-separated environment variable names."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",")]
+    if isinstance(value, list | tuple):
+        names = tuple(str(part).strip() for part in value if str(part).strip())
+        for name in names:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not an environment variable name (comma separated names)"
+                )
+        return names
+    return value
+
+
+def li_path(value: str | None) -> str | None:
+    """The absolute path of an executable ``li``."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        raise ValueError("must be an absolute path to the li executable")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ValueError(f"{path} is not an executable file")
+    return str(path)
+
+
+def notify_template(value: Any) -> Any:
+    """The notify argv template: a JSON list of strings starting with the program."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise ValueError(
+                'must be a JSON list of strings, e.g. ["notify-send", "{payload}"]'
+            ) from None
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ValueError('must be a JSON list of strings, e.g. ["notify-send", "{payload}"]')
+    if not value or not value[0].strip():
+        raise ValueError("must start with the program to run")
+    return tuple(value)
+
+
+def github_url(value: str) -> str:
+    """The GitHub API base URL: http(s), without a trailing slash."""
+    url = value.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http(s) URL such as https://api.github.com")
+    return url
