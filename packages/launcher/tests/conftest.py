@@ -13,7 +13,7 @@ from studio_launcher.testing import clean_environment, fake_li  # noqa: F401  (f
 
 
 @pytest.fixture
-def prefix(fake_li: Path) -> list[str]:  # noqa: F811  (the imported fixture)
+def prefix(fake_li: Path) -> list[str]:
     return [str(fake_li)]
 
 
