@@ -8,10 +8,14 @@ The helpers the suites used to copy into their ``conftest.py`` live here once:
 - :func:`proc_state`, :func:`pid_alive`, :func:`group_has_live_member` and
   :func:`kill_quietly`: look at and clean up real child processes through ``/proc``;
 - :func:`free_port`: a loopback TCP port nothing listens on;
+- :func:`db_rows`: read a database file through a plain ``sqlite3`` connection of the test's
+  own (what another process would see committed);
 - :func:`clean_environment`: an autouse fixture that removes ``LIONAGI_*`` and
   ``GITHUB_TOKEN`` from the environment, so a developer's shell cannot change a result;
 - :func:`assert_public_api`: a package's ``__all__`` is sorted, importable and names exactly
-  the public names its ``__init__`` defines or imports.
+  the public names its ``__init__`` defines or imports;
+- :func:`load_beside`: import a helper module that sits beside a test file (test folders are
+  not packages under pytest's importlib import mode).
 
 A ``conftest.py`` registers the fixture by importing it::
 
@@ -25,15 +29,18 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import importlib.util
 import inspect
 import os
 import signal
 import socket
+import sqlite3
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -44,10 +51,12 @@ __all__ = [
     "assert_public_api",
     "clean_environment",
     "cleared_variables",
+    "db_rows",
     "eventually",
     "free_port",
     "group_has_live_member",
     "kill_quietly",
+    "load_beside",
     "pid_alive",
     "proc_state",
     "public_names",
@@ -159,6 +168,17 @@ def free_port() -> int:
         return port
 
 
+# -- databases ---------------------------------------------------------------------------------
+def db_rows(db: str | Path, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    """Run ``sql`` on its own short-lived ``sqlite3`` connection to ``db``; rows as dicts."""
+    conn = sqlite3.connect(db, timeout=30)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(row) for row in conn.execute(sql, tuple(params))]
+    finally:
+        conn.close()
+
+
 # -- environment --------------------------------------------------------------------------------
 def cleared_variables(environ: Iterable[str]) -> list[str]:
     """The names in ``environ`` that :func:`clean_environment` removes."""
@@ -170,6 +190,19 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Remove ``LIONAGI_*`` and ``GITHUB_TOKEN`` for the test (restored afterwards)."""
     for name in cleared_variables(list(os.environ)):
         monkeypatch.delenv(name)
+
+
+# -- modules beside a test ---------------------------------------------------------------------
+def load_beside(anchor: str | Path, filename: str, module_name: str) -> ModuleType:
+    """Import ``filename`` from the folder of ``anchor`` (a test's ``__file__``) as
+    ``module_name``, once: later calls return the module from ``sys.modules``."""
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, Path(anchor).with_name(filename))
+        assert spec is not None and spec.loader is not None, filename
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
 
 
 # -- public API ---------------------------------------------------------------------------------
