@@ -210,12 +210,17 @@ def public_names(package: ModuleType) -> list[str]:
     """Names the package's ``__init__`` defines or imports at top level, without ``_``.
 
     Read from the source, so submodules that were imported later (and so became attributes
-    of the package) do not count; ``from __future__`` imports are left out.
+    of the package) do not count. Imports under a top-level ``if TYPE_CHECKING:`` count (the
+    package serves them lazily, through ``__getattr__``); imports from ``__future__`` and
+    ``typing`` do not (annotation helpers, not API).
     """
-    source = inspect.getsource(package)
     names: set[str] = set()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+    body = list(ast.parse(inspect.getsource(package)).body)
+    while body:
+        node = body.pop(0)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in _TYPE_CHECKING:
+            body[:0] = node.body
+        elif isinstance(node, ast.ImportFrom) and node.module not in ("__future__", "typing"):
             names.update(alias.asname or alias.name for alias in node.names)
         elif isinstance(node, ast.Import):
             names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
@@ -226,6 +231,9 @@ def public_names(package: ModuleType) -> list[str]:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
     return sorted(name for name in names if not name.startswith("_"))
+
+
+_TYPE_CHECKING = ("TYPE_CHECKING", "typing.TYPE_CHECKING")
 
 
 def assert_public_api(package: ModuleType, *, dunders: Iterable[str] = ("__version__",)) -> None:
