@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator, Iterator
 import psycopg
 import pytest
 
+from studio_state.testing import clean_environment  # noqa: F401  (autouse fixture)
 from studio_state.testing_pg import PostgresUnavailable, start_cluster
 
 
