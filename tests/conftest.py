@@ -1,13 +1,11 @@
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import re
 import resource
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,6 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
+
+from studio_state.testing import (  # noqa: F401  (clean_environment: autouse fixture)
+    clean_environment,
+    db_rows,
+    kill_quietly,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,46 +55,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 # -- small helpers ---------------------------------------------------------------------------
-def wait_for(
-    predicate: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""
-) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not met within {timeout}s: {what or predicate}")
-        time.sleep(interval)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def kill_quietly(*pids: int) -> None:
-    """SIGKILL the given pids (test cleanup of children a failed test may leave)."""
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def db_rows(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    """Read the database through a plain sqlite3 connection of the test's own."""
-    conn = sqlite3.connect(db, timeout=30)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(row) for row in conn.execute(sql, params)]
-    finally:
-        conn.close()
-
-
 def db_value(db: Path, sql: str, params: tuple[Any, ...] = ()) -> Any:
     rows = db_rows(db, sql, params)
     return next(iter(rows[0].values())) if rows else None

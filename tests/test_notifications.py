@@ -10,7 +10,6 @@ import base64
 import importlib.util
 import json
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,17 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
-    ROOT,
-    count,
-    db_rows,
-    pid_alive,
-    read_marker,
-    wait_for,
-    write_script,
-)
+from conftest import ROOT, count, db_rows, read_marker, write_script
 
 import studio_outbox
+from studio_state.testing import free_port, pid_alive, wait_for
 
 SECRET = "whsec_" + base64.b64encode(b"studio-notify-tests-secret-32byt").decode()
 _RECEIVER = "studio_tests_webhook_receiver"
@@ -137,12 +129,6 @@ def test_kill9_between_child_exit_and_terminal_write_notifies_exactly_once(
         {"kind": "run.failed", "dedup_key": f"run:{run['id']}:run.failed", "status": "delivered"}
     ]
     assert server.stop() in (0, -15)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _doc_block(marker: str) -> str:

@@ -23,11 +23,11 @@ from conftest import (
     assert_consistent,
     count,
     db_rows,
-    pid_alive,
     read_marker,
-    wait_for,
     write_script,
 )
+
+from studio_state.testing import pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import count, pid_alive, wait_for
+from conftest import count
+
+from studio_state.testing import pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
 

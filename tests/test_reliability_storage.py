@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import count, wait_for
+from conftest import count
+
+from studio_state.testing import wait_for
 
 pytestmark = [
     pytest.mark.slow,

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import StudioProcess, count, wait_for, write_script
+from conftest import StudioProcess, count, write_script
+
+from studio_state.testing import wait_for
 
 pytestmark = pytest.mark.slow
 

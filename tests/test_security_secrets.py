@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import count, wait_for, write_script
+from conftest import count, write_script
 
 from studio_launcher.testing import write_fake_li
+from studio_state.testing import wait_for
 
 pytestmark = pytest.mark.slow
 

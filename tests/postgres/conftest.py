@@ -8,6 +8,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from studio_state.testing import clean_environment  # noqa: F401  (autouse fixture)
 from studio_state.testing_pg import PostgresUnavailable, start_cluster
 
 

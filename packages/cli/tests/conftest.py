@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from studio_state.testing import clean_environment  # noqa: F401  (autouse fixture)
 
 # The test modules import these helpers by name (``from conftest import Studio``). Under
 # pytest's importlib import mode (how `hatch test` runs) this file is not importable as
@@ -215,10 +216,3 @@ async def _seed(db: Path, data: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def studio(tmp_path: Path) -> Studio:
     return Studio(tmp_path)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port

@@ -15,6 +15,7 @@ import pytest
 import studio_outbox
 import studio_state
 from studio_outbox import DispatchEnvelope, TransportResult
+from studio_state.testing import clean_environment  # noqa: F401  (autouse fixture)
 
 # A real transport program. It appends one JSON line per send to the file named by its first
 # argument ({"argv": [...the rest...], "stdin": "...", "pid": n}), then behaves according to
@@ -224,30 +225,7 @@ async def hold_write_lock(path: Path, seconds: float) -> asyncio.subprocess.Proc
     return proc
 
 
-async def wait_until(
-    predicate: Callable[[], Any], *, timeout: float = 30.0, every: float = 0.05
-) -> None:
-    """Poll ``predicate`` (sync or async) until it is true; fail after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return
-        if loop.time() > deadline:
-            pytest.fail(f"condition not met within {timeout}s")
-        await asyncio.sleep(every)
-
-
 @pytest.fixture
 def write_lock() -> Callable[[Path, float], Any]:
     """:func:`hold_write_lock` (a real second process holding the write lock)."""
     return hold_write_lock
-
-
-@pytest.fixture
-def until() -> Callable[..., Any]:
-    """:func:`wait_until`."""
-    return wait_until

@@ -20,6 +20,7 @@ import pytest
 from studio_launcher import process_start_time
 from studio_scheduler_core import AdhocWorker, SchedulerEngine, ensure_schema
 from studio_state import connect, fetch_one, new_id
+from studio_state.testing import pid_alive, wait_for
 
 STUBBORN = """
 import signal, sys, time
@@ -38,21 +39,6 @@ time.sleep(120)
 """
 
 DEAD_OWNER = f"{os.uname().nodename}:{2**22 + 1}:deadbeef"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _wait(predicate: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -77,7 +63,7 @@ def _spawn(
         start_new_session=True,
     )
     procs.append(proc)
-    _wait(flag.exists, 20)
+    wait_for(flag.exists, 20)
     return proc
 
 
@@ -168,12 +154,12 @@ async def test_a_descendant_that_escaped_with_setsid_is_killed_at_recovery(
         if adhoc:
             await engine.tick_once()
         deadline = time.monotonic() + 20
-        while child.poll() is None or _alive(grandchild):
+        while child.poll() is None or pid_alive(grandchild):
             assert time.monotonic() < deadline, "an orphan survived recovery"
             await asyncio.sleep(0.05)
         row = await fetch_one(engine.conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
         assert row is not None
         assert (row["status"], row["status_reason_code"]) == ("failed", "run.failed.daemon_restart")
     finally:
-        if _alive(grandchild):
+        if pid_alive(grandchild):
             os.kill(grandchild, 9)

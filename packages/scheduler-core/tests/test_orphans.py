@@ -20,6 +20,7 @@ import pytest
 
 from studio_scheduler_core import ensure_schema
 from studio_state import connect, fetch_one
+from studio_state.testing import pid_alive, wait_for
 
 TREE = """
 import subprocess, sys, time
@@ -28,21 +29,6 @@ open(sys.argv[1] + ".tmp", "w").write(str(g.pid))
 import os; os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 time.sleep(120)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _wait(predicate: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 async def _insert_running(db_path: Path, *, adhoc: bool, now: float) -> tuple[str, str]:
@@ -98,13 +84,13 @@ async def test_an_unrecorded_child_is_found_by_its_environment_and_terminated(
         start_new_session=True,
     )
     try:
-        _wait(pid_file.exists)
+        wait_for(pid_file.exists)
         grandchild = int(pid_file.read_text())
         engine = await make_engine()
         if adhoc:
             await engine.tick_once()  # the worker pass recovers abandoned leased rows
         child.wait(timeout=20)
-        _wait(lambda: not _alive(grandchild), 20)
+        wait_for(lambda: not pid_alive(grandchild), 20)
         assert bystander.poll() is None
         run = await fetch_one(engine.conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
         assert run is not None

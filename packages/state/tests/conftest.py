@@ -8,6 +8,7 @@ import aiosqlite
 import pytest
 
 import studio_state
+from studio_state.testing import clean_environment  # noqa: F401  (autouse fixture)
 
 
 @pytest.fixture

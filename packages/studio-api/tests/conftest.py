@@ -2,76 +2,33 @@
 
 from __future__ import annotations
 
-import socket
-import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from studio_api import StudioSettings
-from studio_api.testing import StudioServer
-
-
-class Studio:
-    """A served Studio: its settings, base URL, an HTTP client and helpers to wait and peek."""
-
-    def __init__(self, server: StudioServer, client: httpx.Client) -> None:
-        self.server = server
-        self.settings = server.settings
-        self.base_url = server.base_url
-        self.client = client
-
-    @property
-    def engine(self) -> Any:
-        return self.server.app.state.engine
-
-    def db_rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
-        """Read the database through a separate plain sqlite3 connection."""
-        conn = sqlite3.connect(self.settings.db, timeout=10)
-        conn.row_factory = sqlite3.Row
-        try:
-            return [dict(row) for row in conn.execute(sql, params)]
-        finally:
-            conn.close()
-
-    def stop(self) -> None:
-        self.client.close()
-        self.server.stop()
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
-        time.sleep(interval)
+from studio_api.testing import ServedStudio, StudioServers
+from studio_launcher.testing import fake_li  # noqa: F401  (fixture)
+from studio_state.testing import (  # noqa: F401  (clean_environment: autouse fixture)
+    clean_environment,
+    free_port,
+    pid_alive,
+    wait_for,
+)
 
 
 @pytest.fixture
 def wait() -> Callable[..., Any]:
+    """:func:`studio_state.testing.wait_for`."""
     return wait_for
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.fixture
 def alive() -> Callable[[int], bool]:
-    return process_alive
+    """:func:`studio_state.testing.pid_alive`."""
+    return pid_alive
 
 
 @pytest.fixture
@@ -104,29 +61,14 @@ def make_settings(tmp_path: Path, workdir: Path) -> Callable[..., StudioSettings
 
 
 @pytest.fixture
-def serve(make_settings: Callable[..., StudioSettings]) -> Iterator[Callable[..., Studio]]:
+def serve(make_settings: Callable[..., StudioSettings]) -> Iterator[StudioServers]:
     """Start a server per call (``serve(**setting_overrides)``); all are stopped at the end."""
-    started: list[Studio] = []
-
-    def start(settings: StudioSettings | None = None, **overrides: Any) -> Studio:
-        settings = settings if settings is not None else make_settings(**overrides)
-        server = StudioServer(settings)
-        server.start()
-        headers = {}
-        if settings.auth_token is not None:
-            headers["Authorization"] = f"Bearer {settings.auth_token.get_secret_value()}"
-        client = httpx.Client(base_url=server.base_url, headers=headers, timeout=30)
-        studio = Studio(server, client)
-        started.append(studio)
-        return studio
-
-    yield start
-    for studio in reversed(started):
-        studio.stop()
+    with StudioServers(make_settings) as servers:
+        yield servers
 
 
 @pytest.fixture
-def studio(serve: Callable[..., Studio]) -> Studio:
+def studio(serve: StudioServers) -> ServedStudio:
     """One served Studio with the default test settings."""
     return serve()
 
@@ -161,12 +103,6 @@ def command_schedule(workdir: Path) -> Callable[..., dict[str, Any]]:
         return data
 
     return body
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

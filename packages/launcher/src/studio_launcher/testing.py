@@ -24,13 +24,43 @@ With ``$FAKE_LI_LOG`` set it appends one JSON line per run: ``argv``, ``cwd``, `
 ``invocation_id``, ``studio_db``, ``command`` (agent, o flow, o fanout, play, engine run),
 ``model``, ``prompt``, ``options``, ``grandchild_pid`` and ``setsid_pid``. Unknown flags exit 2
 (like argparse); positional-count errors exit 1 (like ``li``).
+
+The :func:`fake_li` fixture writes it into the test's ``tmp_path``.
+
+The launcher's own tests install nothing but the launcher (it is a leaf), so the helpers of
+:mod:`studio_state.testing` that they need stand here too, with the same names and behaviour:
+:func:`wait_for`, :func:`eventually`, :func:`proc_state`, :func:`pid_alive`,
+:func:`kill_quietly` and the autouse :func:`clean_environment` fixture. Every other suite takes
+them from :mod:`studio_state.testing`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+__all__ = [
+    "FAKE_LI_SCRIPT",
+    "clean_environment",
+    "eventually",
+    "fake_li",
+    "kill_quietly",
+    "pid_alive",
+    "proc_state",
+    "wait_for",
+    "write_fake_li",
+]
+
+T = TypeVar("T")
 
 FAKE_LI_SCRIPT = r'''
 import json, os, re, signal, sqlite3, subprocess, sys, time, uuid
@@ -224,3 +254,61 @@ def write_fake_li(directory: Path) -> Path:
     path.write_text(f"#!{interpreter}\n{FAKE_LI_SCRIPT.lstrip()}", encoding="utf-8")
     path.chmod(0o755)
     return path
+
+
+@pytest.fixture
+def fake_li(tmp_path: Path) -> Path:
+    """The fake ``li`` written into ``tmp_path/bin`` (see :func:`write_fake_li`)."""
+    return write_fake_li(tmp_path / "bin")
+
+
+# -- the launcher suite's helpers (see the module docstring) ---------------------------------
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, *, interval: float = 0.02) -> T:
+    """Call ``predicate`` until it is truthy and return it; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+    return value
+
+
+async def eventually(
+    predicate: Callable[[], T], timeout: float = 30.0, *, interval: float = 0.02
+) -> T:
+    """:func:`wait_for` for a coroutine: sleeps with ``asyncio.sleep`` between tries."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not met within {timeout}s: {predicate}")
+        await asyncio.sleep(interval)
+    return value
+
+
+def proc_state(pid: int) -> str | None:
+    """The ``/proc/<pid>/stat`` state letter of ``pid`` (``R``, ``S``, ``Z`` …), or None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 1 :].split()[0].decode()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process; a zombie nobody reaped yet counts as gone."""
+    return proc_state(pid) not in (None, "Z", "X")
+
+
+def kill_quietly(*pids: int) -> None:
+    """SIGKILL each pid, ignoring ones already gone (cleanup of children a test left)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remove ``LIONAGI_*`` and ``GITHUB_TOKEN`` for the test (restored afterwards)."""
+    for name in list(os.environ):
+        if name.startswith("LIONAGI_") or name == "GITHUB_TOKEN":
+            monkeypatch.delenv(name)

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL cluster for tests (stdlib only; the server binaries come from the OS).
+"""A throwaway PostgreSQL cluster for tests (the server binaries come from the OS).
 
 :func:`start_cluster` runs ``initdb`` into a fresh directory, starts the server with
 ``pg_ctl`` on a free loopback port with its unix socket in the same directory, and returns a
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .testing import free_port
 
 INSTALL_HINT = "install PostgreSQL's server binaries: apt-get install -y postgresql"
 _RUN_AS = "postgres"
@@ -89,13 +90,6 @@ def find_bindir() -> Path:
     return bindir
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _run_as() -> tuple[str, ...]:
     if os.geteuid() != 0:
         return ()
@@ -140,7 +134,7 @@ def start_cluster(base: Path | None = None) -> PostgresCluster:
             "initdb",
         )
         for _ in range(5):
-            port = _free_port()
+            port = free_port()
             options = (
                 f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50"

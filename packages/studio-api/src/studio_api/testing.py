@@ -10,6 +10,15 @@ with serve_studio(StudioSettings(db=tmp_path / "state.db", port=0, tick_seconds=
 
 The server runs in a background thread with its own event loop; leaving the block shuts it
 down the way a signal would (the lifespan stops the engine) and waits for it.
+
+For pytest fixtures, :class:`ServedStudio` is a started server with an ``httpx`` client that
+carries the configured bearer token, and :class:`StudioServers` starts them on demand and
+stops them all at teardown::
+
+    @pytest.fixture
+    def serve() -> Iterator[StudioServers]:
+        with StudioServers(lambda **kw: StudioSettings.from_env({}, **kw)) as servers:
+            yield servers
 """
 
 from __future__ import annotations
@@ -18,18 +27,23 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
+
+from studio_state.testing import db_rows
 
 from ._app import create_app
 from ._connections import server_options
 from ._setting_values import is_loopback_host
 from ._settings import StudioSettings
 
-__all__ = ["StudioServer", "serve_studio"]
+__all__ = ["ServedStudio", "StudioServer", "StudioServers", "serve_studio"]
 
 
 class StudioServer:
@@ -115,3 +129,69 @@ def serve_studio(settings: StudioSettings, *, app: FastAPI | None = None) -> Ite
         yield url
     finally:
         server.stop()
+
+
+class ServedStudio:
+    """A started :class:`StudioServer` with an HTTP client and helpers to peek at its state.
+
+    ``client`` is an ``httpx.Client`` on the server's base URL that sends the configured
+    bearer token, if any.
+    """
+
+    def __init__(self, settings: StudioSettings, *, app: FastAPI | None = None) -> None:
+        self.server = StudioServer(settings, app=app)
+        self.settings = settings
+        self.base_url = self.server.start()
+        headers = {}
+        if settings.auth_token is not None:
+            headers["Authorization"] = f"Bearer {settings.auth_token.get_secret_value()}"
+        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
+
+    @property
+    def engine(self) -> Any:
+        """The app's running scheduler engine."""
+        return self.server.app.state.engine
+
+    def db_rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        """Read the database through a separate plain sqlite3 connection."""
+        return db_rows(self.settings.db, sql, params)
+
+    def stop(self) -> None:
+        """Close the client and shut the server down."""
+        self.client.close()
+        self.server.stop()
+
+
+class StudioServers:
+    """Starts a :class:`ServedStudio` per call; as a context manager stops them all on exit.
+
+    ``make_settings(**overrides)`` builds the settings of a call that passes none.
+    """
+
+    def __init__(self, make_settings: Callable[..., StudioSettings]) -> None:
+        self._make_settings = make_settings
+        self.started: list[ServedStudio] = []
+
+    def __call__(self, settings: StudioSettings | None = None, **overrides: Any) -> ServedStudio:
+        """Serve ``settings``, else ``make_settings(**overrides)``; return the started server."""
+        if settings is None:
+            settings = self._make_settings(**overrides)
+        served = ServedStudio(settings)
+        self.started.append(served)
+        return served
+
+    def stop_all(self) -> None:
+        """Stop every server started here, the latest first."""
+        while self.started:
+            self.started.pop().stop()
+
+    def __enter__(self) -> StudioServers:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop_all()

@@ -7,7 +7,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..abc import Closeable, Occurrence, ThresholdDecision, TriggerSource
+from ..abc import Closeable, Occurrence, TriggerSource
 from .cadence import advance
 
 
@@ -72,13 +72,3 @@ class TriggerRegistry:
 def default_registry() -> TriggerRegistry:
     """cron and interval (github_poll registers its own source)."""
     return TriggerRegistry([CadenceTrigger("cron"), CadenceTrigger("interval")])
-
-
-class NoThreshold:
-    """The default threshold gate: every occurrence may fire."""
-
-    async def evaluate(
-        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float
-    ) -> ThresholdDecision:
-        """Always fire."""
-        return ThresholdDecision(fire=True)

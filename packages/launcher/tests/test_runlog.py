@@ -9,7 +9,6 @@ import stat
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -20,6 +19,7 @@ from studio_launcher import (
     SpawnFailed,
     spawn_and_wait,
 )
+from studio_launcher.testing import eventually
 
 PY = sys.executable
 MARKER = re.compile(rb"\n\[\.\.\. (\d+) bytes dropped \.\.\.\]\n")
@@ -83,9 +83,7 @@ async def test_an_existing_log_is_replaced_and_made_private(tmp_path: Path) -> N
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
 
 
-async def test_the_log_can_be_read_while_the_child_runs(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_the_log_can_be_read_while_the_child_runs(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     go = tmp_path / "go"
     code = (
@@ -95,7 +93,7 @@ async def test_the_log_can_be_read_while_the_child_runs(
         "sys.stderr.write(' and the rest\\n')\n"
     )
     task = asyncio.create_task(spawn_and_wait([PY, "-c", code, str(go)], "i", log_path=log))
-    assert await helpers.async_wait_for(
+    assert await eventually(
         lambda: log.exists() and log.read_bytes() == b"partial line without newline", 30
     )
     assert not task.done()
@@ -176,9 +174,7 @@ async def test_the_log_keeps_output_of_a_run_past_its_deadline(tmp_path: Path) -
     assert log.read_bytes() == b"before\n"
 
 
-async def test_the_log_keeps_output_written_while_a_cancelled_run_ends(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_the_log_keeps_output_written_while_a_cancelled_run_ends(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     code = (
         "import signal, sys, time\n"
@@ -189,7 +185,7 @@ async def test_the_log_keeps_output_written_while_a_cancelled_run_ends(
         "time.sleep(60)\n"
     )
     task = asyncio.create_task(spawn_and_wait([PY, "-c", code], "i", log_path=log))
-    assert await helpers.async_wait_for(lambda: log.exists() and log.read_bytes(), 30)
+    assert await eventually(lambda: log.exists() and log.read_bytes(), 30)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -17,6 +16,7 @@ from studio_launcher import (
     process_start_time,
     terminate_process_group,
 )
+from studio_launcher.testing import kill_quietly, pid_alive, proc_state, wait_for
 
 PY = sys.executable
 
@@ -64,11 +64,11 @@ def test_is_same_process() -> None:
     assert not is_same_process(child.pid, started)
 
 
-def test_a_zombie_is_not_the_same_live_process(helpers: SimpleNamespace) -> None:
+def test_a_zombie_is_not_the_same_live_process() -> None:
     child = _spawn_leader("pass")
     started = process_start_time(child.pid)
     try:
-        assert helpers.wait_for(lambda: helpers.proc_state(child.pid) == "Z", 30)
+        assert wait_for(lambda: proc_state(child.pid) == "Z", 30)
         assert not is_same_process(child.pid, started)
     finally:
         child.wait()
@@ -87,13 +87,11 @@ time.sleep(60)
 
 
 @pytest.mark.parametrize("grandchild", ["default", "ignore"])
-async def test_terminate_process_group(
-    grandchild: str, tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_terminate_process_group(grandchild: str, tmp_path: Path) -> None:
     pid_file = tmp_path / "g.pid"
     leader = _spawn_leader(GROUP, str(pid_file), grandchild)
     try:
-        assert helpers.wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", 30)
+        assert wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", 30)
         grandchild_pid = int(pid_file.read_text())
         assert is_same_process(leader.pid, process_start_time(leader.pid))
         started = time.monotonic()
@@ -101,12 +99,12 @@ async def test_terminate_process_group(
         if grandchild == "ignore":
             assert time.monotonic() - started >= 0.4  # it waited the grace before SIGKILL
         leader.wait(timeout=10)
-        assert helpers.wait_for(lambda: helpers.gone(grandchild_pid), 10)
+        assert wait_for(lambda: not pid_alive(grandchild_pid), 10)
     finally:
         leader.kill()
         leader.wait()
         if pid_file.exists() and pid_file.read_text():
-            helpers.kill_quietly(int(pid_file.read_text()))
+            kill_quietly(int(pid_file.read_text()))
 
 
 async def test_terminate_an_already_gone_group() -> None:

@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 import httpx
-from conftest import STUDIO, Studio, free_port
+from conftest import STUDIO, Studio
+
+from studio_state.testing import free_port
 
 
 def seed_invocation(studio: Studio, invocation_id: str = "abcdefabcdef") -> str:

@@ -10,7 +10,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -23,6 +22,7 @@ from studio_launcher import (
     build_argv,
     spawn_and_wait,
 )
+from studio_launcher.testing import eventually, kill_quietly, pid_alive
 
 PY = sys.executable
 
@@ -183,9 +183,7 @@ async def test_on_spawn_failure_is_logged_and_the_run_continues(
     assert "bookkeeping failed" in caplog.text
 
 
-async def test_grandchild_holding_stderr_does_not_block(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_grandchild_holding_stderr_does_not_block(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
     code = """
 import subprocess, sys
@@ -200,10 +198,10 @@ sys.stderr.write("leader done")
         assert time.monotonic() - started < 30
         assert (exit_code, tail) == (0, "leader done")
         grandchild = int(pid_file.read_text())
-        assert not helpers.gone(grandchild)  # it really was still holding the pipe
+        assert pid_alive(grandchild)  # it really was still holding the pipe
     finally:
         if pid_file.exists():
-            helpers.kill_quietly(int(pid_file.read_text()))
+            kill_quietly(int(pid_file.read_text()))
 
 
 FAMILY = """
@@ -216,7 +214,6 @@ time.sleep(60)
 
 async def _start_family(
     tmp_path: Path,
-    helpers: SimpleNamespace,
     grandchild_code: str = "import time; time.sleep(60)",
     **kw: object,
 ) -> tuple[asyncio.Task[tuple[int, str]], list[int]]:
@@ -224,29 +221,23 @@ async def _start_family(
     task = asyncio.create_task(
         spawn_and_wait(py(FAMILY, str(pid_file), grandchild_code), "i", **kw)
     )  # type: ignore[arg-type]
-    assert await helpers.async_wait_for(
-        lambda: pid_file.exists() and " " in pid_file.read_text(), 30
-    )
+    assert await eventually(lambda: pid_file.exists() and " " in pid_file.read_text(), 30)
     return task, [int(p) for p in pid_file.read_text().split()]
 
 
-async def test_cancellation_kills_child_and_grandchild(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
-    task, pids = await _start_family(tmp_path, helpers)
+async def test_cancellation_kills_child_and_grandchild(tmp_path: Path) -> None:
+    task, pids = await _start_family(tmp_path)
     try:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert await helpers.async_wait_for(lambda: all(helpers.gone(p) for p in pids), 10)
+        assert await eventually(lambda: all(not pid_alive(p) for p in pids), 10)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
-async def test_deadline_terminates_the_group_and_raises(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_deadline_terminates_the_group_and_raises(tmp_path: Path) -> None:
     pid_file = tmp_path / "family.pids"
     code = FAMILY.replace(
         "time.sleep(60)\n",
@@ -261,7 +252,7 @@ async def test_deadline_terminates_the_group_and_raises(
                 deadline_seconds=2.0,
             )
         pids = [int(p) for p in pid_file.read_text().split()]
-        assert await helpers.async_wait_for(lambda: all(helpers.gone(p) for p in pids), 10)
+        assert await eventually(lambda: all(not pid_alive(p) for p in pids), 10)
         err = info.value
         assert isinstance(err, TimeoutError) and isinstance(err, LaunchError)
         assert (err.invocation_id, err.deadline_seconds) == ("inv-deadline", 2.0)
@@ -269,12 +260,10 @@ async def test_deadline_terminates_the_group_and_raises(
         assert "inv-deadline" in str(err)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
-async def test_child_ignoring_sigterm_is_killed_after_the_grace(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_child_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
     marker = tmp_path / "got-term"
     ready = tmp_path / "ready"
     code = """
@@ -287,7 +276,7 @@ while True:
     time.sleep(0.1)
 """
     task = asyncio.create_task(spawn_and_wait(py(code, str(marker), str(ready)), "i"))
-    assert await helpers.async_wait_for(lambda: ready.exists() and ready.read_text() != "", 30)
+    assert await eventually(lambda: ready.exists() and ready.read_text() != "", 30)
     pid = int(ready.read_text())
     try:
         started = time.monotonic()
@@ -298,9 +287,9 @@ while True:
         assert marker.read_text() == "TERM"  # SIGTERM came first ...
         assert elapsed >= 4.0  # ... then the 5 s grace ...
         assert elapsed < 60
-        assert helpers.gone(pid)  # ... then SIGKILL
+        assert not pid_alive(pid)  # ... then SIGKILL
     finally:
-        helpers.kill_quietly(pid)
+        kill_quietly(pid)
 
 
 async def test_spawn_failed_missing_executable(tmp_path: Path) -> None:
@@ -372,9 +361,7 @@ async def test_flow_yaml_temp_file_removed_when_spawn_fails(tmp_path: Path) -> N
     assert not Path(tmp).exists()
 
 
-async def test_temp_file_removed_on_cancellation_and_bad_input(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_temp_file_removed_on_cancellation_and_bad_input(tmp_path: Path) -> None:
     tmp = tmp_path / "flow.yaml"
     tmp.write_text("a: 1")
     ready = tmp_path / "ready"
@@ -385,7 +372,7 @@ async def test_temp_file_removed_on_cancellation_and_bad_input(
             tmp_path=str(tmp),
         )
     )
-    assert await helpers.async_wait_for(ready.exists, 30)
+    assert await eventually(ready.exists, 30)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

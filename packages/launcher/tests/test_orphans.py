@@ -7,13 +7,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from studio_launcher import (
     find_processes_by_env,
     process_group_of,
     terminate_processes,
 )
+from studio_launcher.testing import kill_quietly, pid_alive, wait_for
 
 PY = sys.executable
 # A session leader that starts a grandchild (same group, inherited environment) and sleeps.
@@ -37,15 +37,13 @@ def _tagged(tmp_path: Path, tag: str, db: str) -> tuple[subprocess.Popen[bytes],
     return leader, pid_file
 
 
-async def test_finds_a_child_and_its_grandchild_by_their_environment(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_finds_a_child_and_its_grandchild_by_their_environment(tmp_path: Path) -> None:
     leader, pid_file = _tagged(tmp_path, "0123456789ab", "/db/one")
     other, other_file = _tagged(tmp_path, "ba9876543210", "/db/one")
     elsewhere, elsewhere_file = _tagged(tmp_path, "0123456789ab", "/db/two")
     try:
         for path in (pid_file, other_file, elsewhere_file):
-            assert helpers.wait_for(lambda p=path: p.exists() and p.read_text() != "", 30)
+            assert wait_for(lambda p=path: p.exists() and p.read_text() != "", 30)
         grandchild = int(pid_file.read_text())
         found = find_processes_by_env(
             "LIONAGI_INVOCATION_ID", {"0123456789ab"}, where={"LIONAGI_STUDIO_DB": "/db/one"}
@@ -57,7 +55,7 @@ async def test_finds_a_child_and_its_grandchild_by_their_environment(
         assert await terminate_processes(found["0123456789ab"], grace=2.0) is True
         assert time.monotonic() - started < 10
         leader.wait(timeout=10)
-        assert helpers.wait_for(lambda: helpers.gone(grandchild), 10)
+        assert wait_for(lambda: not pid_alive(grandchild), 10)
         # the other invocation and the same id on another database were left alone
         assert other.poll() is None and elsewhere.poll() is None
     finally:
@@ -65,7 +63,7 @@ async def test_finds_a_child_and_its_grandchild_by_their_environment(
             proc.kill()
             proc.wait()
             if path.exists() and path.read_text():
-                helpers.kill_quietly(int(path.read_text()))
+                kill_quietly(int(path.read_text()))
 
 
 def test_nothing_matches_nothing() -> None:
@@ -81,9 +79,7 @@ async def test_never_signals_its_own_group_or_a_gone_pid() -> None:
     assert await terminate_processes([os.getpid(), child.pid], grace=0.1) is True
 
 
-async def test_terminates_a_descendant_that_left_the_group_and_the_tag(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_terminates_a_descendant_that_left_the_group_and_the_tag(tmp_path: Path) -> None:
     # An orphan (as after a crash) whose child ran setsid with an empty environment: only the
     # orphan is found by its environment; the escaped child is found below it.
     pid_file = tmp_path / "escaped.pid"
@@ -100,7 +96,7 @@ time.sleep(60)
     )
     escaped = 0
     try:
-        assert helpers.wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", 30)
+        assert wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", 30)
         escaped = int(pid_file.read_text())
         found = find_processes_by_env(
             "LIONAGI_INVOCATION_ID", {"c0ffee000001"}, where={"LIONAGI_STUDIO_DB": "/db/three"}
@@ -108,9 +104,9 @@ time.sleep(60)
         assert found == {"c0ffee000001": [leader.pid]}
         assert await terminate_processes(found["c0ffee000001"], grace=2.0) is True
         leader.wait(timeout=10)
-        assert helpers.wait_for(lambda: helpers.gone(escaped), 10)
+        assert wait_for(lambda: not pid_alive(escaped), 10)
     finally:
         leader.kill()
         leader.wait()
         if escaped:
-            helpers.kill_quietly(escaped)
+            kill_quietly(escaped)

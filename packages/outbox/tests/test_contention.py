@@ -14,6 +14,7 @@ import aiosqlite
 import pytest
 
 import studio_outbox
+from studio_state.testing import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ def _statuses(path: Path) -> dict[str, str]:
 
 
 async def test_cli_deliver_waits_out_a_30s_lock_and_records_every_outcome(
-    db_path: Path, conn: aiosqlite.Connection, recorder: Any, write_lock: Any, until: Any
+    db_path: Path, conn: aiosqlite.Connection, recorder: Any, write_lock: Any
 ) -> None:
     ids = [
         await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="sleep:1") for _ in range(3)
@@ -47,7 +48,7 @@ async def test_cli_deliver_waits_out_a_30s_lock_and_records_every_outcome(
     )
     # Every row claimed and its send running: now another process takes the write lock for
     # longer than every busy timeout and retry of a single write.
-    await until(lambda: set(_statuses(db_path).values()) == {"delivering"})
+    await eventually(lambda: set(_statuses(db_path).values()) == {"delivering"})
     locker = await write_lock(db_path, 30)
     out, err = await asyncio.wait_for(proc.communicate(), 90)
     assert await locker.wait() == 0
@@ -88,13 +89,13 @@ def _leases(path: Path) -> list[float]:
 
 
 async def test_a_slow_outcome_write_across_the_lease_is_not_sent_again(
-    db_path: Path, conn: aiosqlite.Connection, recorder: Any, write_lock: Any, until: Any
+    db_path: Path, conn: aiosqlite.Connection, recorder: Any, write_lock: Any
 ) -> None:
     ids = [
         await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="sleep:6") for _ in range(4)
     ]
     first = await _deliver_once(db_path, recorder.template())
-    await until(lambda: set(_statuses(db_path).values()) == {"delivering"})
+    await eventually(lambda: set(_statuses(db_path).values()) == {"delivering"})
     lease_until = max(_leases(db_path))
     # Every send exits 0 after 6 s; meanwhile (from 3 s after the claim) another process holds
     # the write lock for 14 s, across the end of the 15 s claim lease, so no outcome can be
@@ -102,7 +103,7 @@ async def test_a_slow_outcome_write_across_the_lease_is_not_sent_again(
     await asyncio.sleep(max(0.0, lease_until - 12 - time.time()))
     locker = await write_lock(db_path, 14)
     # Once the lease has lapsed (the lock still held), a second scanner looks at the rows.
-    await until(lambda: time.time() > lease_until + 0.5, timeout=20)
+    await eventually(lambda: time.time() > lease_until + 0.5, timeout=20)
     assert locker.returncode is None, "the lock must still be held when the lease lapses"
     second = await _deliver_once(db_path, recorder.template())
     out2, err2 = await asyncio.wait_for(second.communicate(), 60)

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +21,7 @@ from studio_launcher import (
     spawn_and_wait,
     terminate_descendants,
 )
+from studio_launcher.testing import eventually, kill_quietly, pid_alive, proc_state, wait_for
 
 PY = sys.executable
 
@@ -88,7 +88,7 @@ async def _run(
 
 
 async def test_setsid_grandchild_is_killed_and_reaped_when_the_run_completes(
-    tmp_path: Path, helpers: SimpleNamespace
+    tmp_path: Path,
 ) -> None:
     pids: list[int] = []
     try:
@@ -97,11 +97,11 @@ async def test_setsid_grandchild_is_killed_and_reaped_when_the_run_completes(
         assert all(_absent(p) for p in pids)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
 async def test_daemonised_grandchild_is_killed_and_reaped_when_the_run_completes(
-    tmp_path: Path, helpers: SimpleNamespace
+    tmp_path: Path,
 ) -> None:
     pids: list[int] = []
     try:
@@ -110,17 +110,15 @@ async def test_daemonised_grandchild_is_killed_and_reaped_when_the_run_completes
         )
         assert result == (3, "")
         assert len(pids) == 2
-        assert helpers.gone(pids[1])  # the daemon: killed before the call returned
+        assert not pid_alive(pids[1])  # the daemon: killed before the call returned
         # and neither it nor the middle process stays a zombie of this process
-        assert await helpers.async_wait_for(lambda: all(_absent(p) for p in pids), 10)
+        assert await eventually(lambda: all(_absent(p) for p in pids), 10)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
-async def test_a_daemons_child_with_a_cleared_environment_is_found_below_it(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_a_daemons_child_with_a_cleared_environment_is_found_below_it(tmp_path: Path) -> None:
     # the daemon keeps the tag; its own child starts with an empty environment
     daemon = (
         "import subprocess\n"
@@ -141,20 +139,18 @@ async def test_a_daemons_child_with_a_cleared_environment_is_found_below_it(
         )
         # the leader exits once the daemon has started its child; the spawn ends the tree
         cleared = Path(f"{pid_file}.c")
-        assert await helpers.async_wait_for(lambda: cleared.exists() and cleared.read_text(), 30)
+        assert await eventually(lambda: cleared.exists() and cleared.read_text(), 30)
         pids = [int(cleared.read_text())]
         assert await asyncio.wait_for(task, 30) == (0, "")
         pids += _pids(pid_file)
         assert len(pids) == 3
-        assert await helpers.async_wait_for(lambda: all(_absent(p) for p in pids), 10)
+        assert await eventually(lambda: all(_absent(p) for p in pids), 10)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
-async def test_setsid_grandchild_is_killed_and_reaped_on_cancel(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_setsid_grandchild_is_killed_and_reaped_on_cancel(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     task = asyncio.create_task(
         spawn_and_wait(
@@ -163,7 +159,7 @@ async def test_setsid_grandchild_is_killed_and_reaped_on_cancel(
             kill_descendants=True,
         )
     )
-    assert await helpers.async_wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30)
+    assert await eventually(lambda: pid_file.exists() and pid_file.read_text(), 30)
     pids = _pids(pid_file)
     try:
         task.cancel()
@@ -172,12 +168,10 @@ async def test_setsid_grandchild_is_killed_and_reaped_on_cancel(
         assert all(_absent(p) for p in pids)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
-async def test_setsid_grandchild_is_killed_and_reaped_at_the_deadline(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_setsid_grandchild_is_killed_and_reaped_at_the_deadline(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     pids: list[int] = []
     try:
@@ -195,14 +189,14 @@ async def test_setsid_grandchild_is_killed_and_reaped_at_the_deadline(
             )
         pids = _pids(pid_file)
         assert len(pids) == 2
-        assert await helpers.async_wait_for(lambda: all(_absent(p) for p in pids), 10)
+        assert await eventually(lambda: all(_absent(p) for p in pids), 10)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
 async def test_an_escaped_grandchild_ignoring_sigterm_gets_sigkill_after_the_grace(
-    tmp_path: Path, helpers: SimpleNamespace
+    tmp_path: Path,
 ) -> None:
     pids: list[int] = []
     try:
@@ -214,11 +208,11 @@ async def test_an_escaped_grandchild_ignoring_sigterm_gets_sigkill_after_the_gra
         assert 4.0 <= elapsed < 60  # SIGTERM, the 5 s grace, then SIGKILL
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
 async def test_other_runs_and_other_children_keep_their_processes_and_exit_statuses(
-    tmp_path: Path, helpers: SimpleNamespace
+    tmp_path: Path,
 ) -> None:
     enable_subreaper()
     # This process's own children, waited for by their owners: a child in this session, waited
@@ -228,11 +222,8 @@ async def test_other_runs_and_other_children_keep_their_processes_and_exit_statu
     held = os.pidfd_open(own_session.pid)
     same_session = subprocess.Popen([PY, "-c", "import sys; sys.exit(9)"])
     via_asyncio = await asyncio.create_subprocess_exec(PY, "-c", "import sys; sys.exit(5)")
-    assert helpers.wait_for(
-        lambda: (
-            helpers.proc_state(own_session.pid) == "Z"
-            and helpers.proc_state(same_session.pid) == "Z"
-        ),
+    assert wait_for(
+        lambda: proc_state(own_session.pid) == "Z" and proc_state(same_session.pid) == "Z",
         30,
     )
     other_file = tmp_path / "other"
@@ -243,16 +234,16 @@ async def test_other_runs_and_other_children_keep_their_processes_and_exit_statu
             kill_descendants=True,
         )
     )
-    assert await helpers.async_wait_for(lambda: other_file.exists() and other_file.read_text())
+    assert await eventually(lambda: other_file.exists() and other_file.read_text())
     other_pids = _pids(other_file)
     pids: list[int] = []
     try:
         result, pids = await _run(tmp_path, DAEMON.format(daemon="time.sleep(60)", then="pass"))
         assert result == (0, "")
         # the run's own middle process is reaped after a while; the others' children stay
-        assert await helpers.async_wait_for(lambda: all(_absent(p) for p in pids), 10)
+        assert await eventually(lambda: all(_absent(p) for p in pids), 10)
         await asyncio.sleep(0.5)
-        assert all(not helpers.gone(p) for p in other_pids)  # another run's escapee stays
+        assert all(pid_alive(p) for p in other_pids)  # another run's escapee stays
         assert own_session.wait(timeout=10) == 7
         assert same_session.wait(timeout=10) == 9
         assert await asyncio.wait_for(via_asyncio.wait(), 10) == 5
@@ -264,27 +255,23 @@ async def test_other_runs_and_other_children_keep_their_processes_and_exit_statu
         os.close(held)
         other.cancel()
         for pid in pids + other_pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
-async def test_without_kill_descendants_an_escaped_grandchild_is_left_alone(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_without_kill_descendants_an_escaped_grandchild_is_left_alone(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     try:
         result = await spawn_and_wait(
             [PY, "-c", SETSID.format(then="pass"), str(pid_file), SLEEP], "inv-desc-000005"
         )
         assert result == (0, "")
-        assert not helpers.gone(_pids(pid_file)[0])
+        assert pid_alive(_pids(pid_file)[0])
     finally:
         for pid in _pids(pid_file):
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
-async def test_terminate_descendants_by_another_tag(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_terminate_descendants_by_another_tag(tmp_path: Path) -> None:
     assert enable_subreaper() is True
     assert enable_subreaper() is True  # idempotent
     pid_file = tmp_path / "pids"
@@ -297,19 +284,17 @@ async def test_terminate_descendants_by_another_tag(
     assert leader.wait(timeout=30) == 0
     pids = _pids(pid_file)
     try:
-        assert not helpers.gone(pids[0])
+        assert pid_alive(pids[0])
         assert await terminate_descendants("LIONAGI_DISPATCH_ID", "other-id", grace=1.0) is True
-        assert not helpers.gone(pids[0])
+        assert pid_alive(pids[0])
         assert await terminate_descendants("LIONAGI_DISPATCH_ID", "dsp-000000001", grace=1.0)
         assert all(_absent(p) for p in pids)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
-def test_escapees_are_found_when_the_loop_runs_in_another_thread(
-    tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+def test_escapees_are_found_when_the_loop_runs_in_another_thread(tmp_path: Path) -> None:
     # The leader is forked by a worker thread; orphans still go to this process's main thread.
     import threading
 
@@ -332,11 +317,11 @@ def test_escapees_are_found_when_the_loop_runs_in_another_thread(
         assert all(_absent(p) for p in pids)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)
 
 
 async def test_without_pidfds_a_waiting_thread_watches_the_child(
-    tmp_path: Path, helpers: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As on a kernel or sandbox without pidfd_open: the probe's answer is what changes.
     from studio_launcher import _child
@@ -350,4 +335,4 @@ async def test_without_pidfds_a_waiting_thread_watches_the_child(
         assert all(_absent(p) for p in pids)
     finally:
         for pid in pids:
-            helpers.kill_quietly(pid)
+            kill_quietly(pid)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import pytest
 from conftest import Studio
+
+from studio_state.testing import db_rows
 
 HOOK = "https://hooks.example.test/studio"
 SCHEDULE = ["--interval", "1h", "--command", "python3", "--command-arg", "ok"]
@@ -19,12 +20,7 @@ def studio(studio: Studio) -> Studio:
 
 
 def rows(studio: Studio, sql: str, *params: Any) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(studio.db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(row) for row in conn.execute(sql, params)]
-    finally:
-        conn.close()
+    return db_rows(studio.db, sql, params)
 
 
 def test_schedule_create_and_update_take_the_notify_flags(studio: Studio) -> None:

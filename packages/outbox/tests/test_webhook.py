@@ -6,12 +6,9 @@ Signatures are checked with the independent ``standardwebhooks`` package.
 from __future__ import annotations
 
 import email.utils
-import importlib.util
 import json
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -21,24 +18,12 @@ import standardwebhooks
 import studio_outbox
 import studio_state
 from studio_outbox import DispatchReason, WebhookTransport
+from studio_state.testing import load_beside
 
 _RECEIVER_MODULE = "studio_outbox_test_webhook_receiver"
 
 
-def _load_receiver() -> Any:
-    # tests/ is not a package (importlib import mode): the helper is loaded by path, once.
-    if _RECEIVER_MODULE not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            _RECEIVER_MODULE, Path(__file__).with_name("webhook_receiver.py")
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_RECEIVER_MODULE] = module
-        spec.loader.exec_module(module)
-    return sys.modules[_RECEIVER_MODULE]
-
-
-webhook_receiver = _load_receiver()
+webhook_receiver = load_beside(__file__, "webhook_receiver.py", _RECEIVER_MODULE)
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import studio_api
+from studio_state.testing import assert_public_api
 
 
 def test_studio_api_exports_a_version() -> None:
@@ -32,3 +33,7 @@ def test_the_models_follow_the_records() -> None:
     # the early bounds the API and CLI apply are the records' bounds
     for name, limit in studio_api.FIELD_LIMITS.items():
         assert next(s for s in specs if s.name == name).meta.maximum == limit, name
+
+
+def test_all_is_sorted_importable_and_exactly_the_public_names() -> None:
+    assert_public_api(studio_api)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import studio_cli
+from studio_state.testing import assert_public_api
 
 
 def test_studio_cli_exports_a_version() -> None:
@@ -15,3 +16,7 @@ def test_console_script_entry_point_is_main() -> None:
 
     assert main is studio_cli.main
     assert app is studio_cli.app
+
+
+def test_all_is_sorted_importable_and_exactly_the_public_names() -> None:
+    assert_public_api(studio_cli)

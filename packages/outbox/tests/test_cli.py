@@ -15,6 +15,7 @@ import pytest
 
 import studio_outbox
 from studio_outbox import _cli as cli
+from studio_state.testing import eventually
 
 
 async def _run(*args: str) -> tuple[int, str, str]:
@@ -157,15 +158,6 @@ async def _start_loop(db_path: Path, recorder: Any) -> asyncio.subprocess.Proces
     return proc
 
 
-async def _wait_for(predicate: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 async def test_loop_picks_up_new_rows_and_stops_cleanly_on_a_signal(
     db_path: Path, conn: aiosqlite.Connection, recorder: Any, signum: int
@@ -177,7 +169,7 @@ async def test_loop_picks_up_new_rows_and_stops_cleanly_on_a_signal(
         row = await studio_outbox.get_dispatch(conn, dispatch_id)
         return row is not None and row["status"] == "delivered"
 
-    await _wait_for(delivered, "the loop to deliver a row enqueued by another process")
+    await eventually(delivered, what="the loop to deliver a row enqueued by another process")
     proc.send_signal(signum)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
@@ -195,7 +187,7 @@ async def test_first_signal_lets_the_send_in_flight_finish(
         row = await studio_outbox.get_dispatch(conn, dispatch_id)
         return row is not None and row["status"] == "delivering"
 
-    await _wait_for(delivering, "the send to start")
+    await eventually(delivering, what="the send to start")
     proc.send_signal(signal.SIGTERM)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
@@ -214,7 +206,7 @@ async def test_second_signal_stops_at_once(
         row = await studio_outbox.get_dispatch(conn, dispatch_id)
         return row is not None and row["status"] == "delivering"
 
-    await _wait_for(delivering, "the send to start")
+    await eventually(delivering, what="the send to start")
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     await asyncio.sleep(0.3)

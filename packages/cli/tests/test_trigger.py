@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Studio, free_port
+from conftest import Studio
 
 from studio_api import StudioSettings
 from studio_api.testing import serve_studio
+from studio_state.testing import free_port
 
 BIN = str(Path(sys.executable).parent)
 

@@ -10,16 +10,9 @@ import time
 from pathlib import Path
 
 from studio_outbox import CommandTransport, DispatchEnvelope
+from studio_state.testing import pid_alive
 
 ORPHAN = "import time; time.sleep(120)"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _sender(dispatch_id: str, attempt: int) -> subprocess.Popen[bytes]:
@@ -44,7 +37,7 @@ async def test_a_resend_kills_the_orphaned_transport_of_an_earlier_attempt(
         result = await transport.send(DispatchEnvelope("aaaaaaaaaaaa", "k", "ops", 2, "{}"))
         assert result.ok, result.error
         orphan.wait(timeout=10)
-        assert not _alive(orphan.pid)
+        assert not pid_alive(orphan.pid)
         assert same_attempt.poll() is None and other.poll() is None
         assert json.loads(seen.read_text()) == {
             "LIONAGI_DISPATCH_ID": "aaaaaaaaaaaa",

@@ -8,16 +8,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import STUDIO, Studio, free_port
+from conftest import STUDIO, Studio
 
 from studio_launcher import is_same_process
+from studio_state.testing import free_port, wait_for
 
 BIN = str(Path(sys.executable).parent)
 
@@ -49,17 +50,6 @@ def row_of(cli: Studio, run_id: str) -> dict[str, Any]:
     return dict(found)
 
 
-def until(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
-
-
 @contextmanager
 def serving(cli: Studio) -> Iterator[subprocess.Popen[str]]:
     """A real ``studio serve`` (1 s tick) on the test database; SIGINT at the end."""
@@ -83,7 +73,7 @@ def serving(cli: Studio) -> Iterator[subprocess.Popen[str]]:
             return False
 
     try:
-        until(healthy)
+        wait_for(healthy)
         yield proc
     finally:
         if proc.poll() is None:
@@ -157,7 +147,7 @@ def test_run_wait_and_cancel_through_a_served_studio(cli: Studio) -> None:
             row = row_of(cli, slow["id"])
             return row if row["status"] == "running" and row["child_pid"] else None
 
-        row = until(running)
+        row = wait_for(running)
         cancelled = cli.run("run", "cancel", slow["id"])
         assert cancelled.stdout.strip() == f"cancelled run {slow['id']} (was running)"
         assert not is_same_process(row["child_pid"], row["child_started_at"])
@@ -178,7 +168,7 @@ def test_kill_9_of_studio_serve_then_restart_recovers_without_running_twice(cli:
             row = row_of(cli, run["id"])
             return row if row["child_pid"] and marker.exists() else None
 
-        row = until(launched)
+        row = wait_for(launched)
         first.send_signal(signal.SIGKILL)  # the server dies without any cleanup
         first.wait(timeout=10)
     pid, started = row["child_pid"], row["child_started_at"]
@@ -190,7 +180,7 @@ def test_kill_9_of_studio_serve_then_restart_recovers_without_running_twice(cli:
             current = row_of(cli, run["id"])
             return current if current["status"] != "running" else None
 
-        after = until(recovered)
+        after = wait_for(recovered)
         assert (after["status"], after["status_reason_code"]) == (
             "failed",
             "run.failed.daemon_restart",

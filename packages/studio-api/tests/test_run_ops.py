@@ -17,12 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from studio_launcher.testing import write_fake_li
-
-
-@pytest.fixture
-def fake_li(tmp_path: Path) -> Path:
-    return write_fake_li(tmp_path / "bin")
+from studio_state.testing import pid_alive
 
 
 @pytest.fixture
@@ -65,13 +60,6 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
 
 _REQUEST_TASKS = ("RequestResponseCycle.run_asgi", "TaskHandle._run_coro")
 """Coroutines of the server's tasks that serve one request (a streaming response's)."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_run_log_streams_while_the_child_runs_then_ends_with_its_status(
@@ -182,7 +170,7 @@ def test_cancel_stops_a_scheduled_run_and_its_escaped_descendants(
     assert run["status"] == "cancelled"
     assert run["status_reason_code"] == "run.cancelled.operator"
     assert run["chain_children"] == []  # on_fail never runs after a cancel
-    wait(lambda: not _pid_alive(entry["pid"]) and not _pid_alive(entry["setsid_pid"]))
+    wait(lambda: not pid_alive(entry["pid"]) and not pid_alive(entry["setsid_pid"]))
     again = studio.client.post(f"/api/schedules/runs/{run_id}/cancel")
     assert again.status_code == 409
     assert again.json()["reason_code"] == "run.cancel.terminal"
@@ -212,8 +200,8 @@ def test_cancel_stops_a_follow_up_run(
     assert studio.client.post(f"/api/schedules/runs/{child}/cancel").status_code == 202
     run = _run(studio, child)
     assert (run["status"], run["status_reason_code"]) == ("cancelled", "run.cancelled.operator")
-    assert not _pid_alive(int(run["child_pid"])) or wait(
-        lambda: not _pid_alive(int(run["child_pid"]))
+    assert not pid_alive(int(run["child_pid"])) or wait(
+        lambda: not pid_alive(int(run["child_pid"]))
     )
 
 
@@ -234,7 +222,7 @@ def test_delete_with_a_running_run_needs_force(
     assert forced.status_code == 200, forced.text
     assert studio.client.get(f"/api/schedules/{created['id']}").status_code == 404
     assert studio.client.get(f"/api/schedules/runs/{run_id}").status_code == 404
-    wait(lambda: not _pid_alive(pid))
+    wait(lambda: not pid_alive(pid))
     transitions = studio.db_rows(
         "SELECT reason_code FROM status_transitions WHERE entity_id = ? AND status = ?",
         run_id,

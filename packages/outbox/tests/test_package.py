@@ -4,6 +4,7 @@ import inspect
 
 import studio_outbox
 from studio_outbox import abc as outbox_abc
+from studio_state.testing import assert_public_api
 
 
 def test_studio_outbox_exports_a_version() -> None:
@@ -138,3 +139,7 @@ def test_transport_protocol_lives_in_abc() -> None:
     assert isinstance(studio_outbox.CommandTransport(["/bin/true"]), outbox_abc.Transport)
     assert studio_outbox.NOTIFY_TIMEOUT_SECONDS == 10.0
     assert studio_outbox.CLAIM_LEASE_SECONDS == 15.0
+
+
+def test_all_is_sorted_importable_and_exactly_the_public_names() -> None:
+    assert_public_api(studio_outbox)

@@ -9,12 +9,12 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from studio_launcher import build_argv, resolve_li_executable, spawn_and_wait
+from studio_launcher.testing import kill_quietly, pid_alive
 
 SESSIONS_DDL = """
 CREATE TABLE sessions (id TEXT PRIMARY KEY, invocation_id TEXT, status TEXT, input_tokens INTEGER,
@@ -96,7 +96,7 @@ def test_prompt_tokens_steer_exit_and_stderr(fake_li: Path) -> None:
     assert result.stdout == ""
 
 
-async def test_sleep_token_and_term_ignore(fake_li: Path, helpers: SimpleNamespace) -> None:
+async def test_sleep_token_and_term_ignore(fake_li: Path) -> None:
     import asyncio
     import signal
 
@@ -120,7 +120,7 @@ async def test_sleep_token_and_term_ignore(fake_li: Path, helpers: SimpleNamespa
         child.wait()
 
 
-async def test_grandchild_token(fake_li: Path, tmp_path: Path, helpers: SimpleNamespace) -> None:
+async def test_grandchild_token(fake_li: Path, tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     env = {**os.environ, "FAKE_LI_LOG": str(log)}
     argv = [str(fake_li), "o", "flow", "--", "m", "grandchild=30"]
@@ -128,15 +128,13 @@ async def test_grandchild_token(fake_li: Path, tmp_path: Path, helpers: SimpleNa
     [entry] = _log(log)
     try:
         assert code == 0
-        assert entry["grandchild_pid"] and not helpers.gone(entry["grandchild_pid"])
+        assert entry["grandchild_pid"] and pid_alive(entry["grandchild_pid"])
         assert os.getpgid(entry["grandchild_pid"]) == entry["pid"]  # same process group
     finally:
-        helpers.kill_quietly(entry["grandchild_pid"])
+        kill_quietly(entry["grandchild_pid"])
 
 
-async def test_setsid_and_stdout_tokens(
-    fake_li: Path, tmp_path: Path, helpers: SimpleNamespace
-) -> None:
+async def test_setsid_and_stdout_tokens(fake_li: Path, tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     run_log = tmp_path / "run.log"
     env = {**os.environ, "FAKE_LI_LOG": str(log)}
@@ -147,10 +145,10 @@ async def test_setsid_and_stdout_tokens(
         assert (code, tail) == (0, "bye\n")
         assert sorted(run_log.read_bytes().splitlines()) == [b"bye", b"hello"]
         escaped = entry["setsid_pid"]
-        assert escaped and not helpers.gone(escaped)
+        assert escaped and pid_alive(escaped)
         assert os.getsid(escaped) == escaped != entry["pid"]  # it left the session
     finally:
-        helpers.kill_quietly(entry["setsid_pid"])
+        kill_quietly(entry["setsid_pid"])
 
 
 def test_usage_errors_exit_2_and_positional_errors_exit_1(fake_li: Path) -> None:
