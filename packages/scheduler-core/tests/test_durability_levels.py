@@ -75,7 +75,9 @@ async def test_the_child_record_commits_at_normal_and_the_fire_stays_full(
     runs = await h.runs_of(engine.conn, schedule["id"])
     assert [r["status"] for r in runs] == ["completed"]
     assert runs[0]["child_pid"]
-    records = [i for i, s in enumerate(statements) if s.startswith("UPDATE schedule_runs SET child")]
+    records = [
+        i for i, s in enumerate(statements) if s.startswith("UPDATE schedule_runs SET child")
+    ]
     assert len(records) == 1
     assert _level_before(statements, records[0]) == "1"
     # The fire's claim and its terminal write run at the connection's FULL.

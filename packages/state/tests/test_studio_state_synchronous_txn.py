@@ -1,4 +1,4 @@
-"""``run_write_transaction(..., synchronous=...)``: one transaction at its own level, on real files."""
+"""``run_write_transaction(..., synchronous=...)``: one transaction at its own level."""
 
 from __future__ import annotations
 
