@@ -58,6 +58,9 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     await engine.tick_once()
     await h.eventually(lambda: _child_running(conn, chained["id"]))
     parent, child = await h.runs_of(conn, chained["id"])
+    # old fired again on that tick: let that run end before the clock moves on, or it ends
+    # "recently" and (rightly) stays
+    await h.eventually(lambda: _all_ended(conn, old["id"]))
 
     clock.advance(3 * DAY)
     recent = await engine.service.create(h.command_schedule(ok, name="recent"))
@@ -169,6 +172,13 @@ async def _child_running(conn: Any, schedule_id: str) -> bool:
         (schedule_id,),
     )
     return bool(rows) and rows[0]["status"] == "running"
+
+
+async def _all_ended(conn: Any, schedule_id: str) -> bool:
+    rows = await fetch_all(
+        conn, "SELECT ended_at FROM schedule_runs WHERE schedule_id = ?", (schedule_id,)
+    )
+    return bool(rows) and all(row["ended_at"] is not None for row in rows)
 
 
 async def _ended(conn: Any, schedule_id: str) -> bool:
