@@ -15,7 +15,7 @@ Targets (issue 18): sustained ≥ 50% of the limit with p99 due → commit lag �
 ceiling ≥ 25% of the limit.
 
     python bench/fires.py [--rounds 5] [--seconds 8] [--sustained 200] [--saturated 400]
-                          [--profile saturated|sustained]
+                          [--profile saturated|sustained] [--child-record normal|full]
 """
 
 from __future__ import annotations
@@ -174,6 +174,18 @@ def _engine_synchronous(value: str) -> None:
     )
 
 
+def _child_record_full() -> None:
+    """Commit the child-pid record at the engine's own level (as before synchronous=)."""
+    from studio_scheduler_core._fire import store
+
+    saved = store.run_write_transaction
+
+    async def full(conn: Any, fn: Any, *, synchronous: str | None = None) -> Any:
+        return await saved(conn, fn)
+
+    store.run_write_transaction = full  # type: ignore[assignment]
+
+
 def _mmm(values: list[float], digits: int = 0) -> str:
     med = statistics.median(values)
     return f"{med:,.{digits}f} ({min(values):,.{digits}f}–{max(values):,.{digits}f})"
@@ -192,12 +204,21 @@ async def main() -> None:
         default="full",
         help="the engine's synchronous setting (diagnostic: normal shows what fsyncs cost)",
     )
+    parser.add_argument(
+        "--child-record",
+        choices=("normal", "full"),
+        default="normal",
+        help="level of the child-pid record's commit (full: as before it ran at NORMAL)",
+    )
     args = parser.parse_args()
     if args.synchronous != "full":
         _engine_synchronous(args.synchronous)
+    if args.child_record == "full":
+        _child_record_full()
     print(
         f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load {os.getloadavg()[0]:.2f} at start, engine synchronous={args.synchronous}, "
+        f"child record at {args.child_record}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
     if args.profile:

@@ -8,8 +8,10 @@
    the engine), one every 10 ms on a connection of its own in a thread (another process, e.g.
    `studio dispatch`), and the anchor: a bare 4 KiB write + fsync every 10 ms on the same
    disk (the disk's own tail, which any durable commit pays). The pass runs as it was before
-   (auto-checkpoints inside the batches' commits) and as it is now (a passive checkpoint
-   between batches), on identical copies of the rows. Target: the writer never blocked
+   (``before``: auto-checkpoints inside the batches' commits; ``full``: a passive checkpoint
+   between batches, batches committed at the connection's ``synchronous=FULL``) and as it is
+   now (``after``: the same, batches committed at ``synchronous=NORMAL``), on identical
+   copies of the rows. Target: the writer never blocked
    > 50 ms per batch.
 2. Database and `runs/` size after N fires of a `true` command through the real engine (a
    manual clock stepping one hour per tick, 20 interval schedules), with retention on (1 day)
@@ -173,6 +175,21 @@ def _as_before() -> Any:
         retention._set_autocheckpoint, retention._Checkpointer.checkpoint = saved  # type: ignore[method-assign]
 
 
+@contextlib.contextmanager
+def _at_full() -> Any:
+    """The pass with its batches committed at the connection's FULL (before synchronous=)."""
+
+    async def full(conn: Any, fn: Any, *, synchronous: str | None = None) -> Any:
+        return await run_write_transaction(conn, fn)
+
+    saved = retention.run_write_transaction
+    retention.run_write_transaction = full  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        retention.run_write_transaction = saved  # type: ignore[assignment]
+
+
 async def _one_pass(path: Path, workdir: Path, label: str) -> None:
     conn = await open_connection(path)
     same: list[float] = []
@@ -235,10 +252,13 @@ async def pass_over(rows: int, workdir: Path, variants: list[str]) -> None:
         for suffix in ("-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         if variant == "before":
-            with _as_before():
+            with _as_before(), _at_full():
                 await _one_pass(path, workdir, "before (auto-checkpoint inside batch commits)")
+        elif variant == "full":
+            with _at_full():
+                await _one_pass(path, workdir, "full (batches commit at FULL, passive ckpt)")
         else:
-            await _one_pass(path, workdir, "after (passive checkpoint between batches)")
+            await _one_pass(path, workdir, "after (batches commit at NORMAL, passive ckpt)")
     pristine.unlink()
 
 
@@ -317,7 +337,8 @@ async def main() -> None:
     parser.add_argument(
         "--variants",
         default="before,after",
-        help="passes over identical copies of the rows, in this order (before, after)",
+        help="passes over identical copies of the rows, in this order (before: auto-checkpoint "
+        "in the commits; full: passive checkpoint, batches at FULL; after: batches at NORMAL)",
     )
     parser.add_argument("--no-steady", action="store_true", help="skip the N-fires figures")
     args = parser.parse_args()

@@ -26,6 +26,7 @@ from ._exceptions import (
     MigrationError,
     SchemaTooNew,
     StateError,
+    SynchronousInTransaction,
 )
 from ._hop import run_sync
 from ._ids import new_id
@@ -51,6 +52,7 @@ __all__ = [
     "SYNCHRONOUS_MODES",
     "SchemaTooNew",
     "StateError",
+    "SynchronousInTransaction",
     "Transition",
     "__version__",
     "applied_version",

@@ -5,6 +5,7 @@ StateError
  ├── MigrationError      a migration list is malformed or a migration failed
  ├── InvalidTransition   a transition request names an unknown table, column or status
  ├── InvalidSetting      a connection setting (such as ``synchronous``) has a value it does not take
+ ├── SynchronousInTransaction  a transaction-level ``synchronous`` was asked inside an open one
  └── ConnectionClosed    a call was made on a connection that is already closed
 """
 
@@ -42,3 +43,11 @@ class InvalidSetting(StateError, ValueError):
 
 class ConnectionClosed(StateError, ValueError):
     """The connection was closed before the call could run on it."""
+
+
+class SynchronousInTransaction(StateError):
+    """``run_write_transaction(..., synchronous=...)`` was called inside an open transaction.
+
+    SQLite only changes a connection's ``synchronous`` level outside a transaction, and a
+    joined transaction commits at its owner's level, so the requested level could not hold.
+    """

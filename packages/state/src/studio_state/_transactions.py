@@ -7,7 +7,8 @@ that is the transactional-outbox contract, where a producer enqueues inside its 
 
 :func:`write_transaction` runs each statement of its block as its own trip to the
 connection's thread; :func:`run_write_transaction` runs a plain function's statements, with
-``BEGIN IMMEDIATE`` and ``COMMIT``, in one trip, under the same rules.
+``BEGIN IMMEDIATE`` and ``COMMIT``, in one trip, under the same rules, optionally at a
+``synchronous`` level of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import TypeVar, cast
 
 import aiosqlite
 
+from ._connection import check_synchronous
+from ._exceptions import SynchronousInTransaction
 from ._hop import run_sync
 
 T = TypeVar("T")
@@ -158,27 +161,59 @@ class _Hop:
             return self._done
 
 
+_LEVELS = {"normal": 1, "full": 2}
+"""``PRAGMA synchronous`` numbers of the levels a transaction may ask for."""
+
+
+def _synchronous_level(db: sqlite3.Connection) -> int:
+    row = db.execute("PRAGMA synchronous").fetchone()
+    return int(row["synchronous"] if isinstance(row, dict) else row[0])
+
+
+def _transaction(db: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if _is_busy(exc):
+            raise _BeginBusy(exc) from exc
+        raise
+    try:
+        result = fn(db)
+        db.commit()
+    except BaseException:
+        if db.in_transaction:
+            db.rollback()
+        raise
+    return result
+
+
+def _at_level(db: sqlite3.Connection, level: int, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run the transaction at ``level``, then put the connection's own level back.
+
+    The level is a property of the connection, so it is set before ``BEGIN`` (SQLite refuses
+    it inside a transaction) and restored after the ``COMMIT`` or ``ROLLBACK``, whatever
+    happened: the next transaction on the connection runs at the level it was opened with.
+    """
+    previous = _synchronous_level(db)
+    if previous == level:
+        return _transaction(db, fn)
+    db.execute(f"PRAGMA synchronous = {level}")
+    try:
+        return _transaction(db, fn)
+    finally:
+        db.execute(f"PRAGMA synchronous = {previous}")
+
+
 def _transaction_body(
-    fn: Callable[[sqlite3.Connection], T], hop: _Hop
+    fn: Callable[[sqlite3.Connection], T], hop: _Hop, level: int | None
 ) -> Callable[[sqlite3.Connection], T | None]:
     def body(db: sqlite3.Connection) -> T | None:
         if not hop.start():
             return None  # the caller was cancelled before this began: write nothing
         try:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc):
-                    raise _BeginBusy(exc) from exc
-                raise
-            try:
-                result = fn(db)
-                db.commit()
-            except BaseException:
-                if db.in_transaction:
-                    db.rollback()
-                raise
-            return result
+            if level is None:
+                return _transaction(db, fn)
+            return _at_level(db, level, fn)
         finally:
             hop.finish()
 
@@ -194,12 +229,14 @@ async def _settle(done: asyncio.Event) -> None:
             continue
 
 
-async def _one_hop(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+async def _one_hop(
+    conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T], level: int | None
+) -> T:
     loop = asyncio.get_running_loop()
     for attempt in range(_BEGIN_RETRIES):
         hop = _Hop(loop)
         try:
-            return cast(T, await run_sync(conn, _transaction_body(fn, hop)))
+            return cast(T, await run_sync(conn, _transaction_body(fn, hop, level)))
         except _BeginBusy as busy:
             if attempt == _BEGIN_RETRIES - 1:
                 raise busy.error from None
@@ -215,7 +252,10 @@ async def _one_hop(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection]
 
 
 async def run_write_transaction(
-    conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]
+    conn: aiosqlite.Connection,
+    fn: Callable[[sqlite3.Connection], T],
+    *,
+    synchronous: str | None = None,
 ) -> T:
     """Run ``fn(db)`` as one write transaction in a single trip to ``conn``'s thread.
 
@@ -234,16 +274,35 @@ async def run_write_transaction(
     ``fn`` must not commit or roll back itself. If the awaiting task is cancelled before the
     thread takes the call, nothing is written; once taken, the transaction completes (commit,
     or rollback if ``fn`` raised) before ``CancelledError`` is raised here.
+
+    ``synchronous`` (``"full"`` or ``"normal"``; ``None``, the default, keeps the connection's
+    level) runs this one transaction at that ``PRAGMA synchronous`` level: it is set on the
+    thread just before ``BEGIN`` and the connection's own level is restored right after the
+    ``COMMIT`` or ``ROLLBACK`` (also when ``fn`` or the commit raises), in the same trip, so
+    no other transaction on ``conn`` ever runs at it. At ``"normal"`` the commit skips the
+    WAL fsync: it survives a crash of the process but may be lost on power loss (it becomes
+    durable at the next ``FULL`` commit or checkpoint). Use it only for writes whose loss on
+    power failure is harmless. A value other than those raises :class:`InvalidSetting`
+    naming ``synchronous``; asking for a level while the current task is inside an open
+    transaction raises :class:`SynchronousInTransaction` (SQLite cannot change the level
+    inside a transaction, and a joined transaction commits at its owner's level), with
+    nothing run.
     """
+    level = None if synchronous is None else _LEVELS[check_synchronous(synchronous)]
     state = _state(conn)
     task = asyncio.current_task()
     if (state.owner is not None and state.owner is task) or (
         state.owner is None and conn.in_transaction
     ):
+        if level is not None:
+            raise SynchronousInTransaction(
+                f"synchronous={synchronous!r} cannot apply inside an open transaction: the "
+                "level only changes between transactions (call without synchronous= to join)"
+            )
         return await run_sync(conn, fn)
     async with state.lock:
         state.owner = task
         try:
-            return await _one_hop(conn, fn)
+            return await _one_hop(conn, fn, level)
         finally:
             state.owner = None

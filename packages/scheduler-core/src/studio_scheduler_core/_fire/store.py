@@ -179,7 +179,13 @@ async def record_child(
     conn: aiosqlite.Connection, run_id: str, pid: int, started: float | None
 ) -> bool:
     """Write the spawned child of a ``running`` run: one guarded statement in one trip to the
-    connection's thread. Returns whether the run had already ended (its child must stop)."""
+    connection's thread. Returns whether the run had already ended (its child must stop).
+
+    Committed at ``synchronous=NORMAL``: a pid is only worth anything while this machine keeps
+    running (after a power loss the child is gone too), and a crash of this process alone does
+    not lose a NORMAL commit. If the row is lost with the power, recovery finds the run
+    ``running`` with no child and settles it as it does a crash between spawn and record.
+    """
 
     def write(db: sqlite3.Connection) -> bool:
         if db.execute(_RECORD_CHILD, (pid, started, run_id)).rowcount == 1:
@@ -187,4 +193,4 @@ async def record_child(
         row = db.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
         return row is not None and row["status"] != "running"
 
-    return await run_write_transaction(conn, write)
+    return await run_write_transaction(conn, write, synchronous="normal")
