@@ -139,7 +139,7 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "outbox#2": check_outbox_delivery,
     "scheduler-core#1": check_scheduler_core,
     "state#1": check_state,
-    "studio-api#1": check_studio_api,
+    "api#1": check_studio_api,
 }
 
 
