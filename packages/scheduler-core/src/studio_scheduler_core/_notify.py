@@ -36,7 +36,12 @@ DEFAULT_MAX_ATTEMPTS = 8
 MAX_NOTIFY_ATTEMPTS = 1000
 MAX_DELIVER_TO = 2000
 GATE_DISABLES = frozenset(
-    {"schedule.budget.exhausted", "schedule.disabled.max_runs", "schedule.disabled.github_auth"}
+    {
+        "schedule.budget.exhausted",
+        "schedule.disabled.max_runs",
+        "schedule.disabled.github_auth",
+        "schedule.disabled.failure",  # pause_on_failure, after a run's last attempt
+    }
 )
 """Reason codes of the gates whose disable is notified (an operator's disable is not)."""
 

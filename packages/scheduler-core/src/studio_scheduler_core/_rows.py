@@ -6,6 +6,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ._policies.fields import (
+    POLICY_BOOL_FIELDS,
+    POLICY_FIELDS,
+    POLICY_JSON_FIELDS,
+    decode_bool,
+    encode_bool,
+)
+
 SCHEDULE_JSON_COLUMNS = (
     "github_filter",
     "action_extra_args",
@@ -14,6 +22,7 @@ SCHEDULE_JSON_COLUMNS = (
     "on_fail",
     "threshold_config",
     "notify",
+    *POLICY_JSON_FIELDS,
 )
 RUN_JSON_COLUMNS = ("trigger_context", "action_args", "status_evidence_refs", "notify")
 
@@ -61,6 +70,7 @@ SCHEDULE_COLUMNS = (
     "created_at",
     "updated_at",
     "notify",
+    *POLICY_FIELDS,
 )
 
 TERMINAL_RUN_STATUSES = ("completed", "failed", "timed_out", "cancelled")
@@ -95,6 +105,9 @@ def decode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
             out[column] = _loads(out[column])
     if "enabled" in out:
         out["enabled"] = bool(out["enabled"])
+    for column in POLICY_BOOL_FIELDS:
+        if column in out:
+            out[column] = decode_bool(out[column])
     for column in ("action_extra_args", "action_command_args"):
         if column in out and out[column] is None:
             out[column] = []
@@ -109,6 +122,8 @@ def encode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
             out[column] = dumps(value)
         elif column == "enabled":
             out[column] = 1 if value else 0
+        elif column in POLICY_BOOL_FIELDS:
+            out[column] = encode_bool(value)
         else:
             out[column] = value
     return out

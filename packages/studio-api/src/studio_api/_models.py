@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ._bounds import MAX_BUDGET_USD, MAX_COUNT, MAX_INTERVAL_SEC, MAX_POLL_INTERVAL_SEC, MIN_COUNT
+from ._policy_models import OverlapPolicy, PolicyFields, RunPolicyFields
 
 SQLITE_INT_MAX = 2**63 - 1
 MAX_NESTING = 32
@@ -23,7 +24,6 @@ MAX_NESTING = 32
 TriggerType = Literal["cron", "interval", "github_poll"]
 ActionKind = Literal["agent", "flow", "fanout", "play", "playbook", "flow_yaml", "command"]
 MissedFirePolicy = Literal["skip", "run_once"]
-OverlapPolicy = Literal["skip", "allow"]
 RunStatus = Literal[
     "queued",
     "waiting_dependency",
@@ -116,7 +116,7 @@ class _ActionFields(RequestModel):
     action_command_args: list[str] | None = None
 
 
-class _ScheduleFields(_ActionFields):
+class _ScheduleFields(_ActionFields, PolicyFields):
     description: str | None = None
     cron_expr: str | None = None
     interval_sec: IntervalSec | None = None
@@ -204,7 +204,7 @@ class ErrorOut(ResponseModel):
     errors: list[dict[str, Any]] | None = None
 
 
-class ScheduleOut(ResponseModel):
+class ScheduleOut(ResponseModel, PolicyFields):
     """A stored schedule (every column; JSON columns decoded)."""
 
     id: str
@@ -261,7 +261,7 @@ class ScheduleList(ResponseModel):
     offset: int
 
 
-class RunOut(ResponseModel):
+class RunOut(ResponseModel, RunPolicyFields):
     """A schedule run (every column of ``schedule_runs``; JSON columns decoded)."""
 
     id: str
@@ -323,6 +323,8 @@ class FireTime(ResponseModel):
     at: float
     utc: str
     local: str
+    jitter_sec: float | None = None
+    """The delay this occurrence waits after ``at`` (its jitter)."""
 
 
 class PreviewOut(ResponseModel):

@@ -278,7 +278,12 @@ def preview(
         emit_json({**subject, "timezone": zone, "fire_times": times})
         return
     rows = [[str(i), str(t.get("utc")), str(t.get("local"))] for i, t in enumerate(times, 1)]
-    print_rows(("#", "UTC", f"LOCAL ({zone})"), rows, empty="no upcoming fire times")
+    headers: tuple[str, ...] = ("#", "UTC", f"LOCAL ({zone})")
+    if any(t.get("jitter_sec") for t in times):  # the delay each occurrence waits
+        headers += ("JITTER",)
+        for cells, entry in zip(rows, times, strict=True):
+            cells.append(f"+{float(entry.get('jitter_sec') or 0):.3f}s")
+    print_rows(headers, rows, empty="no upcoming fire times")
 
 
 def _server_preview(schedule_id: str, count: int) -> tuple[list[dict[str, Any]], str] | None:

@@ -21,6 +21,9 @@ from .._fire.pipeline import StartFire, fire
 from .._fire.steps import FireEnv
 from .._observe.events import emit
 from .._observe.summary import coalesced_event
+from .._policies.jitter import catchup_expired, jitter_delay, jitter_until
+from .._policies.retry import next_retry_at
+from .._policies.retry_fire import fire_due_retries
 from .._rows import decode_schedule
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -34,7 +37,7 @@ MISSED_FIRE = "schedule.skipped.missed_fire"
 
 DUE_COLUMNS = (
     "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
-    "max_runs, budget_usd, budget_tokens"
+    "max_runs, budget_usd, budget_tokens, jitter_sec"
 )
 """What the due scan reads: enough to decide a plain deferral; full rows are read on demand."""
 
@@ -114,7 +117,8 @@ class Evaluator:
                 break
         for until in self.backoff.values():
             target = min(target, until)
-        return target
+        retry_at = await next_retry_at(self._env.conn)
+        return target if retry_at is None else min(target, max(now, retry_at))
 
     async def due_backlog(self, now: float) -> int:
         """How many enabled schedules are due now (the health figure)."""
@@ -152,6 +156,9 @@ class Evaluator:
             self.more = True
         self.cursor = cursor if self.more else None
         await self._flush_records(now)
+        retried = await fire_due_retries(self._env, self._admission, self._start_fire, now)
+        if retried:
+            counts["retry"] = retried
         return counts
 
     async def _evaluate_row(self, row: Any, now: float) -> str:
@@ -161,6 +168,11 @@ class Evaluator:
         source = self._registry.get(str(row["trigger_type"]))
         if source is None:
             return "unhandled"
+        if row["jitter_sec"]:
+            until = await jitter_until(self._env.conn, row, now, timezone=self.timezone)
+            if until is not None:
+                self.backoff[sid] = until  # due, but its jittered start is still ahead
+                return "jitter"
         if isinstance(source, CadenceTrigger):
             # One occurrence per row: when no gate before the slot can refuse and the slot is
             # full, the decision is known without decoding the row (the 10k-due tick).
@@ -352,7 +364,10 @@ class Evaluator:
 
     async def _missed(self, source: TriggerSource, schedule: dict[str, Any], now: float) -> str:
         due = schedule.get("next_fire_at")
-        if schedule.get("missed_fire_policy") == "run_once":
+        if due is not None and due + jitter_delay(schedule, due, timezone=self.timezone) > now:
+            return "pending"  # not missed: its jittered start is still ahead
+        expired = catchup_expired(schedule, due, now)
+        if schedule.get("missed_fire_policy") == "run_once" and not expired:
             context = {"missed_recovery": True, "missed_fire_at": due, "fired_at": now}
             occ = Occurrence(schedule=schedule, due_at=due, trigger_context=context)
             return await self.handle(source, occ, now, kind="missed_fire")
@@ -367,10 +382,12 @@ class Evaluator:
             schedule_id=str(schedule["id"]),
             action_kind=str(schedule["action_kind"]),
             reason_code=MISSED_FIRE,
-            summary="the occurrence fell due while the scheduler was not running",
+            summary="the occurrence fell due while the scheduler was not running"
+            + (" (older than its catch-up window)" if expired else ""),
             context={"skipped_missed_fire": True, "missed_fire_at": due, "checked_at": now},
             now=now,
-            metadata={"missed_fire_policy": "skip", "missed_fire_at": due},
+            metadata={"missed_fire_policy": "skip", "missed_fire_at": due}
+            | ({"catchup_window_sec": schedule["catchup_window_sec"]} if expired else {}),
         )
         claim = self._claim(source, occ, now, advance=True)
         won = await write_skip(

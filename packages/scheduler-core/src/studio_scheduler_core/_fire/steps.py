@@ -37,6 +37,7 @@ from studio_state import Clock, Transition, new_id, write_transaction
 
 from .._dbfile import StorageHealth
 from .._notify import notify_run
+from .._policies.retry import plan_retry
 from .._runlog import run_log_path
 from .._settings import SchedulerSettings
 from .._terminal import StatusChange, apply, clip
@@ -399,6 +400,15 @@ async def _finish_once(
         run_won, _ = await apply(env.conn, [run_change, invocation_change])
         if run_won:
             await notify_run(env.conn, fire.run_id, now=now)
+            await plan_retry(
+                env.conn,
+                run_id=fire.run_id,
+                schedule=fire.schedule,
+                context=fire.trigger_context,
+                status=status,
+                chain_depth=fire.chain_depth,
+                now=now,
+            )
     env.committed.discard(fire.run_id)
     if on_commit is not None:
         on_commit()

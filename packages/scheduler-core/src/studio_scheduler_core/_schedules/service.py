@@ -31,6 +31,7 @@ from .._exceptions import (
     ScheduleNotFound,
     ScheduleValidationError,
 )
+from .._policies.jitter import with_jitter
 from .._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
@@ -349,10 +350,11 @@ class ScheduleService:
         return run
 
     async def preview(self, schedule_id: str, n: int = 5) -> Rows:
-        """The schedule's next ``n`` fire times (UTC and the schedule's zone)."""
+        """The schedule's next ``n`` fire times (UTC and the schedule's zone) with the jitter
+        delay of each (``jitter_sec``, 0 without jitter)."""
         schedule = await self.get(schedule_id)
         zone = schedule_zone(schedule, self._settings.timezone)
-        return preview_times(
+        times = preview_times(
             trigger_type=schedule["trigger_type"],
             cron_expr=schedule.get("cron_expr"),
             interval_sec=schedule.get("interval_sec"),
@@ -362,3 +364,4 @@ class ScheduleService:
             n=n,
             first=schedule.get("next_fire_at"),
         )
+        return with_jitter(schedule, times, timezone=self._settings.timezone)

@@ -54,7 +54,7 @@ async def fired_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
     value = await fetch_value(
         conn,
         "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
-        f"AND status IN ({_TERMINAL_SQL})",
+        f"AND status IN ({_TERMINAL_SQL}) AND retry_of IS NULL",
         (schedule_id,),
     )
     return int(value or 0)

@@ -19,6 +19,7 @@ from studio_launcher import InvalidAction, validate_action
 
 from .._exceptions import ScheduleValidationError
 from .._notify import check_notify
+from .._policies.fields import POLICY_FIELDS, check_policies
 from .._schema import ACTION_KINDS, TRIGGER_TYPES
 from .._settings import SchedulerSettings
 from .._triggers.cadence import MAX_INTERVAL_SEC
@@ -61,6 +62,7 @@ CREATE_FIELDS = (
     "notify",
     "timezone",
     "timeout_sec",
+    *POLICY_FIELDS,
 )
 NOT_NULL_FIELDS = frozenset(
     {"name", "trigger_type", "action_kind", "missed_fire_policy", "overlap_policy", "enabled"}
@@ -197,8 +199,6 @@ def _check_enums(row: dict[str, Any]) -> None:
         raise _err("action_kind", f"must be one of {', '.join(ACTION_KINDS)} (or playbook)")
     if row.get("missed_fire_policy") not in ("skip", "run_once"):
         raise _err("missed_fire_policy", "must be 'skip' or 'run_once'")
-    if row.get("overlap_policy") not in ("skip", "allow"):
-        raise _err("overlap_policy", "must be 'skip' or 'allow'")
 
 
 def check_github_filter(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -444,6 +444,7 @@ def normalize(
     row["timezone"] = check_timezone(row.get("timezone"))
     _check_trigger(row, timezone=row["timezone"] or settings.timezone, now=now)
     _check_limits(row)
+    check_policies(row)
     if row.get("project") is not None and not row["project"].strip():
         raise _err("project", "must not be blank")
     check_action(row, settings=settings)
