@@ -68,6 +68,8 @@ FIELD_FLAGS: dict[str, str] = {
     "retry.backoff_sec": "--retry-backoff-sec",
     "retry.backoff_factor": "--retry-backoff-factor",
     "retry.max_backoff_sec": "--retry-max-backoff-sec",
+    "start": "--from",  # studio schedule backfill
+    "end": "--to",
 }
 
 

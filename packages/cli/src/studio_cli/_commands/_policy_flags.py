@@ -14,8 +14,8 @@ from .._types import duration_option
 
 POLICY_OPTIONS: list[Callable[[Any], Any]] = [
     click.option(
-        "--overlap",
         "--overlap-policy",
+        "--overlap",
         "overlap",
         metavar="POLICY",
         help="What an occurrence does while a run is in flight: skip, allow, buffer_one, "

@@ -31,6 +31,7 @@ from ._common import (
     show_schedule_result,
 )
 from .run_ops import cancel, cancel_runs, logs
+from .schedule_backfill import backfill
 from .schedule_edit import create, update
 from .trigger import trigger
 
@@ -46,6 +47,7 @@ def schedule_group() -> None:
 schedule_group.add_command(create)
 schedule_group.add_command(update)
 schedule_group.add_command(trigger)
+schedule_group.add_command(backfill)
 schedule_group.add_command(logs)
 schedule_group.add_command(cancel)
 

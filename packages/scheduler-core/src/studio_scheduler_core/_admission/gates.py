@@ -157,7 +157,7 @@ class Admission:
             return None
         if row["budget_usd"] is not None or row["budget_tokens"] is not None:
             return None
-        if row["overlap_policy"] == "skip" and self.in_flight(str(row["id"])):
+        if row["overlap_policy"] != "allow" and self.in_flight(str(row["id"])):
             return None
         return self._capacity()
 

@@ -22,6 +22,7 @@ from .._fire.steps import FireEnv
 from .._observe.events import emit
 from .._observe.summary import coalesced_event
 from .._policies.jitter import catchup_expired, jitter_delay, jitter_until
+from .._policies.overlap import OverlapPolicies, Revoke
 from .._policies.retry import next_retry_at
 from .._policies.retry_fire import fire_due_retries
 from .._rows import decode_schedule
@@ -61,7 +62,9 @@ class Evaluator:
         admission: Admission,
         registry: TriggerRegistry,
         start_fire: StartFire,
+        revoke: Revoke | None = None,
     ) -> None:
+        self._overlap = OverlapPolicies(env, admission, start_fire, revoke)
         self._env = env
         self._admission = admission
         self._registry = registry
@@ -137,6 +140,9 @@ class Evaluator:
         self.blocked = False
         self.more = False
         self.backoff = {k: v for k, v in self.backoff.items() if v > now}
+        buffered = await self._overlap.start_buffered(now)
+        if buffered:
+            counts["buffered"] = buffered
         seen = 0
         cursor = self.cursor
         while seen < MAX_DUE_PER_TICK:
@@ -231,6 +237,11 @@ class Evaluator:
         """Admit one occurrence and act on the decision; returns the outcome name."""
         schedule = occ.schedule
         sid = str(schedule["id"])
+        decided = await self._overlap.intercept(
+            occ, lambda: self._claim(source, occ, now, advance=True), now
+        )
+        if decided is not None:  # buffered, or skipped with the buffer full
+            return decided
         decision = await self._admission.admit(schedule, now=now, path=kind)
         if decision.outcome != "defer":
             self._deferrals.pop(sid, None)

@@ -26,18 +26,22 @@ from .retry import RETRY_FIRED, due_retries
 logger = logging.getLogger("studio_scheduler_core")
 
 
-async def _commit(env: FireEnv, fire: Prepared, now: float) -> bool:
-    """``retry_wait`` → ``running`` (or ``failed`` on a setup refusal) with the invocation."""
+async def commit_waiting(
+    env: FireEnv, fire: Prepared, now: float, *, previous: str, fired: tuple[str, str]
+) -> bool:
+    """A waiting run row (``previous``: ``retry_wait`` or a buffered ``waiting_dependency``)
+    becomes ``running`` (``failed`` on a setup refusal) with its invocation, guarded on
+    ``previous``; ``fired`` is the (reason code, summary) of the start."""
     failed = fire.setup_error is not None
     status = "failed" if failed else "running"
-    reason, summary = fire.setup_error or (RETRY_FIRED, "the retry's backoff has passed")
+    reason, summary = fire.setup_error or fired
     refs = [{"kind": "schedule", "id": str(fire.schedule["id"])}]
     async with write_transaction(env.conn):
         # Checked under the write lock: the invocation goes in before the run points at it.
         current = await fetch_value(
             env.conn, "SELECT status FROM schedule_runs WHERE id = ?", (fire.run_id,)
         )
-        if current != "retry_wait":
+        if current != previous:
             return False
         invocation: Mapping[str, Any] = {
             "id": fire.invocation_id,
@@ -57,7 +61,7 @@ async def _commit(env: FireEnv, fire: Prepared, now: float) -> bool:
             "UPDATE schedule_runs SET status = ?, invocation_id = ?, action_args = ?, "
             "trigger_context = ?, fired_at = ?, ended_at = ?, error_detail = ?, updated_at = ?, "
             "status_reason_code = ?, status_reason_summary = ?, status_evidence_refs = ? "
-            "WHERE id = ? AND status = 'retry_wait'",
+            "WHERE id = ? AND status = ?",
             (
                 status,
                 fire.invocation_id,
@@ -71,6 +75,7 @@ async def _commit(env: FireEnv, fire: Prepared, now: float) -> bool:
                 clip(summary),
                 dumps(refs),
                 fire.run_id,
+                previous,
             ),
         )
         await cursor.close()
@@ -78,7 +83,7 @@ async def _commit(env: FireEnv, fire: Prepared, now: float) -> bool:
             Transition(
                 entity_type="schedule_run",
                 entity_id=fire.run_id,
-                previous_status="retry_wait",
+                previous_status=previous,
                 status=status,
                 reason_code=reason,
                 reason_summary=clip(summary),
@@ -121,7 +126,13 @@ async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire,
                 env, schedule, row["trigger_context"] or {}, kind="retry", run_id=str(row["id"])
             )
             reservation.run_id = fire.run_id
-            won = await _commit(env, fire, env.clock())
+            won = await commit_waiting(
+                env,
+                fire,
+                env.clock(),
+                previous="retry_wait",
+                fired=(RETRY_FIRED, "the retry's backoff has passed"),
+            )
         except BaseException:
             reservation.release()
             raise

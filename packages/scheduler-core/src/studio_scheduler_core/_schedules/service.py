@@ -31,6 +31,8 @@ from .._exceptions import (
     ScheduleNotFound,
     ScheduleValidationError,
 )
+from .._policies.backfill import backfill
+from .._policies.buffer import drop_buffered
 from .._policies.jitter import with_jitter
 from .._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
 from .._settings import SchedulerSettings
@@ -203,6 +205,8 @@ class ScheduleService:
                     [*diff.values(), schedule_id],
                 )
             if row["enabled"] != was_enabled:
+                if not row["enabled"]:
+                    await drop_buffered(self._conn, schedule_id, now=now)
                 await record_transition(
                     self._conn,
                     entity_type="schedule",
@@ -348,6 +352,17 @@ class ScheduleService:
         )
         run["chain_children"] = [decode_run(c) for c in children]
         return run
+
+    async def backfill(self, schedule_id: str, start: Any, end: Any) -> int:
+        """Queue every occurrence in [start, end) (ISO 8601 or epoch; ``start < end <= now``,
+        at most 1000) to run through the gates with ``trigger_context.backfill``; returns how
+        many runs were queued. :class:`FireRefused` when the schedule is disabled."""
+        schedule = await self.get(schedule_id)
+        queued = await backfill(
+            self._conn, schedule, start, end, now=self._clock(), timezone=self._settings.timezone
+        )
+        self._changed()
+        return queued
 
     async def preview(self, schedule_id: str, n: int = 5) -> Rows:
         """The schedule's next ``n`` fire times (UTC and the schedule's zone) with the jitter

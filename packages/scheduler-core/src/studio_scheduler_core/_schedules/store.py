@@ -12,6 +12,7 @@ from studio_state import fetch_all, fetch_one, fetch_value, record_transition, w
 from .._exceptions import ScheduleValidationError
 from .._notify import notify_schedule_disabled
 from .._observe.events import emit
+from .._policies.buffer import drop_buffered
 from .._rows import TERMINAL_RUN_STATUSES, decode_run, decode_schedule
 from .._schema import RUN_STATUSES
 
@@ -107,6 +108,7 @@ async def set_enabled(
             now=now,
         )
         if not enabled:
+            await drop_buffered(conn, schedule_id, now=now)
             await notify_schedule_disabled(
                 conn, schedule_id, reason_code=reason_code, reason_summary=reason_summary, now=now
             )
