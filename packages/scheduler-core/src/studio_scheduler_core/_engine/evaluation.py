@@ -24,7 +24,6 @@ from .._observe.summary import coalesced_event
 from .._policies.jitter import catchup_expired, jitter_delay, jitter_until
 from .._policies.overlap import OverlapPolicies, Revoke
 from .._policies.retry import next_retry_at
-from .._policies.retry_fire import fire_due_retries
 from .._rows import decode_schedule
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -140,9 +139,7 @@ class Evaluator:
         self.blocked = False
         self.more = False
         self.backoff = {k: v for k, v in self.backoff.items() if v > now}
-        buffered = await self._overlap.start_buffered(now)
-        if buffered:
-            counts["buffered"] = buffered
+        counts.update(await self._overlap.start_waiting(now))
         seen = 0
         cursor = self.cursor
         while seen < MAX_DUE_PER_TICK:
@@ -162,9 +159,6 @@ class Evaluator:
             self.more = True
         self.cursor = cursor if self.more else None
         await self._flush_records(now)
-        retried = await fire_due_retries(self._env, self._admission, self._start_fire, now)
-        if retried:
-            counts["retry"] = retried
         return counts
 
     async def _evaluate_row(self, row: Any, now: float) -> str:

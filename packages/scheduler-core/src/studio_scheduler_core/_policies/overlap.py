@@ -36,7 +36,7 @@ from .buffer import (
     buffered_count,
     drop_buffered,
 )
-from .retry_fire import commit_waiting
+from .retry_fire import commit_waiting, fire_due_retries
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -152,6 +152,15 @@ class OverlapPolicies:
                 if self._revoke is not None:
                     await self._revoke(run_id)
         return cancelled
+
+    async def start_waiting(self, now: float) -> dict[str, int]:
+        """Start the retries whose backoff has passed and the buffered occurrences whose turn
+        came; returns how many of each started (non-zero counts only)."""
+        counts = {
+            "retry": await fire_due_retries(self._env, self._admission, self._start, now),
+            "buffered": await self.start_buffered(now),
+        }
+        return {name: n for name, n in counts.items() if n}
 
     async def start_buffered(self, now: float) -> int:
         """Start the oldest buffered occurrence of each schedule with nothing in flight."""
