@@ -4,7 +4,9 @@ Issue 18 item 1: every hot query must cost the same however much terminal histor
 database holds (target: ratio to the empty database <= 1.5x). One database is built with the
 packages' real migrations (`studio_scheduler_core.ensure_schema`, which applies studio-state's
 and studio-outbox's too) and a constant live set: 100 enabled interval schedules (10 due),
-4 running runs with their invocations, 40 pending dispatch rows (20 due) and 2 delivering.
+4 running runs with their invocations, 40 pending dispatch rows (20 due) and 2 delivering,
+plus one full page (100) of old terminal runs of the listed schedule and of terminal
+dispatches, so a page holds as many rows at 0 history as at 1M.
 Terminal history is then added in stages (0 -> 100k -> 1M rows of each of: terminal
 `dispatch_outbox` rows, terminal `schedule_runs` spread over the 100 schedules with their
 terminal `invocations`, and `status_transitions` rows), and after each stage every hot query
@@ -48,6 +50,7 @@ NOW = 1_800_000_000.0
 SCHEDULES = 100
 TYPES = ("cron", "interval", "github_poll")  # the engine's registered trigger types
 BATCH = 50_000
+PAGE = 100  # the page size every list figure reads (GET /api/... default)
 
 
 @dataclass
@@ -69,15 +72,19 @@ _DUE_SQL = (
     "max_runs, budget_usd, budget_tokens FROM schedules WHERE enabled = 1 AND next_fire_at <= ? "
     "AND trigger_type IN (?, ?, ?) ORDER BY next_fire_at, id LIMIT ?"
 )
-_DUE_COUNT_SQL = "SELECT COUNT(*) FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
+_DUE_COUNT_SQL = (
+    "SELECT COUNT(*) AS n, MIN(next_fire_at) AS oldest FROM schedules "
+    "WHERE enabled = 1 AND next_fire_at <= ?"
+)
 _NEXT_WAKE_SQL = (
     "SELECT id, next_fire_at FROM schedules WHERE enabled = 1 "
     "AND next_fire_at IS NOT NULL AND trigger_type IN (?, ?, ?) "
     "ORDER BY next_fire_at, id LIMIT ?"
 )
 _REAP_RUNS_SQL = (
-    "SELECT id, invocation_id, child_pid, child_started_at, fired_at FROM schedule_runs "
-    "WHERE status = 'running' AND leased_by IS NULL AND fired_at < ?"
+    "SELECT r.id, r.invocation_id, r.child_pid, r.child_started_at, r.fired_at, "
+    "s.timeout_sec FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
+    "WHERE r.status = 'running' AND r.leased_by IS NULL AND r.fired_at < ?"
 )
 _REAP_INVOCATIONS_SQL = (
     "SELECT i.id, i.schedule_run_id FROM invocations i "
@@ -166,7 +173,7 @@ def hot_queries(schedule_id: str) -> list[HotQuery]:
                     "ORDER BY rowid DESC LIMIT ? OFFSET ?",
                     (100, 0),
                 ),
-                ("SELECT count(*) AS n FROM dispatch_outbox", ()),
+                ("SELECT coalesce(sum(n), 0) AS n FROM dispatch_outbox_counts", ()),
             ],
             "studio-outbox / studio-api: the page (rowid DESC) is flat; the unfiltered "
             "count(*) reads the whole table (smallest index). Bound it: "
@@ -201,7 +208,10 @@ def hot_queries(schedule_id: str) -> list[HotQuery]:
             _runs_page,
             [
                 ("SELECT * FROM schedules WHERE id = ?", (schedule_id,)),
-                ("SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ?", (schedule_id,)),
+                (
+                    "SELECT coalesce(sum(n), 0) FROM schedule_run_counts WHERE schedule_id = ?",
+                    (schedule_id,),
+                ),
                 (
                     "SELECT * FROM schedule_runs WHERE schedule_id = ? "
                     "ORDER BY fired_at DESC, created_at DESC LIMIT ? OFFSET ?",
@@ -326,6 +336,25 @@ def _live_set(db: sqlite3.Connection, schedule_ids: list[str]) -> None:
         "INSERT INTO dispatch_outbox (id, kind, deliver_to, payload, status, next_attempt_at, "
         "created_at, updated_at) VALUES (?, 'bench', 'sink', '{}', ?, ?, ?, ?)",
         [(i, s, t, NOW - 60, NOW - 60) for i, s, t in dispatches],
+    )
+    # One full page (100 rows) of each listed table already at "0 history", older than any
+    # history added later: every size then times a page of the same 100 rows' size.
+    old = NOW - 90 * 86400.0
+    page_runs = [os.urandom(6).hex() for _ in range(PAGE)]
+    db.executemany(
+        "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
+        "status, exit_code, fired_at, ended_at, created_at, updated_at) "
+        "VALUES (?, ?, '{}', 'command', '{}', 'completed', 0, ?, ?, ?, ?)",
+        [
+            (r, schedule_ids[50], old + k, old + k + 1, old + k, old + k)
+            for k, r in enumerate(page_runs)
+        ],
+    )
+    db.executemany(
+        "INSERT INTO dispatch_outbox (id, kind, deliver_to, payload, status, attempt, "
+        "next_attempt_at, created_at, updated_at) "
+        "VALUES (?, 'bench', 'sink', '{}', 'delivered', 1, ?, ?, ?)",
+        [(os.urandom(6).hex(), old + k, old + k, old + k) for k in range(PAGE)],
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -46,6 +47,10 @@ ENQUEUE_TARGET = 3.0
 DELIVERY_TARGET = 5.0
 WEBHOOK_TARGET = 0.60
 SYNC_TARGET = 0.50
+# CPU of the delivering process (its event loop and SQLite thread; not the children) per
+# delivery, ms: steadier than throughput on a loaded machine.
+LAST_CPU_MS = [0.0]
+RAW_HOP_TARGET = 0.80  # enqueue (own transaction) vs a raw aiosqlite one-hop transaction
 WEBHOOK_CONCURRENCY = 16
 ANCHORS = {"enqueue_own": 890.0, "deliver": 155.0}  # bench/README.md, reference on a 2-core box
 
@@ -162,6 +167,82 @@ async def ours_enqueue(path: Path, rows: int, mode: str, synchronous: str = "ful
         await conn.close()
 
 
+_RAW_INSERT = (
+    "INSERT INTO dispatch_outbox (id, kind, deliver_to, payload, dedup_key, status, attempt, "
+    "max_attempts, next_attempt_at, ack_required, ack_token, session_id, schedule_run_id, "
+    "created_at, expires_at, updated_at) VALUES "
+    "(?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING RETURNING id"
+)
+_RAW_TRANSITION = (
+    "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
+    "reason_code, reason_summary, evidence_refs, actor, metadata, created_at) "
+    "VALUES (?, 'dispatch', ?, NULL, 'pending', 'dispatch.pending.enqueued', ?, NULL, ?, "
+    "NULL, ?)"
+)
+
+
+async def raw_hop_enqueue(path: Path, rows: int) -> float:
+    """The floor for one enqueue: the same two writes (the row, with its built payload, and
+    its transition) as one BEGIN IMMEDIATE … COMMIT queued straight on aiosqlite's worker
+    thread, with no validation, lock or ownership bookkeeping."""
+    import studio_state
+
+    conn = await _ours_db(path)
+
+    def write(i: int) -> None:
+        db = conn._conn
+        now = time.time()
+        dispatch_id = studio_state.new_id()
+        payload = json.dumps(
+            {
+                "dispatch_id": dispatch_id,
+                "kind": "bench",
+                "deliver_to": "sink",
+                "attempt": 0,
+                "body": {"i": i},
+                "created_at": now,
+                "expires_at": None,
+                "session_id": None,
+                "schedule_run_id": None,
+            },
+            separators=(",", ":"),
+        )
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            _RAW_INSERT,
+            (
+                dispatch_id,
+                "bench",
+                "sink",
+                payload,
+                None,
+                8,
+                now,
+                0,
+                None,
+                None,
+                None,
+                now,
+                None,
+                now,
+            ),
+        ).fetchall()
+        db.execute(
+            _RAW_TRANSITION,
+            (studio_state.new_id(), dispatch_id, "enqueued kind=bench", "studio_outbox", now),
+        )
+        db.execute("COMMIT")
+
+    try:
+        started = time.perf_counter()
+        for i in range(rows):
+            await conn._execute(write, i)
+        return rows / (time.perf_counter() - started)
+    finally:
+        await conn.close()
+
+
 async def ours_deliver(path: Path, rows: int, concurrency: int) -> float:
     import studio_outbox
 
@@ -170,11 +251,12 @@ async def ours_deliver(path: Path, rows: int, concurrency: int) -> float:
         await studio_outbox.enqueue_many(
             conn, [{"kind": "bench", "deliver_to": "sink", "body": {"i": i}} for i in range(rows)]
         )
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         counts = await studio_outbox.deliver_due_dispatches(
             conn, notify_template=TEMPLATE, limit=rows, concurrency=concurrency
         )
         elapsed = time.perf_counter() - started
+        LAST_CPU_MS[0] = (time.process_time() - cpu) * 1000 / rows
         assert counts["delivered"] == rows, counts
         return rows / elapsed
     finally:
@@ -224,15 +306,28 @@ async def ours_hops(path: Path) -> dict[str, float]:
 
 
 async def ours_round(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    raw_first = args.round % 2 == 0  # alternate the order of ours and the raw floor
+    raw = await raw_hop_enqueue(workdir / "r0.db", args.enqueue_rows) if raw_first else None
+    own = await ours_enqueue(workdir / "e1.db", args.enqueue_rows, "own")
+    if raw is None:
+        raw = await raw_hop_enqueue(workdir / "r0.db", args.enqueue_rows)
+    quick: dict[str, Any] = {
+        "enqueue_own": own,
+        "enqueue_raw_hop": raw,
+        "deliver_c1": await ours_deliver(workdir / "d1.db", args.deliver_rows, 1),
+        "deliver_c1_cpu": LAST_CPU_MS[0],
+        "deliver_c4": await ours_deliver(workdir / "d4.db", args.deliver_rows, 4),
+        "deliver_c4_cpu": LAST_CPU_MS[0],
+    }
+    if args.quick:
+        return quick
     return {
-        "enqueue_own": await ours_enqueue(workdir / "e1.db", args.enqueue_rows, "own"),
+        **quick,
         "enqueue_dedup": await ours_enqueue(workdir / "e2.db", args.enqueue_rows, "dedup"),
         "enqueue_caller_txn": await ours_enqueue(
             workdir / "e3.db", args.enqueue_rows, "caller_txn"
         ),
         "enqueue_many": await ours_enqueue(workdir / "e4.db", args.enqueue_rows, "many"),
-        "deliver_c1": await ours_deliver(workdir / "d1.db", args.deliver_rows, 1),
-        "deliver_c4": await ours_deliver(workdir / "d4.db", args.deliver_rows, 4),
         "enqueue_own_normal": await ours_enqueue(
             workdir / "n1.db", args.enqueue_rows, "own", "normal"
         ),
@@ -286,11 +381,12 @@ async def ref_deliver(path: Path, rows: int) -> float:
     try:
         for i in range(rows):
             await enqueue_dispatch(db, kind="bench", deliver_to="sink", body={"i": i})
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         counts = await deliver_due_dispatches(
             db, now=time.time() + 1, notify_template=list(TEMPLATE)
         )
         elapsed = time.perf_counter() - started
+        LAST_CPU_MS[0] = (time.process_time() - cpu) * 1000 / rows
         assert counts["delivered"] == rows, counts
         return rows / elapsed
     finally:
@@ -330,12 +426,15 @@ async def ref_round(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     delivered = await ref_deliver(workdir / "rd.db", args.deliver_rows)
     return {
         "enqueue_own": await ref_enqueue(workdir / "re1.db", args.enqueue_rows, False),
-        "enqueue_dedup": await ref_enqueue(workdir / "re2.db", args.enqueue_rows, True),
+        "enqueue_dedup": None
+        if args.quick
+        else await ref_enqueue(workdir / "re2.db", args.enqueue_rows, True),
         "enqueue_caller_txn": None,  # it always opens its own transaction (cannot join one)
         "enqueue_many": None,  # it has no batch enqueue
         # Its loop is serial: one figure, compared with both of ours.
         "deliver_c1": delivered,
         "deliver_c4": delivered,
+        "deliver_cpu": LAST_CPU_MS[0],
     }
 
 
@@ -354,7 +453,25 @@ def _worker(which: str, args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def _run_worker(python: str, which: str, args: argparse.Namespace, hops: bool) -> dict[str, Any]:
+def _before_env(before: str | None) -> dict[str, str] | None:
+    """The environment of a worker that imports the packages of an older checkout."""
+    if not before:
+        return None
+    paths = sorted(str(p) for p in Path(before).glob("packages/*/src"))
+    if not paths:
+        raise SystemExit(f"--before {before}: no packages/*/src directories there")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _run_worker(
+    python: str,
+    which: str,
+    args: argparse.Namespace,
+    hops: bool,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     argv = [
         python,
         os.path.abspath(__file__),
@@ -373,7 +490,9 @@ def _run_worker(python: str, which: str, args: argparse.Namespace, hops: bool) -
     ]
     if hops:
         argv.append("--hops")
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    if args.quick:
+        argv.append("--quick")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             result: dict[str, Any] = json.loads(line[len("RESULT ") :])
@@ -407,6 +526,10 @@ def _fmt(values: list[float]) -> str:
     return f"{statistics.median(values):9.0f}  ({min(values):.0f}–{max(values):.0f})"
 
 
+def _fmt2(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -420,6 +543,16 @@ def main() -> None:
         help="the loopback webhook receiver (default: a minimal asyncio HTTP/1.1 server)",
     )
     parser.add_argument("--reference-python", help="an interpreter with lionagi==0.36.0")
+    parser.add_argument(
+        "--before",
+        help="a directory holding an older checkout (its packages/*/src): measured as a third "
+        "implementation in every round, beside ours and the reference",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only enqueue (own transaction, and its raw one-hop floor) and /bin/true delivery",
+    )
     parser.add_argument("--worker", choices=["ours", "ref"], help=argparse.SUPPRESS)
     parser.add_argument("--hops", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--receiver-url", help=argparse.SUPPRESS)
@@ -447,43 +580,63 @@ def main() -> None:
         print(f"  reference: lionagi {ref_note} via {ref_python}")
     else:
         print(f"  reference: NOT MEASURED — lionagi 0.36.0 cannot be imported ({ref_note})")
-    print(
-        f"  webhooks: {args.webhook_rows} rows per figure per round, concurrency "
-        f"{WEBHOOK_CONCURRENCY}, receiver: {args.receiver} on 127.0.0.1 (its own process)"
-    )
-    ours: dict[str, list[float]] = {key: [] for key, _, _ in FIGURES}
-    for key in (
-        "enqueue_own_normal",
-        "enqueue_many_normal",
-        "webhook",
-        "bare_httpx",
-        "webhook_cpu",
-        "bare_httpx_cpu",
-        "webhook_normal",
-    ):
-        ours[key] = []
+    if not args.quick:
+        print(
+            f"  webhooks: {args.webhook_rows} rows per figure per round, concurrency "
+            f"{WEBHOOK_CONCURRENCY}, receiver: {args.receiver} on 127.0.0.1 (its own process)"
+        )
+    ours: dict[str, list[float]] = {}
+    before: dict[str, list[float]] = {}
     ref: dict[str, list[float]] = {key: [] for key, _, _ in FIGURES}
-    with outbox_webhook.receiver(args.receiver) as receiver_url:
+    ref_cpu: list[float] = []
+    before_env = _before_env(args.before)
+    if args.before:
+        print(f"  before: the packages of {args.before} (PYTHONPATH), in every round")
+    receiver = contextlib.nullcontext("") if args.quick else outbox_webhook.receiver(args.receiver)
+    with receiver as receiver_url:
         args.receiver_url = receiver_url
         for number in range(1, args.rounds + 1):
             args.round = number
-            got = _run_worker(sys.executable, "ours", args, hops=False)
-            for key in ours:
-                ours[key].append(got[key])
-            if ref_python:
-                got = _run_worker(ref_python, "ref", args, hops=False)
-                for key in ref:
-                    if got[key] is not None:
-                        ref[key].append(got[key])
+            # Rotate which implementation runs first, so load drifts hit all of them alike.
+            order = ["ours", "before", "ref"]
+            order = order[number % 3 :] + order[: number % 3]
+            for which in order:
+                if which == "ours":
+                    got = _run_worker(sys.executable, "ours", args, hops=False)
+                    for key, value in got.items():
+                        ours.setdefault(key, []).append(value)
+                elif which == "before" and before_env is not None:
+                    got = _run_worker(sys.executable, "ours", args, hops=False, env=before_env)
+                    for key, value in got.items():
+                        before.setdefault(key, []).append(value)
+                elif which == "ref" and ref_python:
+                    got = _run_worker(ref_python, "ref", args, hops=False)
+                    for key in ref:
+                        if got[key] is not None:
+                            ref[key].append(got[key])
+                    ref_cpu.append(got["deliver_cpu"])
             print(f"  round {number}/{args.rounds} done", flush=True)
 
     print()
     head = f"{'figure':42} {'ours: median (min–max)':>26} {'reference':>26} {'ratio':>7}"
+    if before:
+        head += f" {'before: median (min–max)':>26} {'ratio':>7} {'ours/before':>11}"
     print(head)
     print("-" * len(head))
     verdicts = []
     for key, label, unit in FIGURES:
+        if key not in ours:
+            continue
         ours_text = _fmt(ours[key]) + f" {unit}"
+        before_text = ""
+        if before.get(key):
+            before_text = _fmt(before[key]) + f" {unit}"
+            gain = statistics.median(ours[key]) / statistics.median(before[key])
+            before_ratio = ""
+            if ref[key]:
+                r = statistics.median(before[key]) / statistics.median(ref[key])
+                before_ratio = f"{r:6.1f}×"
+            before_text = f" {before_text:>26} {before_ratio:>7} {gain:10.2f}×"
         if ref[key]:
             ratio = statistics.median(ours[key]) / statistics.median(ref[key])
             ref_text = _fmt(ref[key]) + f" {unit}"
@@ -501,11 +654,28 @@ def main() -> None:
             }
             ref_text = "n/a" + (why.get(key, "") if ref_python else "")
             ratio_text = ""
-        print(f"{label:42} {ours_text:>26} {ref_text:>26} {ratio_text:>7}")
+        print(f"{label:42} {ours_text:>26} {ref_text:>26} {ratio_text:>7}{before_text}")
     print()
-    if verdicts:
-        print("bench/README.md targets (ratio to the reference measured in this run):")
-        print("\n".join(verdicts))
+    raw_ratio = statistics.median(ours["enqueue_own"]) / statistics.median(ours["enqueue_raw_hop"])
+    verdicts.append(
+        f"  enqueue, own transaction each vs a raw aiosqlite one-hop transaction doing the same "
+        f"writes ({_fmt(ours['enqueue_raw_hop']).strip()} rows/s): {raw_ratio:.0%} "
+        f"(target ≥ {RAW_HOP_TARGET:.0%}) " + ("met" if raw_ratio >= RAW_HOP_TARGET else "NOT MET")
+    )
+    if before.get("enqueue_raw_hop"):
+        b = statistics.median(before["enqueue_own"]) / statistics.median(before["enqueue_raw_hop"])
+        verdicts.append(f"    before: {b:.0%} of its own run's raw floor")
+    print("CPU of the delivering process per delivery (ms; children excluded):")
+    for key in ("deliver_c1_cpu", "deliver_c4_cpu"):
+        line = f"  {key[:10]}: ours {_fmt2(ours[key])}"
+        if before.get(key):
+            line += f"   before {_fmt2(before[key])}"
+        if ref_cpu:
+            line += f"   reference (serial) {_fmt2(ref_cpu)}"
+        print(line)
+    print()
+    print("bench/README.md targets (ratios measured in this run):")
+    print("\n".join(verdicts))
     print(
         "bench/README.md anchors for scale (reference on a 2-core machine): "
         f"enqueue {ANCHORS['enqueue_own']:.0f} rows/s, delivery {ANCHORS['deliver']:.0f}/s; "
@@ -513,6 +683,34 @@ def main() -> None:
         f"{statistics.median(ours['deliver_c4']) / ANCHORS['deliver']:.1f}× those."
     )
 
+    if not args.quick:
+        _print_wave2(ours)
+
+    print()
+    print("round trips to the SQLite thread, per operation (one untimed pass of 50):")
+    mine = _run_worker(sys.executable, "ours", args, hops=True)
+    older = (
+        _run_worker(sys.executable, "ours", args, hops=True, env=before_env)
+        if before_env is not None
+        else {}
+    )
+    theirs = _run_worker(ref_python, "ref", args, hops=True) if ref_python else {}
+    rows = [
+        ("enqueue, own transaction", "enqueue_own", "enqueue_own"),
+        ("enqueue, new dedup key", "enqueue_dedup_new", "enqueue_dedup_new"),
+        ("enqueue, existing dedup key", "enqueue_dedup_existing", "enqueue_dedup_existing"),
+        ("enqueue, inside a caller transaction", "enqueue_caller_txn", None),
+        ("enqueue_many, per row (50 in one call)", "enqueue_many", None),
+        ("delivery, concurrency 1", "deliver_c1", "deliver_serial"),
+        ("delivery, concurrency 4", "deliver_c4", "deliver_serial"),
+    ]
+    for label, ours_key, ref_key in rows:
+        other = f"{theirs[ref_key]:.1f}" if ref_key and ref_key in theirs else "n/a"
+        was = f"   before {older[ours_key]:5.1f}" if ours_key in older else ""
+        print(f"  {label:38} ours {mine[ours_key]:5.1f}{was}   reference {other}")
+
+
+def _print_wave2(ours: dict[str, list[float]]) -> None:
     print()
     print("bench/README.md (ours beside an anchor measured in the same run):")
     head = f"{'figure':46} {'ours: median (min–max)':>26} {'anchor: median (min–max)':>26}"
@@ -537,23 +735,6 @@ def main() -> None:
         f"{f'{statistics.median(bare_cpu):.2f} ({min(bare_cpu):.2f}–{max(bare_cpu):.2f}) ms':>26} "
         f"{statistics.median(bare_cpu) / statistics.median(ours_cpu):6.0%}  (bare / ours)"
     )
-
-    print()
-    print("round trips to the SQLite thread, per operation (one untimed pass of 50):")
-    mine = _run_worker(sys.executable, "ours", args, hops=True)
-    theirs = _run_worker(ref_python, "ref", args, hops=True) if ref_python else {}
-    rows = [
-        ("enqueue, own transaction", "enqueue_own", "enqueue_own"),
-        ("enqueue, new dedup key", "enqueue_dedup_new", "enqueue_dedup_new"),
-        ("enqueue, existing dedup key", "enqueue_dedup_existing", "enqueue_dedup_existing"),
-        ("enqueue, inside a caller transaction", "enqueue_caller_txn", None),
-        ("enqueue_many, per row (50 in one call)", "enqueue_many", None),
-        ("delivery, concurrency 1", "deliver_c1", "deliver_serial"),
-        ("delivery, concurrency 4", "deliver_c4", "deliver_serial"),
-    ]
-    for label, ours_key, ref_key in rows:
-        other = f"{theirs[ref_key]:.1f}" if ref_key and ref_key in theirs else "n/a"
-        print(f"  {label:38} ours {mine[ours_key]:5.1f}   reference {other}")
 
 
 if __name__ == "__main__":

@@ -3,32 +3,41 @@
 1. A retention pass over ROWS terminal rows (runs with their invocation and two transition
    rows each, and dispatches with one transition row each; all older than the window): the
    max / median / p99 time each batch held the writer (one write transaction, one trip to the
-   writer's thread), the pass's rows/s, and a probe: a one-row write transaction issued every
-   10 ms on the same connection during the pass, whose worst wait is what any other writer of
-   the engine would have seen. Target: the writer never blocked > 50 ms.
+   writer's thread), the pass's rows/s, and, running beside the pass, how long other writers
+   wait: a one-row write transaction every 10 ms on the same connection (any other writer of
+   the engine), one every 10 ms on a connection of its own in a thread (another process, e.g.
+   `studio dispatch`), and the anchor: a bare 4 KiB write + fsync every 10 ms on the same
+   disk (the disk's own tail, which any durable commit pays). The pass runs as it was before
+   (auto-checkpoints inside the batches' commits) and as it is now (a passive checkpoint
+   between batches), on identical copies of the rows. Target: the writer never blocked
+   > 50 ms per batch.
 2. Database and `runs/` size after N fires of a `true` command through the real engine (a
    manual clock stepping one hour per tick, 20 interval schedules), with retention on (1 day)
    and off. Each run gets a 4 KiB `runs/<run_id>.log` written beside it by this script,
    standing in for the launcher's run log.
 
-    python bench/retention.py [--rows 1000000] [--fires 2000]
+    python bench/retention.py [--rows 1000000] [--fires 2000] [--variants before,after]
+                              [--no-steady]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from studio_scheduler_core import SchedulerEngine, SchedulerSettings, ensure_schema
+from studio_scheduler_core._recovery import retention
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_state import ManualClock, open_connection, run_write_transaction
 
@@ -89,6 +98,7 @@ def _populate(path: Path, rows: int) -> tuple[int, int]:
 
 
 async def _probe(conn: Any, waits: list[float], stop: asyncio.Event) -> None:
+    """Another writer of the engine: a one-row write transaction on the same connection."""
     while not stop.is_set():
         begun = time.perf_counter()
         await run_write_transaction(
@@ -98,12 +108,112 @@ async def _probe(conn: Any, waits: list[float], stop: asyncio.Event) -> None:
         await asyncio.sleep(0.01)
 
 
+def _other_writer(path: Path, waits: list[float], stop: threading.Event) -> None:
+    """Another process's writer: its own connection (FULL, busy_timeout 5 s), a thread here."""
+    db = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+    db.execute("PRAGMA synchronous = FULL")
+    try:
+        while not stop.is_set():
+            begun = time.perf_counter()
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("INSERT INTO bench_probe (at) VALUES (?)", (begun,))
+            db.execute("COMMIT")
+            waits.append(time.perf_counter() - begun)
+            stop.wait(0.01)
+    finally:
+        db.close()
+
+
+def _bare_fsync(directory: Path, waits: list[float], stop: threading.Event) -> None:
+    """The disk's own tail, side by side: a 4 KiB append + fsync every 10 ms, no SQLite."""
+    fd = os.open(directory / "fsync.probe", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        while not stop.is_set():
+            begun = time.perf_counter()
+            os.write(fd, b"x" * 4096)
+            os.fsync(fd)
+            waits.append(time.perf_counter() - begun)
+            stop.wait(0.01)
+    finally:
+        os.close(fd)
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def pass_over(rows: int, workdir: Path) -> None:
+def _line(label: str, seconds: list[float], target: float | None = None) -> str:
+    ms = [v * 1000 for v in seconds] or [float("nan")]
+    text = (
+        f"  {label:<44} max {max(ms):7.1f}  p99 {_pct(ms, 0.99):6.1f}  "
+        f"median {statistics.median(ms):5.1f} ms  (n={len(seconds):,})"
+    )
+    if target is not None:
+        text += f"  target ≤ {target:g} ms: {'met' if max(ms) <= target else 'NOT met'}"
+    return text
+
+
+@contextlib.contextmanager
+def _as_before() -> Any:
+    """The pass as it was before auto-checkpoints were moved out of the batches' commits."""
+
+    async def keep(conn: Any, pages: int | None) -> int:
+        return 1000
+
+    async def nothing(self: Any) -> None:
+        return None
+
+    saved = (retention._set_autocheckpoint, retention._Checkpointer.checkpoint)
+    retention._set_autocheckpoint = keep  # type: ignore[assignment]
+    retention._Checkpointer.checkpoint = nothing  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        retention._set_autocheckpoint, retention._Checkpointer.checkpoint = saved  # type: ignore[method-assign]
+
+
+async def _one_pass(path: Path, workdir: Path, label: str) -> None:
+    conn = await open_connection(path)
+    same: list[float] = []
+    other: list[float] = []
+    disk: list[float] = []
+    stop = asyncio.Event()
+    halt = threading.Event()
+    probe = asyncio.create_task(_probe(conn, same, stop))
+    threads = [
+        threading.Thread(target=_other_writer, args=(path, other, halt)),
+        threading.Thread(target=_bare_fsync, args=(workdir, disk, halt)),
+    ]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    load = os.getloadavg()[0]
+    try:
+        report = await retention_pass(
+            conn, now=T0 + 31 * DAY, retention_days=30, runs_dir=workdir, time_budget=3600
+        )
+    finally:
+        elapsed = time.perf_counter() - began
+        stop.set()
+        halt.set()
+        await probe
+        for thread in threads:
+            thread.join()
+        await conn.close()
+    deleted = report.runs + report.dispatches
+    print(
+        f"{label}: {report.runs:,} runs + {report.dispatches:,} dispatches deleted in "
+        f"{elapsed:.1f} s ({deleted / elapsed:,.0f} rows/s), {len(report.holds):,} batches, "
+        f"done={report.done}; load {load:.1f} → {os.getloadavg()[0]:.1f}"
+    )
+    print(_line("batch holds the writer", report.holds, 50))
+    print(_line("another engine writer waits (same conn.)", same, 50))
+    print(_line("another process's writer waits (own conn.)", other, 50))
+    print(_line("anchor: bare 4 KiB write + fsync, same disk", disk))
+
+
+async def pass_over(rows: int, workdir: Path, variants: list[str]) -> None:
     path = workdir / "retention.db"
     conn = await open_connection(path)
     await ensure_schema(conn)
@@ -117,35 +227,19 @@ async def pass_over(rows: int, workdir: Path) -> None:
         f"{dispatches:,} dispatches (+ {dispatches:,} transitions) in "
         f"{time.perf_counter() - began:.1f} s; file {path.stat().st_size / 2**20:,.0f} MiB"
     )
-    conn = await open_connection(path)
-    waits: list[float] = []
-    stop = asyncio.Event()
-    probe = asyncio.create_task(_probe(conn, waits, stop))
-    began = time.perf_counter()
-    report = await retention_pass(
-        conn, now=T0 + 31 * DAY, retention_days=30, runs_dir=workdir, time_budget=3600
-    )
-    elapsed = time.perf_counter() - began
-    stop.set()
-    await probe
-    await conn.close()
-    holds = [h * 1000 for h in report.holds]
-    deleted = report.runs + report.dispatches
-    print(
-        f"pass: {report.runs:,} runs + {report.dispatches:,} dispatches deleted in "
-        f"{elapsed:.1f} s ({deleted / elapsed:,.0f} rows/s), {len(holds):,} batches, done="
-        f"{report.done}"
-    )
-    print(
-        f"batch hold (ms): max {max(holds):.1f}, median {statistics.median(holds):.1f}, "
-        f"p99 {_pct(holds, 0.99):.1f}; target: never > 50 ms; met: "
-        f"{'yes' if max(holds) <= 50 else 'NO'}"
-    )
-    ms = [w * 1000 for w in waits]
-    print(
-        f"probe write during the pass (ms, {len(ms):,} writes): max {max(ms):.1f}, "
-        f"median {statistics.median(ms):.1f}, p99 {_pct(ms, 0.99):.1f}"
-    )
+    pristine = workdir / "pristine.db"
+    shutil.copyfile(path, pristine)
+    for index, variant in enumerate(variants):
+        if index:
+            shutil.copyfile(pristine, path)  # the same rows for every variant
+        for suffix in ("-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        if variant == "before":
+            with _as_before():
+                await _one_pass(path, workdir, "before (auto-checkpoint inside batch commits)")
+        else:
+            await _one_pass(path, workdir, "after (passive checkpoint between batches)")
+    pristine.unlink()
 
 
 def _size(path: Path) -> int:
@@ -220,15 +314,22 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--fires", type=int, default=2000)
+    parser.add_argument(
+        "--variants",
+        default="before,after",
+        help="passes over identical copies of the rows, in this order (before, after)",
+    )
+    parser.add_argument("--no-steady", action="store_true", help="skip the N-fires figures")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="studio-retention-"))
     try:
         print(
             f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
-            f"{os.cpu_count()} cores"
+            f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
         )
-        await pass_over(args.rows, workdir)
-        for days in (0.0, 1.0):
+        await pass_over(args.rows, workdir, args.variants.split(","))
+        for days in () if args.no_steady else (0.0, 1.0):
             figures = await steady(args.fires, days, workdir)
             label = "off (0)" if days == 0 else f"on ({days:g} day)"
             print(

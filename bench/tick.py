@@ -169,7 +169,7 @@ async def ours_deferred(n: int) -> dict[str, float]:
 
 
 async def ours_latency(fires: int) -> dict[str, float]:
-    import studio_scheduler_core._fire.steps as fire_module
+    import studio_scheduler_core._fire.execute as fire_module
     from studio_scheduler_core import SchedulerEngine
     from studio_state import fetch_all
 

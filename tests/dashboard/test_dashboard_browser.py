@@ -136,6 +136,10 @@ def test_schedules_runs_and_actions_from_the_pages(
     expect(row(page, "nightly-report")).to_contain_text("enabled")
     assert studio.request("GET", f"/api/schedules/{report['id']}").json()["enabled"] is True
     row(page, "flaky-agent").get_by_role("button", name="Delete").click()
+    expect(page.get_by_role("heading", name="Delete schedule flaky-agent?")).to_be_visible()
+    shots.take(page, "03-schedule-delete-confirm")
+    page.get_by_role("button", name="Delete", exact=True).click()
+    expect(page.locator(".flash-notice")).to_contain_text("Schedule flaky-agent deleted")
     expect(row(page, "flaky-agent")).to_have_count(0)
     assert studio.request("GET", f"/api/schedules/{failing['id']}").status_code == 404
 

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from studio_state.testing_pg import PostgresUnavailable, start_cluster
 
@@ -23,10 +26,32 @@ def pg_cluster_dsn() -> Iterator[str]:
 
 @pytest.fixture
 async def pg_dsn(pg_cluster_dsn: str) -> AsyncIterator[str]:
-    """The cluster's DSN with the outbox's tables dropped before each test."""
+    """A DSN of a new, empty database of the cluster for each test (dropped afterwards)."""
+    name = f"test_{next(_databases)}"
     async with await psycopg.AsyncConnection.connect(pg_cluster_dsn, autocommit=True) as conn:
-        await conn.execute(
-            "DROP TABLE IF EXISTS dispatch_outbox, dispatch_outbox_counts, status_transitions, "
-            "schema_migrations CASCADE; DROP FUNCTION IF EXISTS dispatch_outbox_count"
-        )
-    yield pg_cluster_dsn
+        await conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield pg_cluster_dsn.rsplit("/", 1)[0] + "/" + name
+    finally:
+        async with await psycopg.AsyncConnection.connect(pg_cluster_dsn, autocommit=True) as conn:
+            await conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+_databases = itertools.count()
+
+Rows = Callable[..., Awaitable[list[dict[str, Any]]]]
+
+
+@pytest.fixture
+def pg_rows(pg_dsn: str) -> Rows:
+    """``await pg_rows(sql, params)``: every row as dicts, read on a connection of its own."""
+
+    async def read(sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        async with (
+            await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn,
+            conn.cursor(row_factory=dict_row) as cursor,
+        ):
+            await cursor.execute(sql, params)
+            return await cursor.fetchall()
+
+    return read

@@ -34,7 +34,7 @@ async def test_enqueue_commits_with_the_producers_transaction(pg_dsn: str) -> No
     assert await _count(pg_dsn) == 1
     sql = f"SELECT count(*) FROM status_transitions WHERE entity_id = '{dispatch_id}'"
     assert await _count(pg_dsn, sql) == 1
-    sql = "SELECT n FROM dispatch_outbox_counts WHERE status = 'pending'"
+    sql = "SELECT sum(n) FROM dispatch_outbox_counts WHERE status = 'pending'"
     assert await _count(pg_dsn, sql) == 1
 
 

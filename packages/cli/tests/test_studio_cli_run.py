@@ -110,6 +110,14 @@ def test_run_queues_lists_shows_and_cancels_on_the_database(cli: Studio) -> None
     assert "run not found" in cli.fail("run", "show", "000000000000").error_line
 
 
+def test_run_takes_the_runs_own_timeout_sec(cli: Studio) -> None:
+    run = cli.ok_json("run", "command", "--timeout-sec", "120", "python3", "marker.py", "m")
+    assert run["action_args"]["timeout_sec"] == 120
+    line = cli.fail("run", "command", "--timeout-sec", "0", "python3", "marker.py").error_line
+    assert "timeout_sec" in line
+    assert cli.ok_json("run", "list")["total"] == 1
+
+
 def test_run_refusals_are_one_line_and_write_nothing(cli: Studio) -> None:
     results = cli.run_many(
         [

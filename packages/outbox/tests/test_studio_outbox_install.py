@@ -46,8 +46,9 @@ def test_outbox_installs_alone_without_studio_dependencies(outbox_only_venv: Pat
     probe = textwrap.dedent(
         """
         import importlib.util
-        missing = [m for m in ("fastapi", "croniter", "httpx", "studio_scheduler_core",
-                               "studio_api", "studio_cli") if importlib.util.find_spec(m)]
+        missing = [m for m in ("fastapi", "croniter", "httpx", "psycopg", "asyncpg",
+                               "studio_scheduler_core", "studio_api", "studio_cli")
+                   if importlib.util.find_spec(m)]
         assert not missing, missing
         import studio_outbox, studio_state
         print(studio_outbox.__file__)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import aiosqlite
@@ -103,3 +105,15 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
         )
         with pytest.raises(studio_state.SchemaTooNew, match="studio-outbox"):
             await studio_outbox.ensure_schema(conn)
+
+
+async def test_the_dispatch_record_is_the_table(tmp_path: Path) -> None:
+    async with studio_state.connect(tmp_path / "record.db") as conn:
+        await studio_outbox.ensure_schema(conn)
+        rows = await conn.execute_fetchall("PRAGMA table_info(dispatch_outbox)")
+    names = [str(r["name"]) for r in rows]
+    fields = [f.name for f in dataclasses.fields(studio_outbox.Dispatch)]
+    assert fields == names
+    public = studio_outbox._record.PUBLIC_DISPATCH_COLUMNS
+    assert "ack_token" not in public and len(public) == len(names) - 2
+    assert typing.get_args(studio_outbox.DispatchStatus) == studio_outbox.DISPATCH_STATUSES

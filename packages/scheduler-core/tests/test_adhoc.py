@@ -343,7 +343,7 @@ async def test_one_running_row_per_concurrency_key(make_engine, clock, h, tmp_pa
 
 
 async def test_the_claim_query_uses_the_queue_indexes(conn) -> None:
-    from studio_scheduler_core._adhoc.worker import _CANDIDATES
+    from studio_scheduler_core._adhoc.store import CANDIDATES as _CANDIDATES
 
     plan = " ".join(
         str(r["detail"]) for r in await fetch_all(conn, f"EXPLAIN QUERY PLAN {_CANDIDATES}", (4,))

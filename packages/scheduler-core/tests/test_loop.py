@@ -9,7 +9,7 @@ from typing import Any
 
 from studio_outbox import enqueue_dispatch, get_dispatch
 from studio_scheduler_core import ScheduleService
-from studio_scheduler_core._engine.evaluation import due_query
+from studio_scheduler_core._engine.store import due_query
 from studio_state import connect, fetch_all, fetch_value
 
 

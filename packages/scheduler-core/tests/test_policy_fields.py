@@ -1,5 +1,6 @@
-"""Schedule policy columns: migration 7 keeps every row of a populated v6 database, and the
-policy fields are validated (naming the field) before anything is written."""
+"""Schedule policy columns: migration 8 keeps every row of a populated v7 database (and its
+run counts), and the policy fields are validated (naming the field) before anything is
+written."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from studio_scheduler_core._schema import MIGRATIONS, PACKAGE
 from studio_state import connect, fetch_all, fetch_value
 
 
-async def _v6_database(db_path: Any) -> None:
+async def _v7_database(db_path: Any) -> None:
     async with connect(db_path) as c:
         await studio_state.ensure_schema(c)
-        await studio_state.migrate(c, PACKAGE, MIGRATIONS[:6])
+        await studio_state.migrate(c, PACKAGE, MIGRATIONS[:7])
         await studio_outbox.ensure_schema(c)
         for i in range(3):
             await c.execute(
@@ -28,21 +29,48 @@ async def _v6_database(db_path: Any) -> None:
                 "'{\"deliver_to\":\"https://x\"}', 'Europe/Berlin', 30, 'etag', 1.0, 2.0)",
                 (f"s{i}", f"name{i}"),
             )
-            for j in range(2):
+            for j, status in enumerate(("completed", "failed")):
                 await c.execute(
                     "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
                     "action_args, status, fired_at, created_at) "
-                    "VALUES (?, ?, '{}', 'command', '[]', 'completed', 1.0, 1.0)",
-                    (f"r{i}{j}", f"s{i}"),
+                    "VALUES (?, ?, '{}', 'command', '[]', ?, 1.0, 1.0)",
+                    (f"r{i}{j}", f"s{i}", status),
                 )
         await c.commit()
 
 
-async def test_migration_7_keeps_every_row_of_a_v6_database(db_path) -> None:
-    await _v6_database(db_path)
+async def _counts(c: Any) -> list[dict[str, Any]]:
+    return await fetch_all(
+        c, "SELECT schedule_id, status, n FROM schedule_run_counts ORDER BY schedule_id, status"
+    )
+
+
+async def _exact_counts(c: Any) -> list[dict[str, Any]]:
+    return await fetch_all(
+        c,
+        "SELECT schedule_id, status, count(*) AS n FROM schedule_runs "
+        "WHERE schedule_id IS NOT NULL GROUP BY schedule_id, status ORDER BY schedule_id, status",
+    )
+
+
+async def _triggers(c: Any) -> set[str]:
+    rows = await fetch_all(c, "SELECT name FROM sqlite_master WHERE type = 'trigger'")
+    return {str(r["name"]) for r in rows}
+
+
+async def test_migration_8_keeps_every_row_and_the_run_counts_of_a_v7_database(db_path) -> None:
+    await _v7_database(db_path)
     async with connect(db_path) as c:
         before = await fetch_all(c, "SELECT * FROM schedules ORDER BY id")
+        counts = await _counts(c)
+        assert len(counts) == 6 and counts == await _exact_counts(c)
+        triggers = await _triggers(c)
+        assert {"schedule_run_count_insert", "schedule_run_count_update"} <= triggers
+        assert await fetch_value(c, "PRAGMA foreign_keys") == 1
         await ensure_schema(c)
+        assert await studio_state.applied_version(c, PACKAGE) == 8
+        assert await _triggers(c) == triggers
+        assert await _counts(c) == counts
         after = await fetch_all(c, "SELECT * FROM schedules ORDER BY id")
         assert len(after) == 3
         for old, new in zip(before, after, strict=True):
@@ -64,8 +92,16 @@ async def test_migration_7_keeps_every_row_of_a_v6_database(db_path) -> None:
         # the widened CHECK, and the cascade from schedules to runs still in force
         await c.execute("UPDATE schedules SET overlap_policy = 'buffer_all' WHERE id = 's0'")
         await c.execute("DELETE FROM schedules WHERE id = 's1'")
+        await c.execute("UPDATE schedule_runs SET status = 'failed' WHERE id = 'r00'")
         await c.commit()
         assert await fetch_value(c, "SELECT COUNT(*) FROM schedule_runs") == 4
+        # the count triggers still run against the rebuilt table's runs
+        assert await _counts(c) == await _exact_counts(c)
+        assert {(r["schedule_id"], r["status"], r["n"]) for r in await _counts(c)} == {
+            ("s0", "failed", 2),
+            ("s2", "completed", 1),
+            ("s2", "failed", 1),
+        }
         await ensure_schema(c)  # idempotent
         assert await fetch_value(c, "SELECT COUNT(*) FROM schedules") == 2
 

@@ -17,8 +17,10 @@ import pytest
 
 from studio_launcher import is_same_process, process_start_time
 from studio_scheduler_core import EngineLocked, ScheduleService
+from studio_scheduler_core._fire.commit import commit
+from studio_scheduler_core._fire.env import FireEnv
 from studio_scheduler_core._fire.occurrence import ScheduleClaim
-from studio_scheduler_core._fire.steps import FireEnv, commit, prepare
+from studio_scheduler_core._fire.prepare import prepare
 from studio_state import connect, fetch_all, fetch_one, fetch_value
 
 

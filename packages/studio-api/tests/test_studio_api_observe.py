@@ -76,6 +76,8 @@ def test_metrics_scraped_from_a_served_studio(
     ticks = families["studio_tick_seconds"]
     assert (_value(ticks, "studio_tick_seconds_count") or 0) >= 1
     assert "studio_coalesced_slots_total" in families
+    lag = families["studio_scheduling_lag_seconds"]
+    assert _value(lag, "studio_scheduling_lag_seconds") == 0.0
     health = studio.client.get("/api/health").json()["scheduler"]
     assert "fire_lag_last_seconds" in health and "fire_lag_max_seconds" in health
     in_flight = families["studio_runs_in_flight"]

@@ -8,3 +8,27 @@ def test_studio_api_exports_a_version() -> None:
     assert sorted(studio_api.__all__) == list(studio_api.__all__)
     for name in studio_api.__all__:
         assert hasattr(studio_api, name), name
+
+
+def test_the_models_follow_the_records() -> None:
+    import dataclasses
+
+    import studio_outbox
+    import studio_scheduler_core as core
+    from studio_api import _models
+
+    specs = core.record_specs(core.Schedule)
+    assert list(_models.ScheduleCreate.model_fields) == [s.name for s in specs if s.meta.create]
+    assert "enabled" not in _models.ScheduleUpdate.model_fields
+    assert list(_models.ScheduleOut.model_fields) == [s.name for s in specs if s.meta.public]
+    assert list(_models.RunOut.model_fields) == [s.name for s in core.record_specs(core.Run)]
+    public = [
+        f.name
+        for f in dataclasses.fields(studio_outbox.Dispatch)
+        if f.name in (_models.DispatchOut.model_fields)
+    ]
+    assert public == list(_models.DispatchOut.model_fields)
+    assert "ack_token" not in _models.DispatchOut.model_fields
+    # the early bounds the API and CLI apply are the records' bounds
+    for name, limit in studio_api.FIELD_LIMITS.items():
+        assert next(s for s in specs if s.name == name).meta.maximum == limit, name

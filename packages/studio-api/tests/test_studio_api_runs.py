@@ -123,3 +123,27 @@ def test_delete_cancels_queued_and_running_runs(
     assert not alive(sleep_pid)  # the whole process group is gone when the answer comes
     page = studio.client.get("/api/runs", params={"status": "cancelled"}).json()
     assert page["total"] == 2
+
+
+def test_an_ad_hoc_run_takes_its_own_timeout_sec(
+    studio: Any, script: Callable[..., Path], workdir: Path, wait: Any
+) -> None:
+    slow = script("slow-timeout.sh", "exec sleep 60\n")
+    for bad in (0, 7 * 86400 + 1):
+        refused = studio.client.post("/api/runs", json=_body(workdir, slow, timeout_sec=bad))
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["field"] == "timeout_sec"
+    assert studio.client.get("/api/runs").json()["total"] == 0
+    answer = studio.client.post("/api/runs", json=_body(workdir, slow, timeout_sec=1))
+    assert answer.status_code == 202, answer.text
+    run_id = answer.json()["run_id"]
+
+    def ended() -> dict[str, Any] | None:
+        current = studio.client.get(f"/api/runs/{run_id}").json()
+        return current if current["status"] not in ("queued", "running") else None
+
+    finished = wait(ended, timeout=30)
+    assert (finished["status"], finished["status_reason_code"]) == (
+        "timed_out",
+        "run.timed_out.deadline",
+    )

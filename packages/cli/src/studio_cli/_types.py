@@ -2,16 +2,51 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from collections.abc import Callable
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, get_args
 
 import click
 
 from ._errors import CliError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class VocabularyChoice(click.Choice[str]):
+    """A ``click.Choice`` over one of a package's vocabularies (``RUN_STATUSES`` …).
+
+    The values are read from ``module`` (scheduler-core unless told) when first needed
+    (parsing the option, or its command's help), so ``studio --help`` imports no Studio
+    package.
+    """
+
+    def __init__(self, vocabulary: str, module: str = "studio_scheduler_core") -> None:
+        self._vocabulary = vocabulary
+        self._module = module
+        self._values: tuple[str, ...] | None = None
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._values is None:
+            self._values = tuple(vocabulary(self._vocabulary, self._module))
+        return self._values
+
+    @choices.setter
+    def choices(self, values: Any) -> None:
+        self._values = tuple(values)
+
+
+def vocabulary(name: str, module: str = "studio_scheduler_core") -> tuple[str, ...]:
+    """One of a package's vocabularies by name (``ActionKindName`` gives a Literal's
+    values), imported on demand."""
+    value = getattr(importlib.import_module(module), name)
+    args = get_args(value)
+    return tuple(args) if args else tuple(value)
+
 
 _DURATION = re.compile(r"(\d+)\s*([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

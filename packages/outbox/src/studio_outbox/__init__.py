@@ -20,6 +20,7 @@ from ._constants import (
     NOTIFY_TIMEOUT_SECONDS,
     SECRET_ENV_NAMES,
     DispatchReason,
+    DispatchStatus,
     backoff_seconds,
 )
 from ._delivery import deliver_due_dispatches
@@ -36,6 +37,7 @@ from ._exceptions import (
 )
 from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
 from ._queries import count_dispatches, dispatch_backlog, get_dispatch, list_dispatches, next_due_at
+from ._record import Dispatch
 from ._schema import connect, ensure_schema
 from ._secret import InvalidWebhookSecret, parse_webhook_secret
 from ._transport import CommandTransport, render_argv, transport_env, validate_notify_template
@@ -56,9 +58,11 @@ __all__ = [
     "CommandTransport",
     "DEFAULT_MAX_ATTEMPTS",
     "DISPATCH_STATUSES",
+    "Dispatch",
     "DispatchEnvelope",
     "DispatchNotFound",
     "DispatchReason",
+    "DispatchStatus",
     "InvalidArgument",
     "InvalidDispatch",
     "InvalidDispatchState",

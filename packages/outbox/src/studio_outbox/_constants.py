@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal, get_args
 
 ENTITY_TYPE: Final = "dispatch"
 TABLE: Final = "dispatch_outbox"
@@ -14,7 +14,10 @@ ACKED: Final = "acked"
 DEAD_LETTER: Final = "dead_letter"
 EXPIRED: Final = "expired"
 
-DISPATCH_STATUSES: Final = (PENDING, DELIVERING, DELIVERED, ACKED, DEAD_LETTER, EXPIRED)
+DispatchStatus = Literal["pending", "delivering", "delivered", "acked", "dead_letter", "expired"]
+"""The type of ``dispatch_outbox.status``."""
+
+DISPATCH_STATUSES: Final[tuple[str, ...]] = get_args(DispatchStatus)
 """Every value of ``dispatch_outbox.status``, in lifecycle order."""
 
 NOTIFY_TIMEOUT_SECONDS: Final = 10.0

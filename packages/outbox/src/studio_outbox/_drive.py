@@ -6,6 +6,10 @@ Every outbox operation is written once, as a generator of *steps* (:class:`Fetch
 ``sqlite3.Connection``. Both return rows as plain ``dict`` built from the cursor's column
 names, whatever ``row_factory`` the caller's connection has (the factory is overridden on the
 outbox's own cursors only, never on the connection).
+
+On an ``aiosqlite.Connection``, :func:`run_write` and :func:`run_read` run a whole generator
+in one trip to the connection's thread (the ``sqlite3`` front-end on its own handle), instead
+of one trip per statement as :func:`run_async` does.
 """
 
 from __future__ import annotations
@@ -135,6 +139,21 @@ def run_sync(conn: sqlite3.Connection, steps: Steps[T]) -> T:
             result, error = _sync_step(conn, step), None
         except sqlite3.Error as exc:
             result, error = None, exc
+
+
+async def run_write(conn: aiosqlite.Connection, steps: Steps[T]) -> T:
+    """Run ``steps`` as one write transaction in a single trip to ``conn``'s thread.
+
+    Joins a transaction the current task (or the caller, by hand) already has open on
+    ``conn``, as :func:`studio_state.write_transaction` does; otherwise ``BEGIN IMMEDIATE``,
+    the statements and ``COMMIT`` (or ``ROLLBACK`` on any error) run together.
+    """
+    return await studio_state.run_write_transaction(conn, lambda db: run_sync(db, steps))
+
+
+async def run_read(conn: aiosqlite.Connection, steps: Steps[T]) -> T:
+    """Run read-only ``steps`` in a single trip to ``conn``'s thread (no transaction begun)."""
+    return await studio_state.run_sync(conn, lambda db: run_sync(db, steps))
 
 
 @contextlib.contextmanager

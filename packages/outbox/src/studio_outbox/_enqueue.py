@@ -16,7 +16,7 @@ import studio_state
 from studio_state import Clock, system_clock
 
 from ._constants import DEFAULT_ACTOR, DEFAULT_MAX_ATTEMPTS, ENTITY_TYPE, PENDING, DispatchReason
-from ._drive import Fetch, Steps, record, run_async
+from ._drive import Fetch, Steps, record, run_write
 from ._exceptions import InvalidDispatch
 from ._url import check_deliver_to_url
 
@@ -278,8 +278,8 @@ async def enqueue_dispatch(
         session_id=session_id,
         schedule_run_id=schedule_run_id,
     )
-    async with studio_state.write_transaction(conn):
-        ids = await run_async(conn, insert_steps([row], clock(), actor or DEFAULT_ACTOR))
+    now = clock()
+    ids = await run_write(conn, insert_steps([row], now, actor or DEFAULT_ACTOR))
     return ids[0]
 
 
@@ -300,8 +300,8 @@ async def enqueue_many(
     rows = validate_items(items)
     if not rows:
         return []
-    async with studio_state.write_transaction(conn):
-        return await run_async(conn, insert_steps(rows, clock(), actor or DEFAULT_ACTOR))
+    now = clock()
+    return await run_write(conn, insert_steps(rows, now, actor or DEFAULT_ACTOR))
 
 
 def validate_items(items: Iterable[Mapping[str, Any]]) -> list[NewRow]:
@@ -340,6 +340,6 @@ async def enqueue_reporting(
     ``arguments`` are every keyword argument of :func:`enqueue_dispatch` but ``clock``/``actor``.
     """
     row = validate(**arguments)
-    async with studio_state.write_transaction(conn):
-        ids, hits = await run_async(conn, insert_reporting_steps([row], clock(), DEFAULT_ACTOR))
+    now = clock()
+    ids, hits = await run_write(conn, insert_reporting_steps([row], now, DEFAULT_ACTOR))
     return ids[0], 0 not in hits

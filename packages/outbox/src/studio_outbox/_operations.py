@@ -22,7 +22,7 @@ from ._constants import (
     TABLE,
     DispatchReason,
 )
-from ._drive import Fetch, Steps, record, run_async
+from ._drive import Fetch, Steps, record, run_write
 from ._exceptions import (
     AckNotRequired,
     AckTokenMismatch,
@@ -193,8 +193,7 @@ async def ack_dispatch(
     ``expired`` row. Returns False only if the row changed under a concurrent writer.
     """
     dispatch_id = check_dispatch_id(dispatch_id)
-    async with studio_state.write_transaction(conn):
-        return await run_async(conn, ack_steps(dispatch_id, token, clock, actor))
+    return await run_write(conn, ack_steps(dispatch_id, token, clock, actor))
 
 
 async def retry_dispatch(
@@ -212,8 +211,7 @@ async def retry_dispatch(
     transition. Raises :class:`DispatchNotFound` or :class:`InvalidDispatchState`.
     """
     dispatch_id = check_dispatch_id(dispatch_id)
-    async with studio_state.write_transaction(conn):
-        await run_async(conn, retry_steps(dispatch_id, clock, actor))
+    await run_write(conn, retry_steps(dispatch_id, clock, actor))
 
 
 async def purge_dispatch(
@@ -229,5 +227,4 @@ async def purge_dispatch(
     Raises :class:`DispatchNotFound` for an unknown id.
     """
     dispatch_id = check_dispatch_id(dispatch_id)
-    async with studio_state.write_transaction(conn):
-        await run_async(conn, purge_steps(dispatch_id, clock))
+    await run_write(conn, purge_steps(dispatch_id, clock))

@@ -15,14 +15,11 @@ import aiosqlite
 from studio_state import Clock, system_clock
 
 from ._constants import DISPATCH_STATUSES
-from ._drive import Fetch, Steps, run_async
+from ._drive import Fetch, Steps, run_read
 from ._exceptions import InvalidArgument
+from ._record import PUBLIC_DISPATCH_COLUMNS
 
-_PUBLIC_COLUMNS = (
-    "id, kind, deliver_to, payload, dedup_key, status, attempt, max_attempts, "
-    "next_attempt_at, ack_required, session_id, schedule_run_id, last_error, created_at, "
-    "expires_at, updated_at"
-)
+_PUBLIC_COLUMNS = ", ".join(PUBLIC_DISPATCH_COLUMNS)
 
 
 def public_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -122,7 +119,7 @@ def next_due_steps() -> Steps[float | None]:
 
 async def get_dispatch(conn: aiosqlite.Connection, dispatch_id: str) -> dict[str, Any] | None:
     """Return one dispatch (payload decoded to a dict, no ack token), or None."""
-    return await run_async(conn, get_steps(dispatch_id))
+    return await run_read(conn, get_steps(dispatch_id))
 
 
 async def list_dispatches(
@@ -138,14 +135,14 @@ async def list_dispatches(
     Rows have the same shape as :func:`get_dispatch` (no ack token). An unknown ``status``
     raises :class:`InvalidArgument`.
     """
-    return await run_async(conn, list_steps(status, kind, limit, offset))
+    return await run_read(conn, list_steps(status, kind, limit, offset))
 
 
 async def count_dispatches(
     conn: aiosqlite.Connection, *, status: str | None = None, kind: str | None = None
 ) -> int:
     """Return how many dispatches match the filters of :func:`list_dispatches`."""
-    return await run_async(conn, count_steps(status, kind))
+    return await run_read(conn, count_steps(status, kind))
 
 
 async def dispatch_backlog(
@@ -158,7 +155,7 @@ async def dispatch_backlog(
     lapsed lease), ``oldest_due_at`` is the earliest of their due times, and ``by_status``
     has every status, zero included.
     """
-    return await run_async(conn, backlog_steps(clock() if now is None else now))
+    return await run_read(conn, backlog_steps(clock() if now is None else now))
 
 
 async def next_due_at(conn: aiosqlite.Connection) -> float | None:
@@ -167,4 +164,4 @@ async def next_due_at(conn: aiosqlite.Connection) -> float | None:
     That is the earliest ``next_attempt_at`` of a ``pending`` or ``delivering`` row, or the
     earliest ``expires_at`` of a ``pending`` row if that comes sooner (the row expires then).
     """
-    return await run_async(conn, next_due_steps())
+    return await run_read(conn, next_due_steps())

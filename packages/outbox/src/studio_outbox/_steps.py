@@ -29,7 +29,7 @@ from ._constants import (
     DispatchReason,
     backoff_seconds,
 )
-from ._drive import fetch_async
+from ._drive import Fetch, Steps, fetch_async
 from .abc import TransportResult
 
 LAST_ERROR_CHARS = 2000
@@ -232,9 +232,9 @@ def outcome(claimed: Claimed, result: TransportResult, now: float) -> Change:
     )
 
 
-async def apply_changes(
-    conn: aiosqlite.Connection, changes: Sequence[Change], now: float, actor: str
-) -> tuple[list[Change], list[studio_state.Transition]]:
+def apply_changes(
+    changes: Sequence[Change], now: float, actor: str
+) -> Steps[tuple[list[Change], list[studio_state.Transition]]]:
     """Apply ``changes`` (inside the current transaction); returns those that applied."""
     applied: set[str] = set()
     for start in range(0, len(changes), _CHUNK):
@@ -250,8 +250,7 @@ async def apply_changes(
                 c.last_error,
                 int(c.set_error),
             ]
-        rows = await fetch_async(
-            conn,
+        rows = yield Fetch(
             "UPDATE dispatch_outbox SET status = v.column4, "
             "next_attempt_at = COALESCE(v.column5, ?), "
             "last_error = CASE WHEN v.column7 THEN v.column6 ELSE dispatch_outbox.last_error END, "
@@ -271,9 +270,9 @@ async def apply_changes(
     return done, transitions
 
 
-async def claim(
-    conn: aiosqlite.Connection, rows: Sequence[DueRow], now: float, actor: str
-) -> tuple[list[Claimed], list[studio_state.Transition]]:
+def claim(
+    rows: Sequence[DueRow], now: float, actor: str
+) -> Steps[tuple[list[Claimed], list[studio_state.Transition]]]:
     """Claim ``rows`` for one send each (inside the current transaction).
 
     One guarded UPDATE per chunk sets ``delivering``, ``attempt + 1`` (also inside the stored
@@ -288,8 +287,7 @@ async def claim(
         for row in part:
             values += [row.id, row.status, row.attempt]
         values.append(now)
-        result = await fetch_async(
-            conn,
+        result = yield Fetch(
             "UPDATE dispatch_outbox SET status = 'delivering', attempt = attempt + 1, "
             "next_attempt_at = ?, updated_at = ?, claimed_by = ?, "
             "payload = json_set(payload, '$.attempt', attempt + 1) "

@@ -3,7 +3,9 @@
 :class:`SchedulerEngine` runs the loop (docs/architecture.md describes the tick);
 :class:`ScheduleService` is the create/validate/update/enable/disable/delete surface the API
 and CLI share; :func:`report_usage` writes a child's usage evidence; :func:`ensure_schema`
-migrates every table Studio needs.
+migrates every table Studio needs. :class:`Schedule`, :class:`Action` and :class:`Run` are the
+records (their field metadata is :func:`record_specs`); ``TRIGGER_TYPES``, ``ACTION_KINDS``,
+``RUN_STATUSES`` and the policies are the vocabularies, defined once here.
 """
 
 from __future__ import annotations
@@ -35,6 +37,23 @@ from ._notify import (
     notify_schedule_disabled,
 )
 from ._observe.events import EVENTS_LOGGER
+from ._records.column import Column, Spec, record_specs
+from ._records.run import Run
+from ._records.schedule import Action, Schedule
+from ._records.vocab import (
+    ACTION_KIND_ALIASES,
+    ACTION_KINDS,
+    FINAL_RUN_STATUSES,
+    MISSED_FIRE_POLICIES,
+    OVERLAP_POLICIES,
+    RUN_STATUSES,
+    TRIGGER_TYPES,
+    ActionKindName,
+    MissedFirePolicy,
+    OverlapPolicy,
+    RunStatus,
+    TriggerType,
+)
 from ._recovery.orphans import OrphanReaper
 from ._runlog import read_run_log, run_log_dir, run_log_path
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
@@ -47,23 +66,37 @@ from ._triggers.threshold import MetricThreshold
 from ._usage import report_usage
 
 __all__ = [
+    "ACTION_KINDS",
+    "ACTION_KIND_ALIASES",
+    "Action",
+    "ActionKindName",
     "AdhocRunService",
     "AdhocWorker",
     "CadenceTrigger",
+    "Column",
     "DEFAULT_NOTIFY_ON",
     "DatabaseUnavailable",
     "EVENTS_LOGGER",
     "EngineLocked",
+    "FINAL_RUN_STATUSES",
     "FireRefused",
     "GithubPollSource",
     "InvalidSettings",
     "MAX_CHAIN_DEPTH",
+    "MISSED_FIRE_POLICIES",
     "MetricThreshold",
+    "MissedFirePolicy",
     "NOTIFY_EVENTS",
+    "OVERLAP_POLICIES",
     "OVERLAY_KEYS",
     "OrphanReaper",
+    "OverlapPolicy",
+    "RUN_STATUSES",
+    "Run",
     "RunNotCancellable",
     "RunNotFound",
+    "RunStatus",
+    "Schedule",
     "ScheduleHasRunningRuns",
     "ScheduleNameTaken",
     "ScheduleNotFound",
@@ -72,7 +105,10 @@ __all__ = [
     "SchedulerEngine",
     "SchedulerError",
     "SchedulerSettings",
+    "Spec",
+    "TRIGGER_TYPES",
     "TriggerRegistry",
+    "TriggerType",
     "__version__",
     "check_notify",
     "ensure_schema",
@@ -80,6 +116,7 @@ __all__ = [
     "notify_schedule_disabled",
     "preview_fire_times",
     "read_run_log",
+    "record_specs",
     "report_usage",
     "run_log_dir",
     "run_log_path",

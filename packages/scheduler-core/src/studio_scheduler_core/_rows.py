@@ -1,4 +1,4 @@
-"""Row decoding and encoding: JSON columns, booleans, column lists."""
+"""Row decoding and encoding: JSON columns, booleans, column lists (all from the records)."""
 
 from __future__ import annotations
 
@@ -6,74 +6,18 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ._policies.fields import (
-    POLICY_BOOL_FIELDS,
-    POLICY_FIELDS,
-    POLICY_JSON_FIELDS,
-    decode_bool,
-    encode_bool,
-)
+from ._records.column import bool_columns, columns, json_columns, list_columns
+from ._records.run import Run
+from ._records.schedule import Schedule
+from ._records.vocab import FIRED_END_STATUSES
 
-SCHEDULE_JSON_COLUMNS = (
-    "github_filter",
-    "action_extra_args",
-    "action_command_args",
-    "on_success",
-    "on_fail",
-    "threshold_config",
-    "notify",
-    *POLICY_JSON_FIELDS,
-)
-RUN_JSON_COLUMNS = ("trigger_context", "action_args", "status_evidence_refs", "notify")
+SCHEDULE_JSON_COLUMNS = json_columns(Schedule)
+RUN_JSON_COLUMNS = json_columns(Run)
+SCHEDULE_COLUMNS = columns(Schedule)
+_SCHEDULE_LIST_COLUMNS = list_columns(Schedule)
+_SCHEDULE_BOOL_COLUMNS = bool_columns(Schedule)
 
-SCHEDULE_COLUMNS = (
-    "id",
-    "name",
-    "description",
-    "enabled",
-    "trigger_type",
-    "cron_expr",
-    "interval_sec",
-    "github_repo",
-    "github_filter",
-    "github_cursor",
-    "poll_interval_sec",
-    "action_kind",
-    "action_model",
-    "action_prompt",
-    "action_agent",
-    "action_playbook",
-    "action_flow_yaml",
-    "action_project",
-    "action_cwd",
-    "action_extra_args",
-    "action_command",
-    "action_command_args",
-    "on_success",
-    "on_fail",
-    "last_fired_at",
-    "next_fire_at",
-    "last_evaluated_at",
-    "missed_fire_policy",
-    "overlap_policy",
-    "max_runs",
-    "budget_usd",
-    "budget_tokens",
-    "project",
-    "threshold_config",
-    "last_alert_at",
-    "last_healthy_poll_at",
-    "poller_consecutive_401",
-    "disabled_reason",
-    "timezone",
-    "timeout_sec",
-    "created_at",
-    "updated_at",
-    "notify",
-    *POLICY_FIELDS,
-)
-
-TERMINAL_RUN_STATUSES = ("completed", "failed", "timed_out", "cancelled")
+TERMINAL_RUN_STATUSES = FIRED_END_STATUSES
 """Statuses of a run that fired and ended (``skipped`` never fired)."""
 
 
@@ -98,17 +42,15 @@ def dumps(value: Any) -> str | None:
 
 
 def decode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``schedules`` row as the public dict: JSON decoded, ``enabled`` a bool."""
+    """A ``schedules`` row as the public dict: JSON decoded, booleans as bools (NULL kept)."""
     out = dict(row)
     for column in SCHEDULE_JSON_COLUMNS:
         if column in out:
             out[column] = _loads(out[column])
-    if "enabled" in out:
-        out["enabled"] = bool(out["enabled"])
-    for column in POLICY_BOOL_FIELDS:
-        if column in out:
-            out[column] = decode_bool(out[column])
-    for column in ("action_extra_args", "action_command_args"):
+    for column in _SCHEDULE_BOOL_COLUMNS:
+        if column in out and out[column] is not None:
+            out[column] = bool(out[column])
+    for column in _SCHEDULE_LIST_COLUMNS:
         if column in out and out[column] is None:
             out[column] = []
     return out
@@ -120,10 +62,9 @@ def encode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
     for column, value in row.items():
         if column in SCHEDULE_JSON_COLUMNS:
             out[column] = dumps(value)
-        elif column == "enabled":
-            out[column] = 1 if value else 0
-        elif column in POLICY_BOOL_FIELDS:
-            out[column] = encode_bool(value)
+        elif column in _SCHEDULE_BOOL_COLUMNS:
+            # A nullable boolean (``pause_on_failure``) keeps NULL: unset is not false.
+            out[column] = None if value is None else int(bool(value))
         else:
             out[column] = value
     return out
@@ -135,6 +76,4 @@ def decode_run(row: Mapping[str, Any]) -> dict[str, Any]:
     for column in RUN_JSON_COLUMNS:
         if column in out:
             out[column] = _loads(out[column])
-    if "required_capabilities" in out:
-        out["required_capabilities"] = _loads(out["required_capabilities"])
     return out

@@ -13,33 +13,16 @@ import studio_outbox
 import studio_state
 from studio_state import Migration, fetch_value, migrate
 
-from ._policies.fields import OVERLAP_POLICIES
+from ._records.vocab import (
+    ACTION_KINDS,
+    INVOCATION_STATUSES,
+    OVERLAP_POLICIES,
+    RUN_STATUSES,
+    SESSION_STATUSES,
+    TRIGGER_TYPES,
+)
 
 PACKAGE = "studio-scheduler-core"
-
-TRIGGER_TYPES = ("cron", "interval", "github_poll")
-ACTION_KINDS = ("agent", "flow", "fanout", "play", "flow_yaml", "command")
-RUN_STATUSES = (
-    "queued",
-    "waiting_dependency",
-    "running",
-    "retry_wait",
-    "completed",
-    "failed",
-    "timed_out",
-    "skipped",
-    "cancelled",
-)
-INVOCATION_STATUSES = (
-    "running",
-    "completed",
-    "completed_empty",
-    "failed",
-    "timed_out",
-    "aborted",
-    "cancelled",
-)
-SESSION_STATUSES = INVOCATION_STATUSES
 
 
 def _in(values: tuple[str, ...]) -> str:
@@ -211,11 +194,55 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_schedule_page
 CREATE INDEX IF NOT EXISTS idx_schedules_created ON schedules(created_at);
 """
 
+# Per-schedule run counts kept by triggers, so a runs page's exact ``total`` reads a few
+# rows whatever the schedule's history (counting its runs grows with every fire); and the
+# ad-hoc run list's order (newest queued first) read from an index instead of sorted per page.
+_V7_RUN_COUNTS = """
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_adhoc_page
+  ON schedule_runs(schedule_id, queued_at) WHERE queued_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS schedule_run_counts (
+  schedule_id TEXT NOT NULL,
+  status      TEXT NOT NULL,
+  n           INTEGER NOT NULL,
+  PRIMARY KEY (schedule_id, status)
+) WITHOUT ROWID;
+INSERT INTO schedule_run_counts (schedule_id, status, n)
+  SELECT schedule_id, status, count(*) FROM schedule_runs
+  WHERE schedule_id IS NOT NULL GROUP BY schedule_id, status;
+CREATE TRIGGER IF NOT EXISTS schedule_run_count_insert AFTER INSERT ON schedule_runs
+  WHEN NEW.schedule_id IS NOT NULL
+BEGIN
+  INSERT INTO schedule_run_counts (schedule_id, status, n) VALUES (NEW.schedule_id, NEW.status, 1)
+    ON CONFLICT (schedule_id, status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS schedule_run_count_delete AFTER DELETE ON schedule_runs
+  WHEN OLD.schedule_id IS NOT NULL
+BEGIN
+  UPDATE schedule_run_counts SET n = n - 1
+    WHERE schedule_id = OLD.schedule_id AND status = OLD.status;
+  DELETE FROM schedule_run_counts
+    WHERE schedule_id = OLD.schedule_id AND status = OLD.status AND n <= 0;
+END;
+CREATE TRIGGER IF NOT EXISTS schedule_run_count_update
+  AFTER UPDATE OF status, schedule_id ON schedule_runs
+  WHEN OLD.status IS NOT NEW.status OR OLD.schedule_id IS NOT NEW.schedule_id
+BEGIN
+  UPDATE schedule_run_counts SET n = n - 1
+    WHERE schedule_id = OLD.schedule_id AND status = OLD.status;
+  DELETE FROM schedule_run_counts
+    WHERE schedule_id = OLD.schedule_id AND status = OLD.status AND n <= 0;
+  INSERT INTO schedule_run_counts (schedule_id, status, n)
+    SELECT NEW.schedule_id, NEW.status, 1 WHERE NEW.schedule_id IS NOT NULL
+    ON CONFLICT (schedule_id, status) DO UPDATE SET n = n + 1;
+END;
+"""
+
 # Schedule policies. SQLite cannot alter a CHECK, so ``schedules`` is rebuilt to widen
 # ``overlap_policy``: new table, every row copied, old one dropped, the new one renamed, its
 # indexes recreated. :func:`ensure_schema` turns foreign keys off around it: with them on,
-# dropping ``schedules`` would cascade-delete every run.
-_V6_COLUMNS = (
+# dropping ``schedules`` would cascade-delete every run. ``schedule_runs`` is not touched
+# beyond two added columns, so its run-count triggers and ``schedule_run_counts`` stay.
+_V7_COLUMNS = (
     "id, name, description, enabled, trigger_type, cron_expr, interval_sec, github_repo, "
     "github_filter, github_cursor, poll_interval_sec, action_kind, action_model, action_prompt, "
     "action_agent, action_playbook, action_flow_yaml, action_project, action_cwd, "
@@ -225,8 +252,8 @@ _V6_COLUMNS = (
     "last_healthy_poll_at, poller_consecutive_401, disabled_reason, created_at, updated_at, "
     "github_etag, notify, timezone, timeout_sec"
 )
-_V7_POLICIES = f"""
-CREATE TABLE schedules_v7 (
+_V8_POLICIES = f"""
+CREATE TABLE schedules_v8 (
   id                  TEXT PRIMARY KEY,
   name                TEXT NOT NULL UNIQUE,
   description         TEXT,
@@ -278,9 +305,9 @@ CREATE TABLE schedules_v7 (
   pause_on_failure    INTEGER CHECK(pause_on_failure IS NULL OR pause_on_failure IN (0, 1)),
   retry               JSON
 );
-INSERT INTO schedules_v7 ({_V6_COLUMNS}) SELECT {_V6_COLUMNS} FROM schedules;
+INSERT INTO schedules_v8 ({_V7_COLUMNS}) SELECT {_V7_COLUMNS} FROM schedules;
 DROP TABLE schedules;
-ALTER TABLE schedules_v7 RENAME TO schedules;
+ALTER TABLE schedules_v8 RENAME TO schedules;
 CREATE INDEX IF NOT EXISTS idx_schedules_due ON schedules(next_fire_at) WHERE enabled = 1;
 CREATE INDEX IF NOT EXISTS idx_schedules_github_poll
   ON schedules(trigger_type) WHERE trigger_type = 'github_poll';
@@ -298,14 +325,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "notify column on schedules and schedule_runs", _V4),
     Migration(5, "per-schedule timezone and timeout_sec", _V5),
     Migration(6, "indexes for the runs page and the schedules page order", _V6_PAGES),
-    Migration(7, "schedule policies: overlap values, catch-up, jitter, retries", _V7_POLICIES),
+    Migration(7, "run counts per schedule and status; ad-hoc list index", _V7_RUN_COUNTS),
+    Migration(8, "schedule policies: overlap values, catch-up, jitter, retries", _V8_POLICIES),
 )
 
 
 async def ensure_schema(conn: aiosqlite.Connection) -> None:
     """Migrate studio-state's, studio-outbox's and scheduler-core's tables (idempotent)."""
     await studio_state.ensure_schema(conn)
-    # Foreign keys can only be switched outside a transaction; migration 7 rebuilds a table.
+    # Foreign keys can only be switched outside a transaction; migration 8 rebuilds a table.
     enforced = bool(await fetch_value(conn, "PRAGMA foreign_keys"))
     if enforced:
         await conn.execute("PRAGMA foreign_keys = OFF")

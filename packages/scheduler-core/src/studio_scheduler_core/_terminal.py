@@ -35,7 +35,8 @@ class StatusChange:
     The update writes ``status``, ``updated_at``, ``status_reason_code``,
     ``status_reason_summary`` (clipped) and ``sets``; a column named in ``keep`` is written
     only where it is still NULL. ``guards`` are further ``column = value`` conditions
-    (``None``: ``IS NULL``).
+    (``None``: ``IS NULL``). ``exclusive`` names a column whose (non-NULL) value no other
+    ``running`` row of the table may hold (an ad-hoc run's ``concurrency_key``).
     """
 
     table: Literal["schedule_runs", "invocations"]
@@ -51,6 +52,7 @@ class StatusChange:
     guards: Mapping[str, Any] = field(default_factory=dict)
     evidence_refs: Sequence[Any] | None = None
     metadata: Mapping[str, Any] | None = None
+    exclusive: str | None = None
 
     def statement(self) -> tuple[str, list[Any]]:
         """The guarded ``UPDATE`` and its parameters."""
@@ -73,6 +75,12 @@ class StatusChange:
             else:
                 where.append(f"{column} = ?")
                 params.append(value)
+        if self.exclusive is not None:
+            key = self.exclusive
+            where.append(
+                f"({key} IS NULL OR NOT EXISTS (SELECT 1 FROM {self.table} o "
+                f"WHERE o.status = 'running' AND o.{key} = {self.table}.{key}))"
+            )
         sql = f"UPDATE {self.table} SET {', '.join(assignments)} WHERE {' AND '.join(where)}"
         return sql, params
 

@@ -11,7 +11,7 @@ import aiosqlite
 from studio_state import Clock, fetch_one, new_id, write_transaction
 
 from ._exceptions import ScheduleValidationError
-from ._schema import SESSION_STATUSES
+from ._records.vocab import SESSION_STATUSES
 
 
 def _count(field: str, value: Any) -> int | None:

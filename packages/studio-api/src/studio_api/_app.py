@@ -24,6 +24,7 @@ from ._errors import LastResortMiddleware, install_error_handlers
 from ._metrics_route import METRICS_PATH, install_metrics_route
 from ._models import ErrorOut
 from ._observe import StudioMetrics
+from ._reads import open_reads
 from ._settings import StudioSettings
 from ._storage import StorageHealth
 from .routes import dispatch, health, run_ops, runs, schedules
@@ -58,6 +59,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
         metrics.install()
         try:
             app.state.synchronous = await apply_synchronous(engine, settings.synchronous)
+            app.state.reads = await open_reads(engine, app.state.synchronous)
         except BaseException:
             await engine.stop()
             raise
@@ -72,6 +74,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            await app.state.reads.conn.close()
             await engine.stop()
             metrics.uninstall()
             logger.info("studio: scheduler stopped")

@@ -9,6 +9,7 @@ from fastapi import Depends, HTTPException, Request
 from studio_scheduler_core import SchedulerEngine, ScheduleService
 
 from ._models import ErrorOut
+from ._reads import Reads
 from ._settings import StudioSettings
 
 # The dependencies are ``async def`` although they never await: FastAPI runs a plain ``def``
@@ -39,6 +40,15 @@ async def get_service(request: Request) -> ScheduleService:
     return _running_engine(request).service
 
 
+async def get_reads(request: Request) -> Reads:
+    """The read-only connection and its services, for routes that only read: a read there
+    never waits for a write transaction on the engine's connection (503 as
+    :func:`get_engine` while the database file is gone)."""
+    _running_engine(request)
+    reads: Reads = request.app.state.reads
+    return reads
+
+
 async def get_settings(request: Request) -> StudioSettings:
     """The settings the app was created with."""
     settings: StudioSettings = request.app.state.settings
@@ -48,6 +58,7 @@ async def get_settings(request: Request) -> StudioSettings:
 EngineDep = Annotated[SchedulerEngine, Depends(get_engine)]
 ServiceDep = Annotated[ScheduleService, Depends(get_service)]
 SettingsDep = Annotated[StudioSettings, Depends(get_settings)]
+ReadsDep = Annotated[Reads, Depends(get_reads)]
 
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:

@@ -15,4 +15,5 @@ def install_metrics_route(app: FastAPI, metrics: StudioMetrics) -> None:
 
     @app.get(METRICS_PATH, include_in_schema=False)
     def scrape() -> Response:
+        metrics.refresh()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -3,7 +3,8 @@
 scheduler-core emits one structured record per event on its events logger
 (``extra={"studio_event", "studio_fields"}``) and knows nothing of Prometheus; this module
 formats those records (``LIONAGI_STUDIO_LOG_FORMAT``) and turns them into counters and
-histograms with a logging handler. Gauges are read when ``/metrics`` is scraped.
+histograms with a logging handler. Gauges are read when ``/metrics`` is scraped, and so are
+the delivery outcomes, per transport (``_delivery_metrics``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from studio_scheduler_core import EVENTS_LOGGER, SchedulerEngine
+
+from ._delivery_metrics import DeliveryTally
 
 logger = logging.getLogger("studio_api")
 
@@ -96,6 +99,9 @@ class StudioMetrics:
             ["schedule"],
             registry=r,
         )
+        # counted from the dispatches' outcome transitions, per transport (not from the
+        # delivery pass's event, whose totals mix the transports)
+        self.delivery_tally = DeliveryTally(db_path, self.deliveries)
         self.last_lag: float | None = None
         self.max_lag: float | None = None
         r.register(_ScrapeGauges(db_path, engine))
@@ -114,10 +120,6 @@ class StudioMetrics:
             self.duration.observe(float(fields.get("duration_seconds") or 0.0))
         elif event == "deferral":
             self.deferrals.labels(reason=str(fields.get("reason_code"))).inc()
-        elif event == "delivery":
-            self.deliveries.labels(
-                outcome=str(fields.get("outcome")), transport=str(fields.get("transport"))
-            ).inc(int(fields.get("count") or 0))
         elif event == "coalesced":
             self.coalesced.labels(schedule=str(fields.get("schedule_id"))).inc(
                 int(fields.get("count") or 0)
@@ -126,11 +128,17 @@ class StudioMetrics:
             self.tick.observe(float(fields.get("seconds") or 0.0))
 
     def install(self) -> None:
-        """Listen to the scheduler's events (every level: per-tick events are DEBUG)."""
+        """Listen to the scheduler's events (every level: per-tick events are DEBUG) and count
+        delivery outcomes from now on."""
+        self.delivery_tally.start()
         events = logging.getLogger(EVENTS_LOGGER)
         if events.level == logging.NOTSET or events.level > logging.DEBUG:
             events.setLevel(logging.DEBUG)
         events.addHandler(self.handler)
+
+    def refresh(self) -> None:
+        """Bring what is counted from the database up to date (before a scrape)."""
+        self.delivery_tally.refresh()
 
     def uninstall(self) -> None:
         """Stop listening."""
@@ -154,7 +162,8 @@ class _EventHandler(logging.Handler):
 
 
 class _ScrapeGauges(Collector):
-    """Gauges read at scrape time: runs in flight, dispatch rows, github poll health age."""
+    """Gauges read at scrape time: runs in flight, scheduling lag, dispatch rows, github poll
+    health age."""
 
     def __init__(self, db_path: Path, engine: Callable[[], SchedulerEngine | None]) -> None:
         self._db = db_path
@@ -167,12 +176,18 @@ class _ScrapeGauges(Collector):
         in_flight = GaugeMetricFamily(
             "studio_runs_in_flight", "Runs executing now, by kind.", labels=["kind"]
         )
+        lag = GaugeMetricFamily(
+            "studio_scheduling_lag_seconds",
+            "Seconds the oldest due schedule is behind its due time (0 when none is due).",
+        )
         engine = self._engine()
         if engine is not None:
             limits = engine.limits()
             in_flight.add_metric(["scheduled"], float(limits.get("in_flight", 0)))
             in_flight.add_metric(["adhoc"], float(limits.get("adhoc_in_flight", 0)))
+            lag.add_metric([], float(engine.health().get("scheduling_lag_seconds", 0.0)))
         yield in_flight
+        yield lag
         rows = GaugeMetricFamily(
             "studio_dispatch_rows", "Dispatch rows, by status.", labels=["status"]
         )

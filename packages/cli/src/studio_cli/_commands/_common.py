@@ -16,21 +16,14 @@ from .._output import (
     say,
     shorten,
 )
+from .._types import vocabulary
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-RUN_STATUSES = (
-    "queued",
-    "waiting_dependency",
-    "running",
-    "retry_wait",
-    "completed",
-    "failed",
-    "timed_out",
-    "skipped",
-    "cancelled",
-)
-TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "timed_out", "skipped", "cancelled"})
+
+def is_final_status(status: object) -> bool:
+    """Whether a run in ``status`` never changes again (scheduler-core's FINAL_RUN_STATUSES)."""
+    return status in vocabulary("FINAL_RUN_STATUSES")
 
 
 def db_option(func: F) -> F:

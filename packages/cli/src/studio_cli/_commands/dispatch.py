@@ -15,10 +15,9 @@ import click
 from .._context import open_db, resolve_db_path, run_async
 from .._errors import CliError
 from .._output import emit_json, fmt_time, print_record, print_rows, say, shorten
-from .._types import parse_json_flag
+from .._types import VocabularyChoice, parse_json_flag
 from ._common import confirm_or_abort, db_option, json_option, limit_option, offset_option
 
-DISPATCH_STATUSES = ("pending", "delivering", "delivered", "acked", "dead_letter", "expired")
 _COLUMNS = (
     "ID",
     "KIND",
@@ -106,7 +105,11 @@ def enqueue(
 
 
 @dispatch_group.command("list")
-@click.option("--status", type=click.Choice(DISPATCH_STATUSES), help="Only this status.")
+@click.option(
+    "--status",
+    type=VocabularyChoice("DISPATCH_STATUSES", "studio_outbox"),
+    help="Only this status.",
+)
 @click.option("--kind", help="Only this kind.")
 @limit_option(50)
 @offset_option

@@ -28,11 +28,10 @@ from .._output import (
     say,
     shorten,
 )
-from .._types import duration_option, read_text
+from .._types import VocabularyChoice, duration_option, read_text
 from ._common import (
-    RUN_STATUSES,
-    TERMINAL_RUN_STATUSES,
     db_option,
+    is_final_status,
     json_option,
     limit_option,
     offset_option,
@@ -72,6 +71,12 @@ def _common_options(func: F) -> F:
                 "--concurrency-key",
                 metavar="KEY",
                 help="At most one running ad-hoc run per key (others wait, oldest first).",
+            ),
+            click.option(
+                "--timeout-sec",
+                type=int,
+                metavar="SECONDS",
+                help="The run's own deadline (1 to 604800 s; default: the server's).",
             ),
             click.option(
                 "--wait", is_flag=True, help="Wait until the run ends; exit 1 unless it completed."
@@ -138,6 +143,8 @@ def _enqueue(data: dict[str, Any], opts: dict[str, Any]) -> None:
     fields["action_cwd"] = str(Path(cwd or ".").expanduser().resolve())
     if opts.get("concurrency_key") is not None:
         fields["concurrency_key"] = opts["concurrency_key"]
+    if opts.get("timeout_sec") is not None:
+        fields["timeout_sec"] = opts["timeout_sec"]
     notify = new_notify(opts)
     if notify is not None:
         fields["notify"] = notify
@@ -188,7 +195,7 @@ def _follow(db_path: Path, run_id: str, timeout: int | None) -> dict[str, Any]:
     hinted = False
     while True:
         run = run_async(_get)
-        if run["status"] in TERMINAL_RUN_STATUSES:
+        if is_final_status(run["status"]):
             return run
         waited = time.monotonic() - started
         if timeout is not None and waited >= timeout:
@@ -259,7 +266,7 @@ def command_kind(name: str, args: Sequence[str], **opts: Any) -> None:
 
 # -- reads and cancel ----------------------------------------------------------------------
 @run_group.command("list")
-@click.option("--status", type=click.Choice(RUN_STATUSES), help="Only runs with this status.")
+@click.option("--status", type=VocabularyChoice("RUN_STATUSES"), help="Only runs with this status.")
 @limit_option(50)
 @offset_option
 @db_option

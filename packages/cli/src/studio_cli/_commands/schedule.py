@@ -15,9 +15,9 @@ import click
 from .._context import open_db, open_service, resolve_db_path, run_async, scheduler_settings
 from .._errors import CliError
 from .._output import emit_json, fmt_time, print_record, print_rows, say
+from .._types import VocabularyChoice
 from ._common import (
     RUN_COLUMNS,
-    RUN_STATUSES,
     SCHEDULE_COLUMNS,
     confirm_or_abort,
     db_option,
@@ -183,7 +183,7 @@ def delete(schedule: str, yes: bool, force: bool, db: str | None, as_json: bool)
 
 @schedule_group.command("runs")
 @click.argument("schedule")
-@click.option("--status", type=click.Choice(RUN_STATUSES), help="Only runs with this status.")
+@click.option("--status", type=VocabularyChoice("RUN_STATUSES"), help="Only runs with this status.")
 @limit_option(20)
 @offset_option
 @db_option

@@ -15,14 +15,12 @@ import click
 
 from .._context import open_service, resolve_db_path, run_async, scheduler_settings
 from .._errors import FIELD_FLAGS, CliError
-from .._types import duration_option, parse_json_flag, read_text
+from .._types import VocabularyChoice, duration_option, parse_json_flag, read_text
 from ._common import db_option, json_option, show_schedule_result
 from ._notify_flags import NOTIFY_OPTIONS, new_notify, notify_changes
 from ._policy_flags import POLICY_CLEARABLE, POLICY_OPTIONS, merge_retry, policy_values
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-ACTION_KINDS = ("agent", "flow", "fanout", "play", "playbook", "flow_yaml", "command")
 
 # Flag name (as given to --clear) → (service field, value that clears it).
 CLEARABLE: dict[str, tuple[str, Any]] = {
@@ -66,7 +64,7 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
         metavar="JSON",
         help='Fire only on a metric breach: {"metric", "op", "value", "window_minutes"}.',
     ),
-    click.option("--action", type=click.Choice(ACTION_KINDS), help="Action kind."),
+    click.option("--action", type=VocabularyChoice("ActionKindName"), help="Action kind."),
     click.option("--model", help="Model for agent/flow/fanout actions."),
     click.option("--prompt", help="Prompt text ({{name}} placeholders render from the trigger)."),
     click.option(

@@ -16,7 +16,7 @@ from .._context import TOKEN_ENV, URL_ENV, auth_token, resolve_server
 from .._errors import CliError, one_line
 from .._output import console, emit_json, fmt_duration, note, say
 from .._types import duration_option
-from ._common import TERMINAL_RUN_STATUSES, json_option
+from ._common import is_final_status, json_option
 from .run_ops import FAILURE_TAIL_BYTES, print_failure
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def _wait(server: _Server, run_id: str, timeout: int | None) -> dict[str, Any]:
                 run = None
             status = str(run.get("status")) if run else "pending"
             elapsed = time.monotonic() - started
-            if run is not None and status in TERMINAL_RUN_STATUSES:
+            if run is not None and is_final_status(status):
                 return run
             if status_line is not None:
                 status_line.update(f"run {run_id}: {status} ({elapsed:.0f}s)")

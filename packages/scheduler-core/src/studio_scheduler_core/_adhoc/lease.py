@@ -25,12 +25,13 @@ from typing import Any
 import aiosqlite
 
 from studio_launcher import is_same_process, process_start_time
-from studio_state import Transition, fetch_all, fetch_value, record_transitions, write_transaction
+from studio_state import Transition, write_transaction
 
 from .._notify import notify_run
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import DAEMON_RESTART, find_orphans, terminate_orphans
 from .._terminal import StatusChange, apply, clip
+from . import store
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -121,11 +122,7 @@ async def recover_abandoned(
     recorded, a descendant that escaped with ``setsid``), all at once with one shared grace
     (in the background through ``reaper``, so the tick does not wait on it).
     """
-    rows = await fetch_all(
-        conn,
-        "SELECT id, invocation_id, leased_by, lease_expires_at, lease_attempts, child_pid, "
-        "child_started_at FROM schedule_runs WHERE status = 'running' AND leased_by IS NOT NULL",
-    )
+    rows = await store.leased_running(conn)
     counts = {"requeued": 0, "exhausted": 0, "orphaned": 0}
     abandoned = []
     for row in rows:
@@ -226,27 +223,16 @@ async def renew_lease(
 ) -> bool:
     """Extend the lease of a running row this worker holds; ``False``: it is not ours any more."""
     async with write_transaction(conn):
-        cursor = await conn.execute(
-            "UPDATE schedule_runs SET lease_expires_at = ? WHERE id = ? "
-            "AND status = 'running' AND leased_by = ? AND lease_attempts = ?",
-            (expires_at, run_id, worker_id, attempt),
+        return await store.extend_lease(
+            conn, run_id, worker_id=worker_id, attempt=attempt, expires_at=expires_at
         )
-        renewed = cursor.rowcount == 1
-        await cursor.close()
-    return renewed
 
 
 async def holds_lease(
     conn: aiosqlite.Connection, run_id: str, *, worker_id: str, attempt: int
 ) -> bool:
     """Whether the row is still ``running`` under this worker's claim (a read, no write)."""
-    found = await fetch_value(
-        conn,
-        "SELECT 1 FROM schedule_runs WHERE id = ? AND status = 'running' "
-        "AND leased_by = ? AND lease_attempts = ?",
-        (run_id, worker_id, attempt),
-    )
-    return found is not None
+    return await store.lease_held(conn, run_id, worker_id=worker_id, attempt=attempt)
 
 
 async def requeue_unstarted(
@@ -265,51 +251,25 @@ async def requeue_unstarted(
     are really running. Guarded on this worker's claim; ``False`` when the row moved on.
     """
     summary = f"worker {worker_id} stopped before this run's child started; queued again"
+    run_change = StatusChange(
+        "schedule_runs", run_id, "queued", REQUEUED_SHUTDOWN, summary, "adhoc_worker", now,
+        sets={
+            "leased_by": None,
+            "lease_expires_at": None,
+            "invocation_id": None,
+            "child_pid": None,
+            "child_started_at": None,
+            "lease_attempts": attempt - 1,
+        },
+        guards={"leased_by": worker_id, "lease_attempts": attempt, "child_pid": None},
+        metadata={"worker_id": worker_id, "lease_attempt": attempt},
+    )  # fmt: skip
+    invocation_change = StatusChange(
+        "invocations", invocation_id, "aborted", REQUEUED_SHUTDOWN, summary, "adhoc_worker", now,
+        sets={"ended_at": now}, evidence_refs=[{"kind": "schedule_run", "id": run_id}],
+    )  # fmt: skip
     async with write_transaction(conn):
-        cursor = await conn.execute(
-            "UPDATE schedule_runs SET status = 'queued', leased_by = NULL, "
-            "lease_expires_at = NULL, invocation_id = NULL, child_pid = NULL, "
-            "child_started_at = NULL, lease_attempts = lease_attempts - 1, updated_at = ?, "
-            "status_reason_code = ?, status_reason_summary = ? "
-            "WHERE id = ? AND status = 'running' AND leased_by = ? AND lease_attempts = ? "
-            "AND child_pid IS NULL",
-            (now, REQUEUED_SHUTDOWN, summary, run_id, worker_id, attempt),
-        )
-        won = cursor.rowcount == 1
-        await cursor.close()
-        if not won:
+        if not (await apply(conn, [run_change]))[0]:
             return False
-        await conn.execute(
-            "UPDATE invocations SET status = 'aborted', ended_at = ?, updated_at = ?, "
-            "status_reason_code = ?, status_reason_summary = ? WHERE id = ? AND status = 'running'",
-            (now, now, REQUEUED_SHUTDOWN, summary, invocation_id),
-        )
-        meta = {"worker_id": worker_id, "lease_attempt": attempt}
-        await record_transitions(
-            conn,
-            [
-                lease_transition(
-                    "schedule_run",
-                    run_id,
-                    "running",
-                    "queued",
-                    REQUEUED_SHUTDOWN,
-                    summary,
-                    now,
-                    actor="adhoc_worker",
-                    metadata=meta,
-                ),
-                lease_transition(
-                    "invocation",
-                    invocation_id,
-                    "running",
-                    "aborted",
-                    REQUEUED_SHUTDOWN,
-                    summary,
-                    now,
-                    actor="adhoc_worker",
-                    refs=[{"kind": "schedule_run", "id": run_id}],
-                ),
-            ],
-        )
+        await apply(conn, [invocation_change])
     return True

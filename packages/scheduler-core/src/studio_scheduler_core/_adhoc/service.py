@@ -26,21 +26,17 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 
 from studio_launcher import LaunchError, is_same_process, terminate_process_group
-from studio_state import (
-    Clock,
-    fetch_one,
-    new_id,
-    record_transition,
-    transition,
-    write_transaction,
-)
+from studio_state import Clock, new_id, record_transition, write_transaction
 
 from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
+from .._fire import store as fire_store
 from .._notify import check_notify, notify_run
 from .._rows import decode_run, dumps
 from .._schedules.store import page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize
 from .._settings import SchedulerSettings
+from .._terminal import StatusChange, apply
+from . import store
 
 if TYPE_CHECKING:
     from .._fire.runner import FireRunner
@@ -51,7 +47,7 @@ logger = logging.getLogger("studio_scheduler_core")
 ACTION_FIELDS = tuple(name for name in CREATE_FIELDS if name.startswith("action_"))
 """The schedule action fields an ad-hoc run takes (no trigger, no follow-ups)."""
 
-ENQUEUE_FIELDS = (*ACTION_FIELDS, "concurrency_key", "notify")
+ENQUEUE_FIELDS = (*ACTION_FIELDS, "timeout_sec", "concurrency_key", "notify")
 """Every key :meth:`AdhocRunService.enqueue` accepts."""
 
 ENQUEUED = "run.queued.enqueued"
@@ -59,7 +55,6 @@ CANCELLED = "run.cancelled.operator"
 MAX_CONCURRENCY_KEY = 200
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
 # A stand-in trigger so the schedule validation can be reused as is: never stored.
 _SYNTHETIC = {"name": "adhoc", "trigger_type": "interval", "interval_sec": 60}
 
@@ -89,7 +84,9 @@ def normalize_adhoc(
 
     The action fields go through the schedule validation (types, enums, launcher rules,
     flow_yaml, cwd snapshot from a registered project); ``playbook`` is stored as ``play``.
-    Raises :class:`ScheduleValidationError` naming the field.
+    ``timeout_sec`` (1 .. the schedules' bound) is the run's own deadline, kept with the
+    action (over the server's invocation deadline). Raises :class:`ScheduleValidationError`
+    naming the field.
     """
     if not isinstance(data, Mapping):
         raise ScheduleValidationError("run", f"must be an object, got {type(data).__name__}")
@@ -98,10 +95,13 @@ def normalize_adhoc(
             raise ScheduleValidationError(
                 str(key), "unknown field (an ad-hoc run takes the action fields only)"
             )
-    action_input = {k: v for k, v in data.items() if k in ACTION_FIELDS}
+    action_input = {k: v for k, v in data.items() if k in (*ACTION_FIELDS, "timeout_sec")}
     row = normalize({**_SYNTHETIC, **action_input}, settings=settings, now=now)
+    action = {field: row.get(field) for field in ACTION_FIELDS}
+    if row.get("timeout_sec") is not None:
+        action["timeout_sec"] = row["timeout_sec"]
     return {
-        "action": {field: row.get(field) for field in ACTION_FIELDS},
+        "action": action,
         "concurrency_key": _check_concurrency_key(data.get("concurrency_key")),
         "notify": check_notify(data.get("notify")),
     }
@@ -153,26 +153,17 @@ class AdhocRunService:
         context = {"adhoc": True, "run_id": run_id, "queued_at": now}
         summary = f"ad-hoc {action['action_kind']} run queued"
         async with write_transaction(self._conn):
-            await self._conn.execute(
-                "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
-                "action_args, status, chain_depth, fired_at, created_at, updated_at, "
-                "status_reason_code, status_reason_summary, queued_at, concurrency_key, "
-                "lease_attempts, notify) "
-                "VALUES (?, NULL, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
-                (
-                    run_id,
-                    dumps(context),
-                    action["action_kind"],
-                    dumps(action),
-                    now,
-                    now,
-                    now,
-                    ENQUEUED,
-                    summary,
-                    now,
-                    accepted["concurrency_key"],
-                    dumps(accepted["notify"]),
-                ),
+            await store.insert_queued(
+                self._conn,
+                run_id=run_id,
+                context=dumps(context),
+                action_kind=action["action_kind"],
+                action=dumps(action),
+                now=now,
+                reason_code=ENQUEUED,
+                summary=summary,
+                concurrency_key=accepted["concurrency_key"],
+                notify=dumps(accepted["notify"]),
             )
             await record_transition(
                 self._conn,
@@ -189,9 +180,7 @@ class AdhocRunService:
         return await self.get(run_id)
 
     async def _row(self, run_id: str) -> dict[str, Any]:
-        row = await fetch_one(
-            self._conn, f"SELECT * FROM schedule_runs WHERE id = ? AND {_ADHOC_WHERE}", (run_id,)
-        )
+        row = await store.load_adhoc(self._conn, run_id)
         if row is None:
             raise RunNotFound(run_id)
         return row
@@ -206,7 +195,7 @@ class AdhocRunService:
         """``(runs, total)`` of ad-hoc runs, newest first, optionally of one status."""
         return await page_runs(
             self._conn,
-            _ADHOC_WHERE,
+            store.ADHOC_WHERE,
             [],
             order="queued_at DESC, rowid DESC",
             status=status,
@@ -224,57 +213,37 @@ class AdhocRunService:
         """
         now = self._clock()
         async with write_transaction(self._conn):
-            row = await fetch_one(self._conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+            row = await fire_store.load_run(self._conn, run_id)
             if row is None:
                 raise RunNotFound(run_id)
             status = row["status"]
             if status not in ("queued", "running"):
                 raise RunNotCancellable(run_id, status)
             summary = f"cancelled by the operator while {status}"
-            fields = {
-                "ended_at": now,
-                "status_reason_code": CANCELLED,
-                "status_reason_summary": summary,
-            }
             guards = {}
             if status == "running" and row["leased_by"] is not None:
                 guards = {"leased_by": row["leased_by"], "lease_attempts": row["lease_attempts"]}
-            moved = await transition(
-                self._conn,
-                table="schedule_runs",
-                entity_type="schedule_run",
-                entity_id=run_id,
-                from_statuses=(status,),
-                to_status="cancelled",
-                reason_code=CANCELLED,
-                reason_summary=summary,
-                set_fields=fields,
-                guards=guards,
-                actor="operator",
-                metadata={"leased_by": row["leased_by"], "child_pid": row["child_pid"]},
-                now=now,
-            )
-            if moved:
-                await notify_run(self._conn, run_id, now=now)
-            if status == "running" and row["invocation_id"]:
-                await transition(
-                    self._conn,
-                    table="invocations",
-                    entity_type="invocation",
-                    entity_id=row["invocation_id"],
-                    from_statuses=("running",),
-                    to_status="cancelled",
-                    reason_code=CANCELLED,
-                    reason_summary=summary,
-                    set_fields={"ended_at": now, **fields},
-                    evidence_refs=[{"kind": "schedule_run", "id": run_id}],
-                    actor="operator",
-                    now=now,
+            changes = [
+                StatusChange(
+                    "schedule_runs", run_id, "cancelled", CANCELLED, summary, "operator", now,
+                    previous=status, sets={"ended_at": now}, guards=guards,
+                    metadata={"leased_by": row["leased_by"], "child_pid": row["child_pid"]},
                 )
+            ]  # fmt: skip
+            if status == "running" and row["invocation_id"]:
+                changes.append(
+                    StatusChange(
+                        "invocations", row["invocation_id"], "cancelled", CANCELLED, summary,
+                        "operator", now, sets={"ended_at": now},
+                        evidence_refs=[{"kind": "schedule_run", "id": run_id}],
+                    )
+                )  # fmt: skip
+            if (await apply(self._conn, changes))[0]:
+                await notify_run(self._conn, run_id, now=now)
         if status == "running":
             await self._stop_child(row)
         self._changed()
-        done = await fetch_one(self._conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+        done = await fire_store.load_run(self._conn, run_id)
         assert done is not None
         return decode_run(done)
 

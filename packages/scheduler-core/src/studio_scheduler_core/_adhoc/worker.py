@@ -5,11 +5,13 @@ oldest first, into free slots of its own pool (``max_adhoc_concurrent``; never a
 slot), at most one running row per ``concurrency_key``. The claim is one guarded transaction
 that sets ``leased_by`` (this worker's ``host:pid:random`` id), ``lease_expires_at`` and
 ``lease_attempts + 1`` and inserts the invocation. Each claimed run is launched through the
-same fire path as a scheduled fire (prepare / execute / finish: same argv, cwd, environment,
-outcome rules and session evidence) in a task of its own, while a watcher renews the lease and
-stops the child if the row stops being this worker's (cancelled, or recovered by another).
+same fire pipeline as a scheduled fire (reserve a slot → prepare → commit the claim → release
+on failure → start; then execute / finish: same argv, cwd, environment, outcome rules and
+session evidence) in a task of its own, while a watcher renews the lease and stops the child
+if the row stops being this worker's (cancelled, or recovered by another).
 
-Recovery of rows abandoned by a dead worker, and the lease itself, are in ``_lease``.
+The claim transaction is in ``claim``, the lease watch in ``watch``, recovery of rows
+abandoned by a dead worker and the lease itself in ``lease``.
 """
 
 from __future__ import annotations
@@ -23,56 +25,32 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock, fetch_all, open_connection, record_transitions, write_transaction
+from studio_state import Clock
 
 from .._dbfile import StorageHealth
 from .._exceptions import InvalidSettings
-from .._fire.steps import FireEnv, Prepared, execute, finish, prepare
-from .._notify import notify_run
+from .._fire.env import FireEnv, Prepared
+from .._fire.execute import execute
+from .._fire.finish import finish
+from .._fire.pipeline import run_steps
+from .._fire.prepare import prepare
 from .._recovery.orphans import OrphanReaper
 from .._rows import decode_run
 from .._settings import SchedulerSettings
-from .._terminal import clip
+from . import store
+from .claim import Slot, action_of, commit_claim
 from .lease import (
-    CLAIMED,
     LEASE_SECONDS,
     MAX_LEASE_ATTEMPTS,
     RENEW_SECONDS,
     WATCH_SECONDS,
-    holds_lease,
-    lease_transition,
     new_worker_id,
     recover_abandoned,
-    renew_lease,
     requeue_unstarted,
 )
+from .watch import LeaseWatch
 
 logger = logging.getLogger("studio_scheduler_core")
-
-_CANDIDATES = (
-    "SELECT q.* FROM schedule_runs q WHERE q.status = 'queued' AND +q.schedule_id IS NULL "
-    "AND (q.concurrency_key IS NULL OR ("
-    "NOT EXISTS (SELECT 1 FROM schedule_runs r WHERE r.status = 'running' "
-    "AND r.concurrency_key = q.concurrency_key) "
-    "AND NOT EXISTS (SELECT 1 FROM schedule_runs o WHERE o.status = 'queued' "
-    "AND o.concurrency_key = q.concurrency_key AND (o.queued_at < q.queued_at "
-    "OR (o.queued_at = q.queued_at AND o.rowid < q.rowid))))) "
-    "ORDER BY q.queued_at, q.rowid LIMIT ?"
-)
-_CLAIM = (
-    "UPDATE schedule_runs SET status = ?, leased_by = ?, lease_expires_at = ?, "
-    "lease_attempts = lease_attempts + 1, invocation_id = ?, fired_at = ?, updated_at = ?, "
-    "ended_at = ?, error_detail = ?, child_pid = NULL, child_started_at = NULL, "
-    "status_reason_code = ?, status_reason_summary = ?, status_evidence_refs = ? "
-    "WHERE id = ? AND status = 'queued' AND lease_attempts = ? AND (concurrency_key IS NULL "
-    "OR NOT EXISTS (SELECT 1 FROM schedule_runs r WHERE r.status = 'running' "
-    "AND r.concurrency_key = schedule_runs.concurrency_key))"
-)
-_INSERT_INVOCATION = (
-    "INSERT INTO invocations (id, schedule_run_id, skill, status, prompt, started_at, ended_at, "
-    "status_reason_code, status_reason_summary, created_at, updated_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 
 
 class AdhocWorker:
@@ -117,8 +95,14 @@ class AdhocWorker:
         """Where terminal writes report a storage fault (the engine shares its own)."""
         self.reaper = OrphanReaper()
         """Terminates the orphans recovery finds, in the background (closed by :meth:`stop`)."""
-        self._reader: aiosqlite.Connection | None = None
-        self._reader_lock = asyncio.Lock()
+        self._watch = LeaseWatch(
+            db_path=db_path,
+            clock=clock,
+            worker_id=self.worker_id,
+            lease_seconds=self.lease_seconds,
+            renew_seconds=self.renew_seconds,
+            watch_seconds=self.watch_seconds,
+        )
 
     # -- WorkerPass -------------------------------------------------------------------------
     async def run(self, conn: aiosqlite.Connection, *, now: float) -> None:
@@ -176,10 +160,7 @@ class AdhocWorker:
         self._open.clear()
         self._started.clear()
         await self.reaper.close()
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            with contextlib.suppress(Exception):
-                await reader.close()
+        await self._watch.close()
 
     def in_flight(self) -> int:
         """How many ad-hoc runs this worker has claimed and not yet finished."""
@@ -211,129 +192,62 @@ class AdhocWorker:
     async def claim(self, conn: aiosqlite.Connection, *, now: float) -> list[tuple[Prepared, int]]:
         """Claim queued rows into free slots; return the ``(fire, lease attempt)`` to launch.
 
-        A row whose launch setup is refused (executable, cwd, action) is claimed straight to
+        Each row goes through the fire pipeline: a slot is reserved, the fire prepared from
+        the stored action, the claim committed (its own guarded transaction), the slot
+        released if that fails, and the claimed fire started (held open until it ends). A row
+        whose launch setup is refused (executable, cwd, action) is claimed straight to
         ``failed`` with the fire's setup reason code and is not returned.
         """
         env = self._bind(conn)
         free = self.settings.max_adhoc_concurrent - len(self._open)
         if self._stopping or free <= 0:
             return []
-        rows = await fetch_all(conn, _CANDIDATES, (free,))
-        if not rows:
-            return []
-        fires = []
-        for row in rows:
-            run = decode_run(row)
-            action = run["action_args"] if isinstance(run["action_args"], Mapping) else {}
-            action = {**action, "action_kind": action.get("action_kind", run["action_kind"])}
-            context = run["trigger_context"] if isinstance(run["trigger_context"], Mapping) else {}
-            fire = prepare(env, action, context, kind="adhoc", run_id=run["id"])
-            fires.append((fire, run))
         claimed: list[tuple[Prepared, int]] = []
-        try:
-            async with write_transaction(conn):
-                for fire, run in fires:
-                    if await self._claim_one(conn, fire, run, now=now):
-                        if fire.setup_error is None:
-                            claimed.append((fire, int(run["lease_attempts"]) + 1))
-                    else:
-                        fire.discard()
-        except BaseException:
-            for fire, _ in fires:
-                fire.discard()
-            raise
-        for fire, attempt in claimed:
-            fire.run_guards = {"leased_by": self.worker_id, "lease_attempts": attempt}
-            self._open[fire.run_id] = (fire, attempt)
+        for row in await store.candidates(conn, free):
+            run = decode_run(row)
+            try:
+                fire = await self._claim_row(env, run, now=now)
+            except Exception:
+                if not claimed:
+                    raise
+                # The claims already committed are launched; the rest waits for a later pass.
+                logger.exception("claiming ad-hoc run %s failed", run["id"])
+                break
+            if fire is not None:
+                claimed.append(self._open[fire.run_id])
         return claimed
 
-    async def _claim_one(
-        self, conn: aiosqlite.Connection, fire: Prepared, run: Mapping[str, Any], *, now: float
-    ) -> bool:
+    async def _claim_row(
+        self, env: FireEnv, run: Mapping[str, Any], *, now: float
+    ) -> Prepared | None:
+        """One queued row through the pipeline; the started fire, or ``None`` (guard lost, or
+        claimed straight to ``failed``)."""
         attempt = int(run["lease_attempts"]) + 1
-        failed = fire.setup_error is not None
-        status = "failed" if failed else "running"
-        reason, summary = fire.setup_error or (CLAIMED, f"claimed by worker {self.worker_id}")
-        expires = None if failed else now + self.lease_seconds
-        inv_reason = reason if failed else "run.started.ok"
-        # The invocation first: schedule_runs.invocation_id references it (not deferred).
-        await conn.execute(
-            _INSERT_INVOCATION,
-            (
-                fire.invocation_id,
-                fire.run_id,
-                f"adhoc:{run['action_kind']}",
-                status,
-                fire.prompt,
-                now,
-                now if failed else None,
-                inv_reason,
-                clip(summary) if failed else None,
-                now,
-                now,
-            ),
-        )
-        cursor = await conn.execute(
-            _CLAIM,
-            (
-                status,
-                self.worker_id,
-                expires,
-                fire.invocation_id,
-                now,
-                now,
-                now if failed else None,
-                clip(summary) if failed else None,
-                reason,
-                clip(summary),
-                f'[{{"kind":"invocation","id":"{fire.invocation_id}"}}]',
-                fire.run_id,
-                run["lease_attempts"],
-            ),
-        )
-        won = cursor.rowcount == 1
-        await cursor.close()
-        if not won:
-            await conn.execute("DELETE FROM invocations WHERE id = ?", (fire.invocation_id,))
-            return False
-        meta = {
-            "worker_id": self.worker_id,
-            "lease_attempt": attempt,
-            "lease_expires_at": expires,
-            "argv": fire.argv,
-        }
-        refs = [{"kind": "invocation", "id": fire.invocation_id}]
-        await record_transitions(
-            conn,
-            [
-                lease_transition(
-                    "schedule_run",
-                    fire.run_id,
-                    "queued",
-                    status,
-                    reason,
-                    summary,
-                    now,
-                    actor="adhoc_worker",
-                    metadata=meta,
-                    refs=refs,
-                ),
-                lease_transition(
-                    "invocation",
-                    fire.invocation_id,
-                    None,
-                    status,
-                    inv_reason,
-                    summary,
-                    now,
-                    actor="adhoc_worker",
-                    refs=[{"kind": "schedule_run", "id": fire.run_id}],
-                ),
-            ],
-        )
-        if failed:
-            await notify_run(conn, fire.run_id, now=now)
-        return True
+        action, context = action_of(run)
+
+        def prepare_step() -> Prepared:
+            return prepare(env, action, context, kind="adhoc", run_id=str(run["id"]))
+
+        async def commit_step(fire: Prepared) -> bool:
+            return await commit_claim(
+                env.conn,
+                fire,
+                run,
+                worker_id=self.worker_id,
+                lease_seconds=self.lease_seconds,
+                now=now,
+            )
+
+        def start(fire: Prepared, slot: Slot | None) -> None:
+            if fire.setup_error is not None:
+                if slot is not None:
+                    slot.release()  # claimed straight to failed: nothing to run
+                return
+            fire.run_guards = {"leased_by": self.worker_id, "lease_attempts": attempt}
+            self._open[fire.run_id] = (fire, attempt)
+
+        fire = await run_steps(prepare_step, commit_step, Slot(), start)
+        return None if fire is None or fire.setup_error is not None else fire
 
     # -- execution --------------------------------------------------------------------------
     def launch(self, fire: Prepared, attempt: int) -> None:
@@ -348,7 +262,8 @@ class AdhocWorker:
         assert env is not None and task is not None
         self._started.add(fire.run_id)
         watcher = asyncio.create_task(
-            self._watch(env, fire, attempt, task), name=f"adhoc-lease-{fire.run_id}"
+            self._watch.watch(env, fire, attempt, task, self._revoked.add),
+            name=f"adhoc-lease-{fire.run_id}",
         )
         try:
             await execute(env, fire)
@@ -366,59 +281,6 @@ class AdhocWorker:
             self._revoked.discard(fire.run_id)
             if self._wake is not None and not self._stopping:
                 self._wake()
-
-    async def _watch(
-        self, env: FireEnv, fire: Prepared, attempt: int, task: asyncio.Task[Any]
-    ) -> None:
-        """Renew the lease every ``renew_seconds``; stop the run once the row is not ours."""
-        last_renewal = self.clock()
-        while True:
-            await asyncio.sleep(self.watch_seconds)
-            now = self.clock()
-            try:
-                if now - last_renewal >= self.renew_seconds:
-                    ours = await renew_lease(
-                        env.conn,
-                        fire.run_id,
-                        worker_id=self.worker_id,
-                        attempt=attempt,
-                        expires_at=now + self.lease_seconds,
-                    )
-                    last_renewal = now
-                else:
-                    ours = await holds_lease(
-                        await self._ownership_reader(),
-                        fire.run_id,
-                        worker_id=self.worker_id,
-                        attempt=attempt,
-                    )
-            except Exception:
-                logger.exception("lease check of ad-hoc run %s failed", fire.run_id)
-                continue
-            if not ours:
-                logger.info("ad-hoc run %s is no longer this worker's: stopping it", fire.run_id)
-                self._revoked.add(fire.run_id)
-                task.cancel()
-                return
-
-    async def _ownership_reader(self) -> aiosqlite.Connection:
-        """A query-only connection of its own for "is this row still ours" reads.
-
-        The engine's connection is shared by every task: a read there sees another task's
-        open transaction, e.g. this run's own uncommitted terminal write, and would cancel the
-        run mid-commit (the terminal write then rolls back and the run stays ``running``). A
-        separate connection sees committed rows only.
-        """
-        async with self._reader_lock:
-            if self._reader is None:
-                reader = await open_connection(self.db_path)
-                try:
-                    await reader.execute("PRAGMA query_only = ON")
-                except BaseException:
-                    await reader.close()
-                    raise
-                self._reader = reader
-            return self._reader
 
     async def revoke(self, run_id: str) -> bool:
         """Stop the run's child at once if this worker executes it (its row already changed).

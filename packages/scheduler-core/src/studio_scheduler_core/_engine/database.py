@@ -13,11 +13,12 @@ import sqlite3
 
 import aiosqlite
 
-from studio_state import fetch_value, open_connection, write_transaction
+from studio_state import open_connection
 
 from .._dbfile import DatabaseFile, StorageHealth, probe_writable, storage_fault
 from .._exceptions import DatabaseUnavailable
 from .._schema import ensure_schema
+from . import store
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -76,9 +77,7 @@ class EngineDatabase:
     async def _writable(self, conn: aiosqlite.Connection) -> bool:
         """Write the header once (``user_version`` to its own value): has the fault healed?"""
         try:
-            async with write_transaction(conn):
-                version = int(await fetch_value(conn, "PRAGMA user_version") or 0)
-                await conn.execute(f"PRAGMA user_version = {version}")
+            await store.rewrite_header(conn)
         except (sqlite3.Error, OSError) as exc:
             if self.storage.failed(exc) is None:
                 logger.warning("storage probe failed: %s", exc)

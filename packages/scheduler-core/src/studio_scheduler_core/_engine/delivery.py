@@ -33,22 +33,12 @@ from studio_state import Clock
 
 from .._observe.summary import delivery_event
 from .._settings import SchedulerSettings
+from . import store
 
 logger = logging.getLogger("studio_scheduler_core")
 
 BACKLOG_EVERY = 5.0
 """Seconds between two reads of the dispatch backlog figure (it groups the whole outbox)."""
-
-# The earliest due time of webhook rows only (argv rows may be due but paused).
-_WEBHOOK_DUE = (
-    "SELECT min(t) AS due FROM ("
-    "SELECT min(next_attempt_at) AS t FROM dispatch_outbox "
-    "WHERE status IN ('pending', 'delivering') "
-    "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%') "
-    "UNION ALL SELECT min(expires_at) FROM dispatch_outbox "
-    "WHERE status = 'pending' AND expires_at IS NOT NULL "
-    "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%'))"
-)
 
 
 def transports_health(settings: SchedulerSettings, *, webhook: bool) -> dict[str, Any]:
@@ -121,9 +111,7 @@ class Delivery:
             return await next_due_at(self._conn)
         if self._webhook is None:
             return None
-        rows = list(await self._conn.execute_fetchall(_WEBHOOK_DUE))
-        value = rows[0]["due"] if rows else None
-        return None if value is None else float(value)
+        return await store.webhook_due_at(self._conn)
 
     async def tick(self, now: float) -> str | None:
         """Start a pass when a dispatch is due and none runs; report what happened."""

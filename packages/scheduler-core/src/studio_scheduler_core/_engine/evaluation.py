@@ -4,21 +4,21 @@ Only due rows are read (``enabled = 1 AND next_fire_at <= now`` on the partial i
 keyset batches, at most :data:`MAX_DUE_PER_TICK` per tick; a tick that stops at the cap resumes
 where it stopped). Each row goes to the :class:`~studio_scheduler_core.abc.TriggerSource` of its
 ``trigger_type`` and each occurrence through admission. Capacity deferrals are recorded on
-the 1st, 11th, 21st … consecutive deferral, batched into one transaction per batch.
+the 1st, 11th, 21st … consecutive deferral, batched into one transaction per batch; a fire
+that passes over missed interval slots (coalescing them) is counted and recorded the same way
+(``schedule.skipped.coalesced``).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, cast
-
-from studio_state import fetch_value
+from typing import Any
 
 from .._admission.gates import Admission, Decision
+from .._fire.env import FireEnv
 from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
 from .._fire.pipeline import StartFire, fire
-from .._fire.steps import FireEnv
 from .._observe.events import emit
 from .._observe.summary import coalesced_event
 from .._policies.jitter import catchup_expired, jitter_delay, jitter_until
@@ -27,6 +27,7 @@ from .._policies.retry import next_retry_at
 from .._rows import decode_schedule
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
+from . import store
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -34,22 +35,7 @@ BATCH = 1000
 MAX_DUE_PER_TICK = 10_000
 DEFERRAL_RECORD_EVERY = 10
 MISSED_FIRE = "schedule.skipped.missed_fire"
-
-DUE_COLUMNS = (
-    "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
-    "max_runs, budget_usd, budget_tokens, jitter_sec"
-)
-"""What the due scan reads: enough to decide a plain deferral; full rows are read on demand."""
-
-
-def due_query(types: tuple[str, ...], *, after: bool) -> str:
-    """The due-row query (uses ``idx_schedules_due``); ``after`` adds the keyset condition."""
-    placeholders = ", ".join("?" * len(types))
-    keyset = " AND (next_fire_at, id) > (?, ?)" if after else ""
-    return (
-        f"SELECT {DUE_COLUMNS} FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
-        f"{keyset} AND trigger_type IN ({placeholders}) ORDER BY next_fire_at, id LIMIT ?"
-    )
+COALESCED = "schedule.skipped.coalesced"
 
 
 class Evaluator:
@@ -71,6 +57,9 @@ class Evaluator:
         self._deferrals: dict[str, int] = {}
         self._pending_records: list[Deferral] = []
         self._summaries: dict[str, str] = {}
+        self._coalescing: dict[str, int] = {}
+        self.coalesced_total = 0
+        """Slots coalesced away since start (the health figure)."""
         self.backoff: dict[str, float] = {}
         self.cursor: tuple[float, str] | None = None
         self.blocked = False
@@ -85,14 +74,7 @@ class Evaluator:
         types = self._registry.types()
         if not types:
             return []
-        params: list[Any] = [now]
-        if after is not None:
-            params += list(after)
-        params += [*types, limit]
-        rows = await self._env.conn.execute_fetchall(
-            due_query(types, after=after is not None), params
-        )
-        return list(rows)
+        return await store.due_rows(self._env.conn, types, now, after, limit)
 
     async def next_due(self, now: float, target: float) -> float:
         """When schedules next need a tick: ``now`` if the last pass stopped at the cap, else
@@ -104,14 +86,8 @@ class Evaluator:
         if not types:
             return target
         skip = set(self.backoff)
-        marks = ", ".join("?" * len(types))
-        floor = " AND next_fire_at > ?" if self.blocked else ""
-        params: list[Any] = [now] if self.blocked else []
-        rows = await self._env.conn.execute_fetchall(
-            "SELECT id, next_fire_at FROM schedules WHERE enabled = 1 "
-            f"AND next_fire_at IS NOT NULL{floor} AND trigger_type IN ({marks}) "
-            "ORDER BY next_fire_at, id LIMIT ?",
-            [*params, *types, len(skip) + 1],
+        rows = await store.next_fire_rows(
+            self._env.conn, types, floor=now if self.blocked else None, limit=len(skip) + 1
         )
         for row in rows:
             if row["id"] not in skip:
@@ -122,16 +98,11 @@ class Evaluator:
         retry_at = await next_retry_at(self._env.conn)
         return target if retry_at is None else min(target, max(now, retry_at))
 
-    async def due_backlog(self, now: float) -> int:
-        """How many enabled schedules are due now (the health figure)."""
-        return int(
-            await fetch_value(
-                self._env.conn,
-                "SELECT COUNT(*) FROM schedules WHERE enabled = 1 AND next_fire_at <= ?",
-                (now,),
-            )
-            or 0
-        )
+    async def due_backlog(self, now: float) -> tuple[int, float]:
+        """How many enabled schedules are due now, and how many seconds the oldest of them is
+        behind its due time (0 when none is due): the health figures."""
+        count, oldest = await store.due_backlog(self._env.conn, now)
+        return count, 0.0 if oldest is None else max(0.0, now - oldest)
 
     async def evaluate(self, now: float) -> dict[str, int]:
         """One evaluation pass over due rows; returns counts by outcome."""
@@ -181,14 +152,10 @@ class Evaluator:
                 self._defer(row, deferred, now)
                 return "defer"
         try:
-            full = await self._env.conn.execute_fetchall(
-                "SELECT * FROM schedules WHERE id = ? AND enabled = 1 AND next_fire_at IS ?",
-                (sid, row["next_fire_at"]),
-            )
-            found = cast("list[dict[str, Any]]", list(full))
-            if not found:
+            found = await store.due_schedule(self._env.conn, sid, row["next_fire_at"])
+            if found is None:
                 return "lost"  # changed since the scan: the next pass sees its new state
-            schedule = decode_schedule(found[0])
+            schedule = decode_schedule(found)
             occurrences = await source.occurrences(
                 self._env.conn, schedule, now=now, timezone=self.timezone
             )
@@ -281,10 +248,12 @@ class Evaluator:
     async def _fire(
         self, source: TriggerSource, occ: Occurrence, decision: Decision, now: float, kind: str
     ) -> str:
+        claimed: list[ScheduleClaim] = []
+
         def claim() -> ScheduleClaim:
             claim = self._claim(source, occ, now, advance=True)
             updates = {**claim.updates, **decision.schedule_updates}
-            coalesced_event(occ.schedule, occ.due_at, claim.next_fire_at)
+            claimed.append(claim)
             return replace(claim, stamp_fired=True, updates=updates)
 
         fired = await fire(
@@ -296,7 +265,45 @@ class Evaluator:
             reservation=decision.reservation,
             start=self._start_fire,
         )
-        return "lost" if fired is None else "fire"
+        if fired is None:
+            return "lost"
+        if claimed:
+            slots = coalesced_event(occ.schedule, occ.due_at, claimed[-1].next_fire_at)
+            if kind == "scheduled":
+                # A missed-fire catch-up (run_once) is its policy's one run for the whole
+                # outage; coalescing records slots passed over while the scheduler runs.
+                self._coalesce(occ, slots, claimed[-1].next_fire_at, fired.run_id)
+        return "fire"
+
+    def _coalesce(self, occ: Occurrence, slots: int, next_at: float | None, run_id: str) -> None:
+        """Count the slots a fire passed over; record the 1st, 11th, 21st … consecutive
+        coalescing fire of a schedule in its run list (the deferral record rule)."""
+        schedule = occ.schedule
+        sid = str(schedule["id"])
+        if slots <= 0:
+            self._coalescing.pop(sid, None)
+            return
+        self.coalesced_total += slots
+        count = self._coalescing.get(sid, 0) + 1
+        self._coalescing[sid] = count
+        if count % DEFERRAL_RECORD_EVERY == 1:
+            self._pending_records.append(
+                Deferral(
+                    schedule_id=sid,
+                    action_kind=str(schedule["action_kind"]),
+                    reason_code=COALESCED,
+                    summary=f"{slots} slot(s) fell due while the schedule was late or busy; "
+                    f"coalesced into run {run_id}",
+                    metadata={
+                        "slots": slots,
+                        "due_at": occ.due_at,
+                        "next_fire_at": next_at,
+                        "run_id": run_id,
+                    },
+                    deferral_count=count,
+                    count_key="coalesced_count",
+                )
+            )
 
     def _defer(self, schedule: dict[str, Any] | Any, decision: Decision, now: float) -> None:
         sid = str(schedule["id"])
@@ -347,17 +354,10 @@ class Evaluator:
                 if source is None or not source.missed_fire_applies:
                     continue
                 try:
-                    full = cast(
-                        "list[dict[str, Any]]",
-                        list(
-                            await self._env.conn.execute_fetchall(
-                                "SELECT * FROM schedules WHERE id = ?", (row["id"],)
-                            )
-                        ),
-                    )
-                    if not full:
+                    full = await store.schedule_row(self._env.conn, str(row["id"]))
+                    if full is None:
                         continue
-                    outcome = await self._missed(source, decode_schedule(full[0]), now)
+                    outcome = await self._missed(source, decode_schedule(full), now)
                 except Exception:
                     logger.exception("missed-fire handling of schedule %s failed", row["id"])
                     outcome = "error"

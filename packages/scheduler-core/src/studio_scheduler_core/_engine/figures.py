@@ -45,11 +45,14 @@ async def run_concerns(
 
 @dataclass(slots=True)
 class Figures:
-    """The last tick's time and error, and the due and dispatch backlogs it read."""
+    """The last tick's time and error, the due and dispatch backlogs it read, and how far
+    behind the oldest due schedule is."""
 
     last_tick_at: float | None = None
     last_tick_error: str | None = None
     due_backlog: int = 0
+    scheduling_lag: float = 0.0
+    """Seconds the oldest due schedule is behind its due time (0 when none is due)."""
     dispatch_backlog: int = 0
 
     def ticked(self, now: float, error: str | None) -> None:
@@ -60,7 +63,7 @@ class Figures:
     async def read_backlogs(self, run: Running, now: float) -> None:
         """Re-read the backlog figures (a failure is logged; the old figures stay)."""
         try:
-            self.due_backlog = await run.evaluator.due_backlog(now)
+            self.due_backlog, self.scheduling_lag = await run.evaluator.due_backlog(now)
             await run.delivery.refresh_backlog(now)
             self.dispatch_backlog = run.delivery.backlog
         except Exception:
@@ -80,6 +83,8 @@ class Figures:
             "last_tick_error": self.last_tick_error,
             "in_flight": 0 if run is None else len(run.admission.slots),
             "due_backlog": self.due_backlog,
+            "scheduling_lag_seconds": self.scheduling_lag,
+            "coalesced_slots": 0 if run is None else run.evaluator.coalesced_total,
             "dispatch_backlog": self.dispatch_backlog,
             "delivery_paused": settings.notify_template is None,
             "transports": (

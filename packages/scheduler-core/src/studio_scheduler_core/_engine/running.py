@@ -20,8 +20,8 @@ from studio_state import Clock
 
 from .._admission.gates import Admission
 from .._dbfile import StorageHealth
+from .._fire.env import FireEnv
 from .._fire.runner import FireRunner
-from .._fire.steps import FireEnv
 from .._recovery.reapers import Reapers
 from .._schedules.service import ScheduleService
 from .._settings import SchedulerSettings

@@ -10,7 +10,9 @@ import asyncio
 
 import aiosqlite
 
-from studio_state import Clock, fetch_value
+from studio_state import Clock
+
+from . import store
 
 DATA_VERSION_EVERY = 1.0
 """Seconds between two reads of ``PRAGMA data_version`` while the loop sleeps."""
@@ -63,4 +65,4 @@ class Waker:
 
 
 async def _data_version(conn: aiosqlite.Connection) -> int:
-    return int(await fetch_value(conn, "PRAGMA data_version") or 0)
+    return await store.data_version(conn)

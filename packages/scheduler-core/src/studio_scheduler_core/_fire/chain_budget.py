@@ -12,8 +12,8 @@ from typing import Any
 
 from .._schedules.followups import apply_overlay
 from .._usage import schedule_spend
+from .env import FireEnv, Prepared
 from .occurrence import ScheduleClaim, skipped_run, write_skip
-from .steps import FireEnv, Prepared
 
 FOLLOW_UP_BUDGET = "run.skipped.budget"
 

@@ -22,6 +22,7 @@ from .._notify import notify_run
 from .._observe.events import emit
 from .._policies.buffer import drop_buffered
 from .._rows import TERMINAL_RUN_STATUSES, dumps
+from . import store
 
 ClaimKind = Literal["occurrence", "manual", "follow_up"]
 
@@ -49,92 +50,20 @@ class ScheduleClaim:
 
 async def _apply_claim(conn: aiosqlite.Connection, claim: ScheduleClaim, now: float) -> bool:
     if claim.kind == "follow_up":
-        found = await conn.execute_fetchall(
-            "SELECT 1 FROM schedules WHERE id = ?", (claim.schedule_id,)
-        )
-        return bool(list(found))
+        return await store.schedule_exists(conn, claim.schedule_id)
     sets: dict[str, Any] = {"updated_at": now}
     if claim.stamp_fired:
         sets["last_fired_at"] = now
-    where = ["id = ?"]
-    params: list[Any] = [claim.schedule_id]
+    guards: list[store.Guard] = []
     if claim.kind == "occurrence":
         if claim.set_next:
             sets["next_fire_at"] = claim.next_fire_at
-        where.append("enabled = 1")
+        guards.append(("enabled", 1))
         if claim.guard_due:
-            if claim.due_at is None:
-                where.append("next_fire_at IS NULL")
-            else:
-                where.append("next_fire_at = ?")
-                params.append(claim.due_at)
+            guards.append(("next_fire_at", claim.due_at))
     sets.update(claim.updates)
-    for column, value in claim.guards.items():
-        if value is None:
-            where.append(f"{column} IS NULL")
-        else:
-            where.append(f"{column} = ?")
-            params.append(value)
-    cursor = await conn.execute(
-        f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in sets)} WHERE {' AND '.join(where)}",
-        [*sets.values(), *params],
-    )
-    # rowcount is read without a round trip; the cursor is left to the GC (closing costs one).
-    return bool(cursor.rowcount == 1)
-
-
-_RUN_COLUMNS = (
-    "id",
-    "schedule_id",
-    "invocation_id",
-    "trigger_context",
-    "action_kind",
-    "action_args",
-    "status",
-    "exit_code",
-    "chain_parent_id",
-    "chain_depth",
-    "fired_at",
-    "ended_at",
-    "error_detail",
-    "created_at",
-    "updated_at",
-    "status_reason_code",
-    "status_reason_summary",
-    "status_evidence_refs",
-)
-_INSERT_RUN = (
-    f"INSERT INTO schedule_runs ({', '.join(_RUN_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})"
-)
-_INV_COLUMNS = (
-    "id",
-    "schedule_run_id",
-    "skill",
-    "status",
-    "prompt",
-    "started_at",
-    "ended_at",
-    "status_reason_code",
-    "status_reason_summary",
-    "created_at",
-    "updated_at",
-)
-_INSERT_INV = (
-    f"INSERT INTO invocations ({', '.join(_INV_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(_INV_COLUMNS))})"
-)
-
-
-def run_params(run: Mapping[str, Any]) -> tuple[Any, ...]:
-    """INSERT parameters of a run dict (JSON columns encoded)."""
-    values = []
-    for column in _RUN_COLUMNS:
-        value = run.get(column)
-        if column in ("trigger_context", "action_args", "status_evidence_refs"):
-            value = dumps(value)
-        values.append(value)
-    return tuple(values)
+    guards.extend(claim.guards.items())
+    return await store.update_schedule(conn, claim.schedule_id, sets, guards)
 
 
 async def commit_fire(
@@ -151,8 +80,8 @@ async def commit_fire(
         if not await _apply_claim(conn, claim, now):
             return False
         if invocation is not None:
-            await conn.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
-        await conn.execute(_INSERT_RUN, run_params(run))
+            await store.insert_invocation(conn, invocation)
+        await store.insert_run(conn, run)
         await record_transitions(conn, transitions)
         if run.get("status") in TERMINAL_RUN_STATUSES:
             await notify_run(conn, str(run["id"]), now=now)
@@ -216,16 +145,13 @@ async def write_skip(
         if not await _apply_claim(conn, claim, now):
             return False
         if run is not None:
-            await conn.execute(_INSERT_RUN, run_params(run))
+            await store.insert_run(conn, run)
         rows = list(transitions)
         if disable is not None:
             reason_code, summary = disable
-            cursor = await conn.execute(
-                "UPDATE schedules SET enabled = 0, disabled_reason = ?, updated_at = ? "
-                "WHERE id = ? AND enabled = 1",
-                (reason_code, now, claim.schedule_id),
-            )
-            if cursor.rowcount == 1:
+            if await store.disable_schedule(
+                conn, claim.schedule_id, reason_code=reason_code, now=now
+            ):
                 await drop_buffered(conn, claim.schedule_id, now=now)
                 emit(
                     "disable",
@@ -246,7 +172,6 @@ async def write_skip(
                         created_at=now,
                     )
                 )
-            await cursor.close()
         await record_transitions(conn, rows)
         return True
 
@@ -261,21 +186,8 @@ class Deferral:
     summary: str
     metadata: Mapping[str, Any]
     deferral_count: int
-
-
-_DEFERRAL_RUN = (
-    "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
-    "status, chain_depth, fired_at, ended_at, created_at, updated_at, status_reason_code, "
-    "status_reason_summary, status_evidence_refs) "
-    "SELECT ?, ?, ?, ?, '[]', 'skipped', 0, ?, ?, ?, ?, ?, ?, ? "
-    "WHERE EXISTS (SELECT 1 FROM schedules WHERE id = ?)"
-)
-_DEFERRAL_TRANSITION = (
-    "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
-    "reason_code, reason_summary, evidence_refs, actor, metadata, created_at) "
-    "SELECT ?, 'schedule_run', ?, NULL, 'skipped', ?, ?, ?, 'scheduler', ?, ? "
-    "WHERE EXISTS (SELECT 1 FROM schedule_runs WHERE id = ?)"
-)
+    count_key: str = "deferral_count"
+    """The metadata key the count is written under (``coalesced_count`` for coalescing)."""
 
 
 async def write_deferrals(
@@ -309,7 +221,7 @@ async def write_deferrals(
         meta = metas.get(key)
         if meta is None:
             meta = metas[key] = dumps(dict(record.metadata)) or "{}"
-        count = f'"deferral_count":{int(record.deferral_count)}'
+        count = f'"{record.count_key}":{int(record.deferral_count)}'
         metadata = f"{{{count}}}" if meta == "{}" else f"{meta[:-1]},{count}}}"
         evidence = f'[{{"id":"{record.schedule_id}","kind":"schedule"}}]'
         runs.append(
@@ -341,8 +253,4 @@ async def write_deferrals(
             )
         )
     async with write_transaction(conn):
-        cursor = await conn.executemany(_DEFERRAL_RUN, runs)
-        written = cursor.rowcount
-        await cursor.close()
-        await conn.executemany(_DEFERRAL_TRANSITION, transitions)
-    return written
+        return await store.insert_deferrals(conn, runs, transitions)

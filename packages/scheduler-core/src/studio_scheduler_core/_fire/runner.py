@@ -14,8 +14,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from studio_state import fetch_one
-
 from .._admission.gates import MAX_RUNS, Reservation
 from .._observe.events import emit
 from .._policies.retry import pause_after_last_attempt, retry_planned
@@ -23,10 +21,13 @@ from .._rows import decode_run
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
 from .._schedules.store import fired_run_count, load_schedule, set_enabled
 from ..abc import RunTerminalHook
+from . import store
 from .chain_budget import follow_up_refused
+from .env import FireEnv, Outcome, Prepared
+from .execute import execute
+from .finish import finish
 from .occurrence import ScheduleClaim
 from .pipeline import fire
-from .steps import FireEnv, Outcome, Prepared, execute, finish
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -176,9 +177,7 @@ class FireRunner:
                     self._env.conn, fire.run_id, sid, now=self._env.clock()
                 )
             if self._on_terminal is not None:
-                row = await fetch_one(
-                    self._env.conn, "SELECT * FROM schedule_runs WHERE id = ?", (fire.run_id,)
-                )
+                row = await store.load_run(self._env.conn, fire.run_id)
                 if row is not None:
                     await self._on_terminal(self._env.conn, fire.schedule, decode_run(row))
         except Exception:

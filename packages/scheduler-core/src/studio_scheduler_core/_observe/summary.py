@@ -41,20 +41,26 @@ def delivery_event(counts: Mapping[str, int], template: Sequence[str] | None) ->
             )
 
 
-def coalesced_event(schedule: Mapping[str, Any], due: float | None, next_at: float | None) -> None:
-    """Interval slots passed over between an occurrence and the next one (coalesced away).
+def coalesced_slots(schedule: Mapping[str, Any], due: float | None, next_at: float | None) -> int:
+    """Interval slots passed over between an occurrence due at ``due`` and the next one at
+    ``next_at`` (coalesced away); 0 for other triggers."""
+    interval = schedule.get("interval_sec")
+    if schedule.get("trigger_type") != "interval" or due is None or next_at is None:
+        return 0
+    if not isinstance(interval, int | float) or interval <= 0:
+        return 0
+    return max(0, round((float(next_at) - float(due)) / float(interval)) - 1)
+
+
+def coalesced_event(schedule: Mapping[str, Any], due: float | None, next_at: float | None) -> int:
+    """Emit the event of the slots :func:`coalesced_slots` counts; return that count.
 
     Logged at INFO for the first coalescing of a fire and at DEBUG when only one slot went,
     so a schedule that is always one slot late does not flood the log.
     """
-    interval = schedule.get("interval_sec")
-    if schedule.get("trigger_type") != "interval" or due is None or next_at is None:
-        return
-    if not isinstance(interval, int | float) or interval <= 0:
-        return
-    slots = round((float(next_at) - float(due)) / float(interval)) - 1
-    if slots <= 0:
-        return
+    slots = coalesced_slots(schedule, due, next_at)
+    if slots <= 0 or due is None or next_at is None:
+        return 0
     sid = str(schedule["id"])
     emit(
         "coalesced",
@@ -63,3 +69,4 @@ def coalesced_event(schedule: Mapping[str, Any], due: float | None, next_at: flo
         schedule_id=sid,
         count=slots,
     )
+    return slots

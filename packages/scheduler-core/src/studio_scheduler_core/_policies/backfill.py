@@ -16,10 +16,10 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Transition, fetch_all, new_id, record_transitions, write_transaction
+from studio_state import Transition, new_id, record_transitions, write_transaction
 
 from .._exceptions import FireRefused, ScheduleValidationError
-from .._rows import dumps
+from .._fire import store
 from .._triggers.cadence import schedule_zone
 from .._triggers.cron import next_after, zone
 
@@ -110,14 +110,7 @@ async def backfill(
     due_times = occurrences(schedule, first, last, timezone=timezone)
     sid = str(schedule["id"])
     async with write_transaction(conn):
-        ran = await fetch_all(
-            conn,
-            "SELECT json_extract(trigger_context, '$.due_at') AS due FROM schedule_runs "
-            "WHERE schedule_id = ? AND json_extract(trigger_context, '$.due_at') >= ? "
-            "AND json_extract(trigger_context, '$.due_at') < ? AND status != 'skipped'",
-            (sid, first, last),
-        )
-        done = {float(r["due"]) for r in ran if r["due"] is not None}
+        done = await store.backfilled_due_times(conn, sid, first, last)
         queued = 0
         transitions: list[Transition] = []
         for due in due_times:
@@ -126,24 +119,24 @@ async def backfill(
             run_id = new_id()
             context = {"backfill": True, "due_at": due, "backfill_window": [first, last]}
             summary = "an occurrence of a backfill window, waiting its turn"
-            await conn.execute(
-                "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
-                "action_args, status, chain_depth, fired_at, created_at, updated_at, "
-                "status_reason_code, status_reason_summary, status_evidence_refs, queued_at) "
-                "VALUES (?, ?, ?, ?, '[]', 'waiting_dependency', 0, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    sid,
-                    dumps(context),
-                    schedule.get("action_kind"),
-                    now,
-                    now,
-                    now,
-                    BACKFILL_QUEUED,
-                    summary,
-                    dumps([{"kind": "schedule", "id": sid}]),
-                    now,
-                ),
+            await store.insert_run_row(
+                conn,
+                {
+                    "id": run_id,
+                    "schedule_id": sid,
+                    "trigger_context": context,
+                    "action_kind": schedule.get("action_kind"),
+                    "action_args": [],
+                    "status": "waiting_dependency",
+                    "chain_depth": 0,
+                    "fired_at": now,
+                    "created_at": now,
+                    "updated_at": now,
+                    "status_reason_code": BACKFILL_QUEUED,
+                    "status_reason_summary": summary,
+                    "status_evidence_refs": [{"kind": "schedule", "id": sid}],
+                    "queued_at": now,
+                },
             )
             transitions.append(
                 Transition(

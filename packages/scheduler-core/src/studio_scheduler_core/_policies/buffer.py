@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import aiosqlite
 
-from studio_state import fetch_all, fetch_value
-
+from .._fire import store
 from .._terminal import StatusChange, apply
 
 BUFFER_BOUND = 100
@@ -29,27 +28,17 @@ def buffer_bound(policy: object) -> int:
 
 async def buffered_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
     """Occurrences of the schedule waiting in its buffer."""
-    value = await fetch_value(
-        conn,
-        "SELECT COUNT(*) FROM schedule_runs "
-        "WHERE schedule_id = ? AND status = 'waiting_dependency'",
-        (schedule_id,),
-    )
-    return int(value or 0)
+    return len(await store.buffered_ids(conn, schedule_id))
 
 
 async def drop_buffered(conn: aiosqlite.Connection, schedule_id: str, *, now: float) -> int:
     """Skip every buffered occurrence of a schedule being disabled (in the caller's
     transaction): ``schedule.skipped.disabled``. Returns how many were dropped."""
-    rows = await fetch_all(
-        conn,
-        "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'waiting_dependency'",
-        (schedule_id,),
-    )
+    run_ids = await store.buffered_ids(conn, schedule_id)
     changes = [
         StatusChange(
             "schedule_runs",
-            str(row["id"]),
+            run_id,
             "skipped",
             DROPPED_DISABLED,
             "the schedule was disabled while this occurrence waited in its buffer",
@@ -58,6 +47,6 @@ async def drop_buffered(conn: aiosqlite.Connection, schedule_id: str, *, now: fl
             previous="waiting_dependency",
             sets={"ended_at": now},
         )
-        for row in rows
+        for run_id in run_ids
     ]
     return sum(await apply(conn, changes)) if changes else 0

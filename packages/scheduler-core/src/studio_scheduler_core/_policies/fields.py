@@ -1,7 +1,8 @@
-"""The policy fields of a schedule: names, defaults, and their validation.
+"""The validation of a schedule's policy fields.
 
-Every field is optional (``None`` keeps the behaviour of a schedule without it). The schedule
-validation, the row codec and the API/CLI take their names from here.
+Every field is optional (``None`` keeps the behaviour of a schedule without it). The fields
+themselves are columns of the ``Schedule`` and ``Run`` records (marked ``own_check``: these
+checks judge them); the row codec, the field sets and the API models come from the records.
 """
 
 from __future__ import annotations
@@ -11,15 +12,8 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from .._exceptions import ScheduleValidationError
+from .._records.vocab import OVERLAP_POLICIES
 
-POLICY_FIELDS = ("catchup_window_sec", "jitter_sec", "pause_on_failure", "retry")
-"""Schedule columns added by the policies (create/update fields too)."""
-POLICY_JSON_FIELDS = ("retry",)
-POLICY_BOOL_FIELDS = ("pause_on_failure",)
-RUN_POLICY_FIELDS = ("retry_of", "attempt")
-"""``schedule_runs`` columns: the run a retry re-runs, and the attempt number (1 = first)."""
-
-OVERLAP_POLICIES = ("skip", "allow", "buffer_one", "buffer_all", "cancel_other")
 RETRY_KEYS = ("max_attempts", "backoff_sec", "backoff_factor", "max_backoff_sec")
 RETRY_DEFAULTS: Mapping[str, int | float] = {
     "backoff_sec": 10,
@@ -112,13 +106,3 @@ def check_policies(row: MutableMapping[str, Any]) -> None:
     if pause is not None and not isinstance(pause, bool):
         raise _err("pause_on_failure", f"must be a boolean, got {pause!r}")
     row["retry"] = check_retry(row.get("retry"))
-
-
-def encode_bool(value: Any) -> int | None:
-    """A nullable boolean column value."""
-    return None if value is None else int(bool(value))
-
-
-def decode_bool(value: Any) -> bool | None:
-    """A nullable boolean column as ``None`` or a bool."""
-    return None if value is None else bool(value)

@@ -11,8 +11,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_one
-
+from .._schedules.store import load_schedule
 from .._triggers.cadence import schedule_zone
 from .._triggers.cron import CronError, next_after
 
@@ -62,7 +61,7 @@ async def jitter_until(
 ) -> float | None:
     """When the jittered start of a due row (one with ``jitter_sec``) is still ahead: that
     instant; else ``None`` (it may fire now)."""
-    found = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (row["id"],))
+    found = await load_schedule(conn, str(row["id"]))
     due = row["next_fire_at"]
     if found is None or due is None:
         return None

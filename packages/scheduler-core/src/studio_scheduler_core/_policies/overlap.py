@@ -15,12 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from studio_state import fetch_all, fetch_one, write_transaction
+from studio_state import write_transaction
 
 from .._admission.gates import Admission
+from .._fire import store
+from .._fire.env import FireEnv
 from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
 from .._fire.pipeline import StartFire, fire_event
-from .._fire.steps import FireEnv, prepare
+from .._fire.prepare import prepare
 from .._notify import notify_run
 from .._rows import decode_run
 from .._schedules.store import load_schedule, set_enabled
@@ -111,11 +113,9 @@ class OverlapPolicies:
         ]
         cancelled = 0
         for run_id in run_ids:
-            row = await fetch_one(
-                self._env.conn, "SELECT invocation_id FROM schedule_runs WHERE id = ?", (run_id,)
-            )
-            if row is None:
+            if await store.run_status(self._env.conn, run_id) is None:
                 continue
+            invocation_id = await store.run_invocation(self._env.conn, run_id)
             summary = "a new occurrence arrived under overlap_policy cancel_other"
             changes = [
                 StatusChange(
@@ -129,11 +129,11 @@ class OverlapPolicies:
                     sets={"ended_at": now},
                 )
             ]
-            if row["invocation_id"]:
+            if invocation_id is not None:
                 changes.append(
                     StatusChange(
                         "invocations",
-                        str(row["invocation_id"]),
+                        invocation_id,
                         "cancelled",
                         CANCELLED_OVERLAP,
                         summary,
@@ -164,11 +164,7 @@ class OverlapPolicies:
 
     async def start_buffered(self, now: float) -> int:
         """Start the oldest buffered occurrence of each schedule with nothing in flight."""
-        rows = await fetch_all(
-            self._env.conn,
-            "SELECT * FROM schedule_runs WHERE status = 'waiting_dependency' "
-            "ORDER BY created_at, rowid LIMIT 1000",
-        )
+        rows = await store.waiting_runs(self._env.conn, 1000)
         seen: set[str] = set()
         started = 0
         for raw in rows:

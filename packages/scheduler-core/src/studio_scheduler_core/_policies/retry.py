@@ -14,9 +14,10 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Transition, fetch_all, fetch_one, fetch_value, new_id, record_transitions
+from studio_state import Transition, new_id, record_transitions
 
-from .._rows import decode_run, dumps
+from .._fire import store
+from .._rows import decode_run
 from .._schedules.store import load_schedule, set_enabled
 from .._terminal import clip
 
@@ -75,26 +76,26 @@ async def plan_retry(
     limit = schedule["retry"]["max_attempts"]
     summary = f"attempt {attempt} of {limit} after run {run_id} {status}"
     trigger = {**context, "attempt": attempt, "retry_of": run_id, "retry_at": due}
-    await conn.execute(
-        "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
-        "status, chain_depth, fired_at, created_at, updated_at, status_reason_code, "
-        "status_reason_summary, status_evidence_refs, queued_at, retry_of, attempt) "
-        "VALUES (?, ?, ?, ?, '[]', 'retry_wait', 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            retry_id,
-            sid,
-            dumps(trigger),
-            schedule.get("action_kind"),
-            due,
-            now,
-            now,
-            RETRY_SCHEDULED,
-            summary,
-            dumps([{"kind": "schedule_run", "id": run_id}]),
-            due,
-            run_id,
-            attempt,
-        ),
+    await store.insert_run_row(
+        conn,
+        {
+            "id": retry_id,
+            "schedule_id": sid,
+            "trigger_context": trigger,
+            "action_kind": schedule.get("action_kind"),
+            "action_args": [],
+            "status": "retry_wait",
+            "chain_depth": 0,
+            "fired_at": due,
+            "created_at": now,
+            "updated_at": now,
+            "status_reason_code": RETRY_SCHEDULED,
+            "status_reason_summary": summary,
+            "status_evidence_refs": [{"kind": "schedule_run", "id": run_id}],
+            "queued_at": due,
+            "retry_of": run_id,
+            "attempt": attempt,
+        },
     )
     await record_transitions(
         conn,
@@ -117,27 +118,18 @@ async def plan_retry(
 
 async def retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
     """Whether a later attempt of ``run_id`` was planned (its on_fail waits for the last)."""
-    found = await fetch_value(conn, "SELECT 1 FROM schedule_runs WHERE retry_of = ?", (run_id,))
-    return found is not None
+    return await store.retry_planned(conn, run_id)
 
 
 async def due_retries(conn: aiosqlite.Connection, now: float) -> list[dict[str, Any]]:
     """``retry_wait`` rows whose backoff has passed, oldest first."""
-    rows = await fetch_all(
-        conn,
-        "SELECT * FROM schedule_runs WHERE status = 'retry_wait' AND queued_at <= ? "
-        "ORDER BY queued_at, id LIMIT ?",
-        (now, DUE_BATCH),
-    )
+    rows = await store.due_retries(conn, now, DUE_BATCH)
     return [decode_run(row) for row in rows]
 
 
 async def next_retry_at(conn: aiosqlite.Connection) -> float | None:
     """When the earliest planned retry falls due (``None``: none planned)."""
-    value = await fetch_value(
-        conn, "SELECT MIN(queued_at) FROM schedule_runs WHERE status = 'retry_wait'"
-    )
-    return None if value is None else float(value)
+    return await store.next_retry_at(conn)
 
 
 async def pause_after_last_attempt(
@@ -146,11 +138,7 @@ async def pause_after_last_attempt(
     """Disable the schedule (``schedule.disabled.failure``, notifying ``disabled``) when its
     top-level run ``run_id`` failed or timed out with no attempt left and the schedule pauses
     on failure. Returns whether it was disabled."""
-    run = await fetch_one(
-        conn,
-        "SELECT status, chain_depth, attempt FROM schedule_runs WHERE id = ?",
-        (run_id,),
-    )
+    run = await store.retry_lineage(conn, run_id)
     if run is None or run["chain_depth"] != 0 or run["status"] not in RETRYABLE:
         return False
     schedule = await load_schedule(conn, schedule_id)

@@ -11,14 +11,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from studio_state import Transition, fetch_value, record_transitions, write_transaction
+from studio_state import Transition, record_transitions, write_transaction
 
 from .._admission.gates import Admission
-from .._fire.occurrence import _INSERT_INV, _INV_COLUMNS
+from .._fire import store
+from .._fire.env import FireEnv, Prepared
 from .._fire.pipeline import StartFire, fire_event
-from .._fire.steps import FireEnv, Prepared, prepare
+from .._fire.prepare import prepare
 from .._notify import notify_run
-from .._rows import dumps
 from .._schedules.store import load_schedule
 from .._terminal import clip
 from .retry import RETRY_FIRED, due_retries
@@ -38,10 +38,7 @@ async def commit_waiting(
     refs = [{"kind": "schedule", "id": str(fire.schedule["id"])}]
     async with write_transaction(env.conn):
         # Checked under the write lock: the invocation goes in before the run points at it.
-        current = await fetch_value(
-            env.conn, "SELECT status FROM schedule_runs WHERE id = ?", (fire.run_id,)
-        )
-        if current != previous:
+        if await store.run_status(env.conn, fire.run_id) != previous:
             return False
         invocation: Mapping[str, Any] = {
             "id": fire.invocation_id,
@@ -56,29 +53,25 @@ async def commit_waiting(
             "created_at": now,
             "updated_at": now,
         }
-        await env.conn.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
-        cursor = await env.conn.execute(
-            "UPDATE schedule_runs SET status = ?, invocation_id = ?, action_args = ?, "
-            "trigger_context = ?, fired_at = ?, ended_at = ?, error_detail = ?, updated_at = ?, "
-            "status_reason_code = ?, status_reason_summary = ?, status_evidence_refs = ? "
-            "WHERE id = ? AND status = ?",
-            (
-                status,
-                fire.invocation_id,
-                dumps(fire.argv),
-                dumps(fire.trigger_context),
-                now,
-                now if failed else None,
-                clip(summary) if failed else None,
-                now,
-                reason,
-                clip(summary),
-                dumps(refs),
-                fire.run_id,
-                previous,
-            ),
+        await store.insert_invocation(env.conn, invocation)
+        await store.start_waiting_run(
+            env.conn,
+            fire.run_id,
+            previous=previous,
+            sets={
+                "status": status,
+                "invocation_id": fire.invocation_id,
+                "action_args": fire.argv,
+                "trigger_context": fire.trigger_context,
+                "fired_at": now,
+                "ended_at": now if failed else None,
+                "error_detail": clip(summary) if failed else None,
+                "updated_at": now,
+                "status_reason_code": reason,
+                "status_reason_summary": clip(summary),
+                "status_evidence_refs": refs,
+            },
         )
-        await cursor.close()
         transitions = [
             Transition(
                 entity_type="schedule_run",

@@ -13,8 +13,9 @@ from typing import Any
 import aiosqlite
 
 from .._settings import SchedulerSettings
-from .reconcile import checkpoint, reap_stale
+from .reconcile import reap_stale
 from .retention import RetentionReport, retention_pass
+from .store import checkpoint
 
 
 class Reapers:

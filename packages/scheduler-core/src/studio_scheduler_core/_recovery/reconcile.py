@@ -4,7 +4,8 @@ Startup runs while this engine holds the database's lock, so every scheduled run
 ``running`` belongs to a previous process: its child group (if alive with the recorded start
 time) is terminated, and the run and its invocation become ``failed`` with
 ``run.failed.daemon_restart``. Such runs are never re-fired. The reapers time out runs and
-invocations still ``running`` past the invocation deadline with no live process.
+invocations still ``running`` past their deadline with no live process: the invocation
+deadline, or a schedule's own longer ``timeout_sec`` plus :data:`STALE_GRACE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ from studio_launcher import (
     is_same_process,
     terminate_processes,
 )
-from studio_state import connect, fetch_all, write_transaction
+from studio_state import write_transaction
 
 from .._notify import notify_run
 from .._terminal import StatusChange, apply
+from . import store
 from .orphans import OrphanReaper
 
 logger = logging.getLogger("studio_scheduler_core")
 
 DAEMON_RESTART = "run.failed.daemon_restart"
 DEADLINE = "run.timed_out.deadline"
+STALE_GRACE_SECONDS = 60.0
+"""Past a run's own ``timeout_sec``, how long the reaper still leaves it to the launcher's
+deadline (SIGTERM, grace, SIGKILL) and its terminal write."""
 
 
 def _alive(row: dict[str, Any]) -> bool:
@@ -91,14 +96,6 @@ async def _terminalize(
     return sum(applied[: len(runs)])
 
 
-async def database_path(conn: aiosqlite.Connection) -> str | None:
-    """The file of the connection's main database (what children get as LIONAGI_STUDIO_DB)."""
-    for row in await fetch_all(conn, "PRAGMA database_list"):
-        if row.get("name") == "main":
-            return str(row.get("file") or "") or None
-    return None
-
-
 async def find_orphans(
     conn: aiosqlite.Connection, invocation_ids: Collection[str], *, db_path: str | None = None
 ) -> dict[str, list[int]]:
@@ -111,7 +108,7 @@ async def find_orphans(
     """
     if not invocation_ids:
         return {}
-    path = db_path if db_path is not None else await database_path(conn)
+    path = db_path if db_path is not None else await store.database_path(conn)
     if not path:
         return {}
     found = find_processes_by_env(INVOCATION_ENV, invocation_ids, where={"LIONAGI_STUDIO_DB": path})
@@ -154,11 +151,7 @@ async def reconcile_startup(
     ``reaper`` that happens in the background and this returns without waiting.
     Must only run while this engine holds the lock (no other engine can own those runs).
     """
-    runs = await fetch_all(
-        conn,
-        "SELECT id, invocation_id, child_pid, child_started_at FROM schedule_runs "
-        "WHERE status = 'running' AND leased_by IS NULL",
-    )
+    runs = await store.unleased_running_runs(conn)
     pids: set[int] = set()
     for run in runs:
         if _alive(run):
@@ -166,11 +159,7 @@ async def reconcile_startup(
                 "terminating orphaned process group %s of run %s", run["child_pid"], run["id"]
             )
             pids.add(int(run["child_pid"]))
-    orphans = await fetch_all(
-        conn,
-        "SELECT i.id FROM invocations i LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
-        "WHERE i.status = 'running' AND (r.id IS NULL OR r.leased_by IS NULL)",
-    )
+    orphans = await store.unleased_running_invocations(conn)
     invocation_ids = {r["invocation_id"] for r in runs if r["invocation_id"]}
     invocation_ids.update(o["id"] for o in orphans)
     if not runs and not invocation_ids:
@@ -190,6 +179,14 @@ async def reconcile_startup(
     )
 
 
+def stale_after(timeout_sec: Any, deadline_seconds: float) -> float:
+    """Seconds after its fire a run without a live process counts as stale: the invocation
+    deadline, or the run's own longer ``timeout_sec`` plus :data:`STALE_GRACE_SECONDS`."""
+    if isinstance(timeout_sec, int | float) and not isinstance(timeout_sec, bool):
+        return max(deadline_seconds, float(timeout_sec) + STALE_GRACE_SECONDS)
+    return deadline_seconds
+
+
 async def reap_stale(
     conn: aiosqlite.Connection,
     *,
@@ -197,22 +194,22 @@ async def reap_stale(
     deadline_seconds: float,
     owned_runs: Collection[str],
 ) -> int:
-    """Time out runs/invocations ``running`` past the deadline with no live process."""
+    """Time out runs/invocations ``running`` past their deadline with no live process.
+
+    A run whose schedule has its own ``timeout_sec`` longer than the invocation deadline is
+    stale only after that timeout plus :data:`STALE_GRACE_SECONDS` (its child may still be
+    within its time; the launcher's own deadline ends it first).
+    """
     cutoff = now - deadline_seconds
-    runs = await fetch_all(
-        conn,
-        "SELECT id, invocation_id, child_pid, child_started_at, fired_at FROM schedule_runs "
-        "WHERE status = 'running' AND leased_by IS NULL AND fired_at < ?",
-        (cutoff,),
-    )
-    stale = [r for r in runs if r["id"] not in owned_runs and not _alive(r)]
-    invocations = await fetch_all(
-        conn,
-        "SELECT i.id, i.schedule_run_id FROM invocations i "
-        "LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
-        "WHERE i.status = 'running' AND i.started_at < ? AND (r.id IS NULL OR r.leased_by IS NULL)",
-        (cutoff,),
-    )
+    runs = await store.runs_fired_before(conn, cutoff)
+    stale = [
+        r
+        for r in runs
+        if r["id"] not in owned_runs
+        and now - float(r["fired_at"]) > stale_after(r["timeout_sec"], deadline_seconds)
+        and not _alive(r)
+    ]
+    invocations = await store.invocations_started_before(conn, cutoff)
     stale_ids = {r["id"] for r in stale}
     live_ids = {r["id"] for r in runs} - stale_ids
     invocation_ids = {
@@ -234,10 +231,3 @@ async def reap_stale(
         actor="scheduler_reaper",
         now=now,
     )
-
-
-async def checkpoint(db_path: str) -> dict[str, Any]:
-    """``PRAGMA wal_checkpoint(TRUNCATE)`` on a short-lived connection of its own."""
-    async with connect(db_path) as conn:
-        rows = await fetch_all(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
-    return rows[0] if rows else {}

@@ -3,6 +3,11 @@
 Each batch is one write transaction run in a single trip to the writer's thread, and its
 size follows the time the previous batch held the writer, so no batch holds it much longer
 than :data:`TARGET_HOLD` (the bound is ~50 ms; the target leaves room for a slow disk).
+Commits are where the writer stalls: an auto-checkpoint that lands in a batch's commit copies
+and syncs up to a thousand pages while the write lock is held. So during a pass the engine
+connection's auto-checkpoint is off, and the pass runs a ``PASSIVE`` checkpoint between
+batches (every :data:`CHECKPOINT_ROWS` rows, and when it ends) on a connection of its own,
+which takes no write lock.
 Rows are visited in ``rowid`` order (insertion order, so oldest first) and a pass stops at
 the first row newer than the cut-off, so a pass reads only what it deletes plus one batch.
 
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sqlite3
 import time
@@ -25,13 +31,20 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import run_write_transaction
+from studio_state import run_sync, run_write_transaction
+
+logger = logging.getLogger("studio_scheduler_core")
 
 TARGET_HOLD = 0.015
 """Seconds a batch aims to hold the writer."""
 MIN_BATCH = 10
 MAX_BATCH = 5000
 FIRST_BATCH = 50
+MAX_GAP = 0.1
+"""Longest pause between batches (seconds)."""
+CHECKPOINT_ROWS = 1000
+"""Rows deleted between two passive checkpoints (and one when the pass ends): a few hundred
+pages of WAL, and a pass over a few rows is not slowed by a sync per batch."""
 
 TERMINAL_RUN = ("completed", "failed", "timed_out", "cancelled", "skipped")
 LIVE_RUN = ("queued", "waiting_dependency", "running", "retry_wait")
@@ -54,15 +67,80 @@ def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values))
 
 
-def _run_batch(
-    after: int, size: int, cutoff: float
+def _keep_live_parents(db: sqlite3.Connection, ids: list[str]) -> list[str]:
+    """Drop the runs that are the chain parent of a run still live."""
+    live = db.execute(
+        f"SELECT DISTINCT chain_parent_id AS p FROM schedule_runs "
+        f"WHERE chain_parent_id IN ({_marks(ids)}) AND status IN ({_marks(LIVE_RUN)})",
+        (*ids, *LIVE_RUN),
+    ).fetchall()
+    keep = {str(row["p"]) for row in live}
+    return [i for i in ids if i not in keep]
+
+
+def _delete_runs(db: sqlite3.Connection, ids: list[str]) -> None:
+    """Delete runs with their invocations, sessions and the transitions of all of them."""
+    marks = _marks(ids)
+    invs = [
+        str(row["id"])
+        for row in db.execute(
+            f"SELECT id FROM invocations WHERE schedule_run_id IN ({marks})", ids
+        ).fetchall()
+    ]
+    if invs:
+        inv_marks = _marks(invs)
+        db.execute(f"DELETE FROM sessions WHERE invocation_id IN ({inv_marks})", invs)
+        db.execute(
+            "DELETE FROM status_transitions WHERE entity_type = 'invocation' "
+            f"AND entity_id IN ({inv_marks})",
+            invs,
+        )
+    db.execute(f"DELETE FROM schedule_runs WHERE id IN ({marks})", ids)
+    if invs:
+        db.execute(f"DELETE FROM invocations WHERE id IN ({_marks(invs)})", invs)
+    db.execute(
+        "DELETE FROM status_transitions WHERE entity_type = 'schedule_run' "
+        f"AND entity_id IN ({marks})",
+        ids,
+    )
+
+
+def _delete_dispatches(db: sqlite3.Connection, ids: list[str]) -> None:
+    marks = _marks(ids)
+    db.execute(f"DELETE FROM dispatch_outbox WHERE id IN ({marks})", ids)
+    db.execute(
+        f"DELETE FROM status_transitions WHERE entity_type = 'dispatch' AND entity_id IN ({marks})",
+        ids,
+    )
+
+
+@dataclass(frozen=True)
+class _Table:
+    """What differs between the tables retention walks."""
+
+    name: str
+    ended: str  # the column that says when a terminal row ended
+    terminal: tuple[str, ...]
+    delete: Callable[[sqlite3.Connection, list[str]], None]
+    keep: Callable[[sqlite3.Connection, list[str]], list[str]] | None = None
+
+
+_TABLES = (
+    _Table("schedule_runs", "ended_at", TERMINAL_RUN, _delete_runs, _keep_live_parents),
+    _Table("dispatch_outbox", "updated_at", TERMINAL_DISPATCH, _delete_dispatches),
+)
+
+
+def _batch(
+    table: _Table, after: int, size: int, cutoff: float
 ) -> Callable[[sqlite3.Connection], tuple[int, list[str], bool]]:
-    """Delete up to ``size`` old terminal runs after ``rowid``; return (last rowid, ids, end)."""
+    """Delete up to ``size`` old terminal rows of ``table`` after ``rowid``; return
+    (last rowid visited, ids deleted, whether the pass reached the end of the old rows)."""
 
     def fn(db: sqlite3.Connection) -> tuple[int, list[str], bool]:
         rows = db.execute(
-            "SELECT rowid AS r, id, status, created_at, COALESCE(ended_at, created_at) AS t "
-            "FROM schedule_runs WHERE rowid > ? ORDER BY rowid LIMIT ?",
+            f"SELECT rowid AS r, id, status, created_at, COALESCE({table.ended}, created_at) "
+            f"AS t FROM {table.name} WHERE rowid > ? ORDER BY rowid LIMIT ?",
             (after, size),
         ).fetchall()
         last, ids, end = after, [], len(rows) < size
@@ -71,72 +149,12 @@ def _run_batch(
                 end = True
                 break
             last = int(row["r"])
-            if row["status"] in TERMINAL_RUN and float(row["t"]) < cutoff:
+            if row["status"] in table.terminal and float(row["t"]) < cutoff:
                 ids.append(str(row["id"]))
+        if ids and table.keep is not None:
+            ids = table.keep(db, ids)
         if ids:
-            live = db.execute(
-                f"SELECT DISTINCT chain_parent_id AS p FROM schedule_runs "
-                f"WHERE chain_parent_id IN ({_marks(ids)}) AND status IN ({_marks(LIVE_RUN)})",
-                (*ids, *LIVE_RUN),
-            ).fetchall()
-            keep = {str(row["p"]) for row in live}
-            ids = [i for i in ids if i not in keep]
-        if ids:
-            marks = _marks(ids)
-            invs = [
-                str(row["id"])
-                for row in db.execute(
-                    f"SELECT id FROM invocations WHERE schedule_run_id IN ({marks})", ids
-                ).fetchall()
-            ]
-            if invs:
-                inv_marks = _marks(invs)
-                db.execute(f"DELETE FROM sessions WHERE invocation_id IN ({inv_marks})", invs)
-                db.execute(
-                    "DELETE FROM status_transitions WHERE entity_type = 'invocation' "
-                    f"AND entity_id IN ({inv_marks})",
-                    invs,
-                )
-            db.execute(f"DELETE FROM schedule_runs WHERE id IN ({marks})", ids)
-            if invs:
-                db.execute(f"DELETE FROM invocations WHERE id IN ({_marks(invs)})", invs)
-            db.execute(
-                "DELETE FROM status_transitions WHERE entity_type = 'schedule_run' "
-                f"AND entity_id IN ({marks})",
-                ids,
-            )
-        return last, ids, end
-
-    return fn
-
-
-def _dispatch_batch(
-    after: int, size: int, cutoff: float
-) -> Callable[[sqlite3.Connection], tuple[int, list[str], bool]]:
-    """Delete up to ``size`` old terminal dispatches after ``rowid`` with their transitions."""
-
-    def fn(db: sqlite3.Connection) -> tuple[int, list[str], bool]:
-        rows = db.execute(
-            "SELECT rowid AS r, id, status, created_at, COALESCE(updated_at, created_at) AS t "
-            "FROM dispatch_outbox WHERE rowid > ? ORDER BY rowid LIMIT ?",
-            (after, size),
-        ).fetchall()
-        last, ids, end = after, [], len(rows) < size
-        for row in rows:
-            if float(row["created_at"]) >= cutoff:
-                end = True
-                break
-            last = int(row["r"])
-            if row["status"] in TERMINAL_DISPATCH and float(row["t"]) < cutoff:
-                ids.append(str(row["id"]))
-        if ids:
-            marks = _marks(ids)
-            db.execute(f"DELETE FROM dispatch_outbox WHERE id IN ({marks})", ids)
-            db.execute(
-                "DELETE FROM status_transitions WHERE entity_type = 'dispatch' "
-                f"AND entity_id IN ({marks})",
-                ids,
-            )
+            table.delete(db, ids)
         return last, ids, end
 
     return fn
@@ -149,6 +167,64 @@ def _unlink_logs(runs_dir: Path, ids: Sequence[str]) -> int:
             os.unlink(runs_dir / f"{run_id}.log")
             removed += 1
     return removed
+
+
+async def _database_file(conn: aiosqlite.Connection) -> str | None:
+    def fn(db: sqlite3.Connection) -> str | None:
+        for row in db.execute("PRAGMA database_list").fetchall():
+            _, name, file = tuple(row.values()) if isinstance(row, dict) else tuple(row)
+            if name == "main":
+                return str(file) or None  # "" for an in-memory or temporary database
+        return None
+
+    return await run_sync(conn, fn)
+
+
+class _Checkpointer:
+    """Checkpoints the WAL between batches, on a connection of its own in a worker thread.
+
+    A ``PASSIVE`` checkpoint takes no write lock: the engine's writers go on while it copies
+    pages and syncs the files. While the pass runs, the engine connection's auto-checkpoint is
+    off, so no batch's commit runs a checkpoint (and its syncs) while holding the writer.
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self._path = path
+        self._db: sqlite3.Connection | None = None
+
+    def _run(self) -> None:
+        if self._db is None:
+            assert self._path is not None
+            self._db = sqlite3.connect(
+                self._path, timeout=0, isolation_level=None, check_same_thread=False
+            )
+        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    async def checkpoint(self) -> None:
+        if self._path is None:
+            return
+        try:
+            await asyncio.to_thread(self._run)
+        except sqlite3.Error as exc:  # busy or unavailable: the next batch (or pass) retries
+            logger.debug("retention: passive checkpoint skipped (%s)", exc)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+async def _set_autocheckpoint(conn: aiosqlite.Connection, pages: int | None) -> int:
+    """Set the connection's ``wal_autocheckpoint`` (``None``: leave it); return the old value."""
+
+    def fn(db: sqlite3.Connection) -> int:
+        row = db.execute("PRAGMA wal_autocheckpoint").fetchone()
+        old = int(row["wal_autocheckpoint"] if isinstance(row, dict) else row[0])
+        if pages is not None:
+            db.execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
+        return old
+
+    return await run_sync(conn, fn)
 
 
 async def retention_pass(
@@ -164,7 +240,9 @@ async def retention_pass(
 
     ``retention_days`` 0 keeps everything. Batches are sized so each holds the writer about
     :data:`TARGET_HOLD`; the pass yields to other tasks between batches and stops after
-    ``time_budget`` seconds (``done`` is then false; the next pass continues).
+    ``time_budget`` seconds (``done`` is then false; the next pass continues). While the pass
+    runs, ``conn``'s WAL auto-checkpoint is off and the pass checkpoints ``PASSIVE`` between
+    batches on a connection of its own (no write lock held); the setting is restored after.
     """
     report = RetentionReport()
     if retention_days <= 0:
@@ -172,25 +250,45 @@ async def retention_pass(
     cutoff = now - retention_days * 86400.0
     logs = Path(runs_dir)
     started = timer()
-    for table, make in (("runs", _run_batch), ("dispatches", _dispatch_batch)):
-        after, size = 0, FIRST_BATCH
-        while True:
-            if timer() - started > time_budget:
-                report.done = False
-                return report
-            begun = timer()
-            after, ids, end = await run_write_transaction(conn, make(after, size, cutoff))
-            held = timer() - begun
-            report.holds.append(held)
-            if table == "runs":
-                report.runs += len(ids)
-                if ids:
-                    report.log_files += await asyncio.to_thread(_unlink_logs, logs, ids)
-            else:
-                report.dispatches += len(ids)
-            if end:
-                break
-            scale = TARGET_HOLD / held if held > 0 else 1.5
-            size = max(MIN_BATCH, min(MAX_BATCH, int(size * min(1.5, max(0.25, scale)))))
-            await asyncio.sleep(0)
-    return report
+    checkpointer = _Checkpointer(await _database_file(conn))
+    autocheckpoint = await _set_autocheckpoint(conn, 0)
+    unsynced = 0  # rows deleted since the last checkpoint
+    try:
+        for table in _TABLES:
+            after, size = 0, FIRST_BATCH
+            while True:
+                if timer() - started > time_budget:
+                    report.done = False
+                    return report
+                begun = timer()
+                batch = _batch(table, after, size, cutoff)
+                after, ids, end = await run_write_transaction(conn, batch)
+                held = timer() - begun
+                report.holds.append(held)
+                if table.name == "schedule_runs":
+                    report.runs += len(ids)
+                    if ids:
+                        report.log_files += await asyncio.to_thread(_unlink_logs, logs, ids)
+                else:
+                    report.dispatches += len(ids)
+                unsynced += len(ids)
+                if unsynced >= CHECKPOINT_ROWS:
+                    unsynced = 0
+                    await checkpointer.checkpoint()
+                if end:
+                    break
+                scale = TARGET_HOLD / held if held > 0 else 1.5
+                size = max(MIN_BATCH, min(MAX_BATCH, int(size * min(1.5, max(0.25, scale)))))
+                # Leave the lock free about as long as the batch held it: a writer in another
+                # process waits in SQLite's busy handler, which retries at fixed sleeps and
+                # never got in while batches followed each other at once.
+                await asyncio.sleep(min(max(held, TARGET_HOLD), MAX_GAP))
+        return report
+    finally:
+        if unsynced:
+            await checkpointer.checkpoint()
+        try:
+            await asyncio.shield(_set_autocheckpoint(conn, autocheckpoint))
+        except Exception as exc:  # the connection is closing: nothing left to restore
+            logger.debug("retention: wal_autocheckpoint not restored (%s)", exc)
+        await asyncio.to_thread(checkpointer.close)

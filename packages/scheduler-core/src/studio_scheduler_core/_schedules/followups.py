@@ -5,38 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._records.column import kind_keys, overlay_keys
+from .._records.schedule import Schedule
+from .._records.vocab import ACTION_KIND_ALIASES
+
 MAX_CHAIN_DEPTH = 10
 """A run at this depth never launches a further follow-up."""
 
-OVERLAY_KEYS: Mapping[str, str] = {
-    "kind": "action_kind",
-    "action_kind": "action_kind",
-    "model": "action_model",
-    "prompt": "action_prompt",
-    "agent": "action_agent",
-    "playbook": "action_playbook",
-    "project": "action_project",
-    "command": "action_command",
-    "command_args": "action_command_args",
-    "flow_yaml": "action_flow_yaml",
-    "on_success": "on_success",
-    "on_fail": "on_fail",
-}
+OVERLAY_KEYS: Mapping[str, str] = overlay_keys(Schedule)
 """Allowed ``on_success``/``on_fail`` keys and the schedule column each one overrides."""
 
 CONTINUATION_KEYS = ("on_success", "on_fail")
 """Overlay keys that continue a chain; a follow-up never inherits them from its parent."""
 
-_ANY_KIND = frozenset({"kind", "action_kind", "project", *CONTINUATION_KEYS})
-KIND_KEYS: Mapping[str, frozenset[str]] = {
-    "command": _ANY_KIND | {"command", "command_args"},
-    "agent": _ANY_KIND | {"model", "prompt", "agent"},
-    "flow": _ANY_KIND | {"model", "prompt"},
-    "fanout": _ANY_KIND | {"model", "prompt"},
-    "play": _ANY_KIND | {"playbook", "prompt"},
-    "engine": _ANY_KIND | {"model", "agent", "prompt"},
-    "flow_yaml": _ANY_KIND | {"flow_yaml"},
-}
+KIND_KEYS: Mapping[str, frozenset[str]] = kind_keys(Schedule)
 """The overlay keys each resulting kind can use (``project`` picks the working directory)."""
 
 
@@ -69,8 +51,9 @@ def apply_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict
     for key, column in OVERLAY_KEYS.items():
         if key in overlay:
             child[column] = overlay[key]
-    if child.get("action_kind") == "playbook":
-        child["action_kind"] = "play"
+    kind = child.get("action_kind")
+    if isinstance(kind, str) and kind in ACTION_KIND_ALIASES:
+        child["action_kind"] = ACTION_KIND_ALIASES[kind]
     return child
 
 

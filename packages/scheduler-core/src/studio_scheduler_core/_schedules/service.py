@@ -7,22 +7,13 @@ except through ``on_change`` (the engine's ``wake``).
 from __future__ import annotations
 
 import builtins
-import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiosqlite
 
-from studio_state import (
-    Clock,
-    fetch_all,
-    fetch_one,
-    fetch_value,
-    new_id,
-    record_transition,
-    write_transaction,
-)
+from studio_state import Clock, new_id, record_transition, write_transaction
 
 from .._exceptions import (
     RunNotFound,
@@ -34,10 +25,11 @@ from .._exceptions import (
 from .._policies.backfill import backfill
 from .._policies.buffer import drop_buffered
 from .._policies.jitter import with_jitter
-from .._rows import SCHEDULE_COLUMNS, decode_run, decode_schedule, encode_schedule
+from .._rows import encode_schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
 from .._usage import schedule_spend
+from . import store
 from .store import fired_run_count, load_schedule, page_runs, set_enabled
 from .validation import CREATE_FIELDS, check_disable_reason, normalize
 
@@ -91,34 +83,20 @@ class ScheduleService:
             created_at=now,
             updated_at=now,
         )
-        values = encode_schedule(row)
-        columns = [c for c in SCHEDULE_COLUMNS if c in values]
-        try:
-            async with write_transaction(self._conn):
-                taken = await fetch_value(
-                    self._conn, "SELECT id FROM schedules WHERE name = ?", (row["name"],)
-                )
-                if taken is not None:
-                    raise ScheduleNameTaken(row["name"])
-                await self._conn.execute(
-                    f"INSERT INTO schedules ({', '.join(columns)}) "
-                    f"VALUES ({', '.join('?' * len(columns))})",
-                    [values[c] for c in columns],
-                )
-                await record_transition(
-                    self._conn,
-                    entity_type="schedule",
-                    entity_id=row["id"],
-                    status="enabled" if row["enabled"] else "disabled",
-                    reason_code="schedule.created",
-                    reason_summary=f"schedule {row['name']!r} created",
-                    actor="schedule_service",
-                    now=now,
-                )
-        except sqlite3.IntegrityError as exc:
-            if "schedules.name" in str(exc):
-                raise ScheduleNameTaken(row["name"]) from None
-            raise
+        async with write_transaction(self._conn):
+            if await store.name_taken(self._conn, row["name"]):
+                raise ScheduleNameTaken(row["name"])
+            await store.insert_schedule(self._conn, encode_schedule(row))
+            await record_transition(
+                self._conn,
+                entity_type="schedule",
+                entity_id=row["id"],
+                status="enabled" if row["enabled"] else "disabled",
+                reason_code="schedule.created",
+                reason_summary=f"schedule {row['name']!r} created",
+                actor="schedule_service",
+                now=now,
+            )
         self._changed()
         return await self.get(row["id"])
 
@@ -134,10 +112,10 @@ class ScheduleService:
         schedule = await load_schedule(self._conn, id_or_name)
         if schedule is not None:
             return schedule
-        row = await fetch_one(self._conn, "SELECT * FROM schedules WHERE name = ?", (id_or_name,))
-        if row is None:
+        named = await store.load_schedule_named(self._conn, id_or_name)
+        if named is None:
             raise ScheduleNotFound(id_or_name)
-        return decode_schedule(row)
+        return named
 
     async def list(
         self,
@@ -148,22 +126,9 @@ class ScheduleService:
         offset: int = 0,
     ) -> tuple[Rows, int]:
         """``(schedules, total)`` ordered by creation, with optional filters and paging."""
-        where: list[str] = []
-        params: list[Any] = []
-        if enabled is not None:
-            where.append("enabled = ?")
-            params.append(1 if enabled else 0)
-        if trigger_type is not None:
-            where.append("trigger_type = ?")
-            params.append(trigger_type)
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        total = await fetch_value(self._conn, f"SELECT COUNT(*) FROM schedules{clause}", params)
-        rows = await fetch_all(
-            self._conn,
-            f"SELECT * FROM schedules{clause} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
-            [*params, max(0, int(limit)), max(0, int(offset))],
+        return await store.page_schedules(
+            self._conn, enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
         )
-        return [decode_schedule(r) for r in rows], int(total or 0)
 
     async def update(self, schedule_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Apply ``changes`` (create-model fields) after validating the merged row."""
@@ -176,14 +141,10 @@ class ScheduleService:
         async with write_transaction(self._conn):
             current = await self.get(schedule_id)
             row = normalize(changes, settings=self._settings, now=now, base=current)
-            if row["name"] != current["name"]:
-                taken = await fetch_value(
-                    self._conn,
-                    "SELECT id FROM schedules WHERE name = ? AND id != ?",
-                    (row["name"], schedule_id),
-                )
-                if taken is not None:
-                    raise ScheduleNameTaken(row["name"])
+            if row["name"] != current["name"] and await store.name_taken(
+                self._conn, row["name"], other_than=schedule_id
+            ):
+                raise ScheduleNameTaken(row["name"])
             was_enabled = bool(current["enabled"])
             enabling = row["enabled"] and not was_enabled
             if enabling:
@@ -200,10 +161,7 @@ class ScheduleService:
                 diff["github_etag"] = None  # the stored ETag answered another listing
             if diff:
                 diff["updated_at"] = now
-                await self._conn.execute(
-                    f"UPDATE schedules SET {', '.join(f'{k} = ?' for k in diff)} WHERE id = ?",
-                    [*diff.values(), schedule_id],
-                )
+                await store.update_schedule(self._conn, schedule_id, diff)
             if row["enabled"] != was_enabled:
                 if not row["enabled"]:
                     await drop_buffered(self._conn, schedule_id, now=now)
@@ -286,13 +244,7 @@ class ScheduleService:
 
     async def running_run_ids(self, schedule_id: str) -> builtins.list[str]:
         """Ids of the schedule's runs (follow-ups included) that are ``running`` now."""
-        rows = await fetch_all(
-            self._conn,
-            "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'running' "
-            "ORDER BY fired_at",
-            (schedule_id,),
-        )
-        return [str(row["id"]) for row in rows]
+        return await store.running_run_ids(self._conn, schedule_id)
 
     async def delete(self, schedule_id: str, *, refuse_running: bool = False) -> None:
         """Delete the schedule and its runs (their invocations and sessions stay).
@@ -307,7 +259,7 @@ class ScheduleService:
                 running = await self.running_run_ids(schedule_id)
                 if running:
                     raise ScheduleHasRunningRuns(schedule_id, running)
-            await self._conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
+            await store.delete_schedule(self._conn, schedule_id)
             await record_transition(
                 self._conn,
                 entity_type="schedule",
@@ -334,23 +286,15 @@ class ScheduleService:
             status=status,
             limit=limit,
             offset=offset,
+            counted=schedule_id,
         )
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
         """One run with ``chain_children``: every follow-up below it, by depth."""
-        row = await fetch_one(self._conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
-        if row is None:
+        run = await store.load_run(self._conn, run_id)
+        if run is None:
             raise RunNotFound(run_id)
-        run = decode_run(row)
-        children = await fetch_all(
-            self._conn,
-            "WITH RECURSIVE chain(id) AS (SELECT id FROM schedule_runs WHERE chain_parent_id = ? "
-            "UNION ALL SELECT r.id FROM schedule_runs r JOIN chain c ON r.chain_parent_id = c.id) "
-            "SELECT * FROM schedule_runs WHERE id IN (SELECT id FROM chain) "
-            "ORDER BY chain_depth, fired_at",
-            (run_id,),
-        )
-        run["chain_children"] = [decode_run(c) for c in children]
+        run["chain_children"] = await store.chain_runs(self._conn, run_id)
         return run
 
     async def backfill(self, schedule_id: str, start: Any, end: Any) -> int:

@@ -1,20 +1,27 @@
-"""Shared schedule reads and writes used by the service, the gates and the engine."""
+"""The schedules' storage: every SQL statement the schedule service runs, plus the shared
+schedule/run reads and writes the gates and the engine use.
+
+Policies (service, validation) call these functions and hold no SQL; a second backend
+implements this module's functions (docs/architecture.md, "The storage seam").
+"""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
 import aiosqlite
 
 from studio_state import fetch_all, fetch_one, fetch_value, record_transition, write_transaction
 
-from .._exceptions import ScheduleValidationError
+from .._exceptions import ScheduleNameTaken, ScheduleValidationError
 from .._notify import notify_schedule_disabled
 from .._observe.events import emit
 from .._policies.buffer import drop_buffered
-from .._rows import TERMINAL_RUN_STATUSES, decode_run, decode_schedule
-from .._schema import RUN_STATUSES
+from .._records.vocab import RUN_STATUSES
+from .._rows import SCHEDULE_COLUMNS, TERMINAL_RUN_STATUSES, decode_run, decode_schedule
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATUSES)
 
@@ -23,6 +30,115 @@ async def load_schedule(conn: aiosqlite.Connection, schedule_id: str) -> dict[st
     """The decoded schedule row, or ``None``."""
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
     return None if row is None else decode_schedule(row)
+
+
+async def load_schedule_named(conn: aiosqlite.Connection, name: str) -> dict[str, Any] | None:
+    """The decoded schedule row called ``name``, or ``None``."""
+    row = await fetch_one(conn, "SELECT * FROM schedules WHERE name = ?", (name,))
+    return None if row is None else decode_schedule(row)
+
+
+async def name_taken(
+    conn: aiosqlite.Connection, name: str, *, other_than: str | None = None
+) -> bool:
+    """Whether a schedule (other than ``other_than``) is called ``name``."""
+    if other_than is None:
+        found = await fetch_value(conn, "SELECT id FROM schedules WHERE name = ?", (name,))
+    else:
+        found = await fetch_value(
+            conn, "SELECT id FROM schedules WHERE name = ? AND id != ?", (name, other_than)
+        )
+    return found is not None
+
+
+async def insert_schedule(conn: aiosqlite.Connection, values: Mapping[str, Any]) -> None:
+    """Insert a schedule from encoded column values (inside the caller's transaction).
+
+    :class:`ScheduleNameTaken` when the name's uniqueness constraint refuses it.
+    """
+    columns = [c for c in SCHEDULE_COLUMNS if c in values]
+    try:
+        await conn.execute(
+            f"INSERT INTO schedules ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})",
+            [values[c] for c in columns],
+        )
+    except sqlite3.IntegrityError as exc:
+        if "schedules.name" in str(exc):
+            raise ScheduleNameTaken(str(values.get("name"))) from None
+        raise
+
+
+async def update_schedule(
+    conn: aiosqlite.Connection, schedule_id: str, values: Mapping[str, Any]
+) -> None:
+    """Set encoded column ``values`` of one schedule (inside the caller's transaction)."""
+    await conn.execute(
+        f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?",
+        [*values.values(), schedule_id],
+    )
+
+
+async def delete_schedule(conn: aiosqlite.Connection, schedule_id: str) -> None:
+    """Delete one schedule (its runs go with it; inside the caller's transaction)."""
+    await conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
+
+
+async def page_schedules(
+    conn: aiosqlite.Connection,
+    *,
+    enabled: bool | None,
+    trigger_type: str | None,
+    limit: int,
+    offset: int,
+) -> tuple[list[dict[str, Any]], int]:
+    """``(schedules, total)`` ordered by creation, optionally filtered, one page."""
+    where: list[str] = []
+    params: list[Any] = []
+    if enabled is not None:
+        where.append("enabled = ?")
+        params.append(1 if enabled else 0)
+    if trigger_type is not None:
+        where.append("trigger_type = ?")
+        params.append(trigger_type)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedules{clause}", params)
+    rows = await fetch_all(
+        conn,
+        f"SELECT * FROM schedules{clause} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
+        [*params, max(0, int(limit)), max(0, int(offset))],
+    )
+    return [decode_schedule(r) for r in rows], int(total or 0)
+
+
+async def running_run_ids(conn: aiosqlite.Connection, schedule_id: str) -> list[str]:
+    """Ids of the schedule's runs (follow-ups included) that are ``running`` now."""
+    rows = await fetch_all(
+        conn,
+        "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'running' "
+        "ORDER BY fired_at",
+        (schedule_id,),
+    )
+    return [str(row["id"]) for row in rows]
+
+
+async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
+    """The decoded run row, or ``None``."""
+    row = await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+    return None if row is None else decode_run(row)
+
+
+async def chain_runs(conn: aiosqlite.Connection, run_id: str) -> list[dict[str, Any]]:
+    """Every follow-up run below ``run_id`` (children, their children …), by depth."""
+    rows = await fetch_all(
+        conn,
+        "WITH RECURSIVE chain(id) AS (SELECT id FROM schedule_runs WHERE chain_parent_id = ? "
+        "UNION ALL SELECT r.id FROM schedule_runs r JOIN chain c ON r.chain_parent_id = c.id) "
+        "SELECT * FROM schedule_runs WHERE id IN (SELECT id FROM chain) "
+        "ORDER BY chain_depth, fired_at",
+        (run_id,),
+    )
+    return [decode_run(r) for r in rows]
 
 
 async def page_runs(
@@ -34,14 +150,25 @@ async def page_runs(
     status: str | None,
     limit: int,
     offset: int,
+    counted: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """``(runs, total)`` of the ``schedule_runs`` matching ``where`` (fixed SQL from the caller,
-    values bound), optionally of one ``status``, one page in ``order``."""
+    values bound), optionally of one ``status``, one page in ``order``. With ``counted`` (a
+    schedule id, ``where`` selecting exactly that schedule's runs) the total is read from the
+    trigger-kept ``schedule_run_counts``."""
     if status is not None:
         if status not in RUN_STATUSES:
             raise ScheduleValidationError("status", f"must be one of {', '.join(RUN_STATUSES)}")
         where, params = f"{where} AND status = ?", [*params, status]
-    total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params)
+    if counted is not None:
+        total = await fetch_value(
+            conn,
+            "SELECT coalesce(sum(n), 0) FROM schedule_run_counts WHERE schedule_id = ?"
+            + ("" if status is None else " AND status = ?"),
+            [counted] if status is None else [counted, status],
+        )
+    else:
+        total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params)
     rows = await fetch_all(
         conn,
         f"SELECT * FROM schedule_runs WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",

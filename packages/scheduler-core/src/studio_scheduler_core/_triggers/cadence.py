@@ -12,13 +12,12 @@ import aiosqlite
 from studio_state import fetch_all, write_transaction
 
 from .._exceptions import ScheduleValidationError
+from .._records.vocab import MAX_INTERVAL_SEC
 from .cron import CronError, check_expression, iso, next_after
 
 logger = logging.getLogger("studio_scheduler_core")
 
 DEFAULT_POLL_INTERVAL_SEC = 300
-MAX_INTERVAL_SEC = 366 * 86400
-"""The longest ``interval_sec`` a schedule (or a preview) takes: 366 days."""
 
 
 def interval_next(due: float, interval: float, now: float) -> float:

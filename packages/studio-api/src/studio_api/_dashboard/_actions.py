@@ -101,7 +101,6 @@ ACTIONS: dict[tuple[str, str], tuple[Action, str]] = {
         _api("POST", "/api/schedules/{id}/disable", _disable_body),
         "disabled",
     ),
-    ("schedules", "delete"): (_api("DELETE", "/api/schedules/{id}"), "deleted"),
     ("runs", "cancel"): (_api("POST", CANCEL_ROUTE.replace("{run_id}", "{id}")), "cancelled"),
     ("dispatch", "retry"): (_api("POST", "/api/dispatch/{id}/retry"), "queued for retry"),
     ("dispatch", "ack"): (
@@ -114,7 +113,7 @@ ACTIONS: dict[tuple[str, str], tuple[Action, str]] = {
 
 @router.post("/schedules/{ident}/{verb}")
 async def schedule_action(request: Request, ident: str, verb: str) -> Response:
-    """Trigger, Enable, Disable or Delete a schedule."""
+    """Trigger, Enable or Disable a schedule (Delete has its confirm step in ``_forms``)."""
     return await act(request, "schedules", ident, verb)
 
 
@@ -152,8 +151,6 @@ async def act(request: Request, area: str, ident: str, verb: str) -> Response:
         return RedirectResponse(
             with_flash(back, error=f"{label} {ident}: {answer.detail}"), status_code=303
         )
-    if verb == "delete" and back.startswith(f"/schedules/{ident}"):
-        back = "/schedules"
     flash = {"notice": f"{label} {ident} {done}"}
     if verb == "trigger" and isinstance(answer.body, dict):
         flash["run"] = str(answer.body.get("run_id", ""))

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import time
+import zoneinfo
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
+from markupsafe import Markup
+
+from studio_outbox import DISPATCH_STATUSES
+from studio_scheduler_core import FINAL_RUN_STATUSES, RUN_STATUSES
 
 from . import _queries
 from ._internal import ApiAnswer, call_api, has_route
-from ._render import PAGE_SIZE, page_links, render, signer_of, to_login, visitor
+from ._render import PAGE_SIZE, Visitor, page_links, render, signer_of, to_login, visitor
 
 router = APIRouter(include_in_schema=False)
 
-TERMINAL_RUN_STATUSES = frozenset({"completed", "failed", "timed_out", "skipped", "cancelled"})
-DISPATCH_STATUSES = ("pending", "delivering", "delivered", "acked", "dead_letter", "expired")
 LOG_STREAM_ROUTE = "/api/schedules/runs/{run_id}/log/stream"
 CANCEL_ROUTE = "/api/schedules/runs/{run_id}/cancel"
 
@@ -26,6 +30,15 @@ async def api_get(request: Request, path: str, **query: Any) -> ApiAnswer:
     params = {k: v for k, v in query.items() if v not in (None, "")}
     target = path + (f"?{urlencode(params)}" if params else "")
     return await call_api(request.app, "GET", target, token=signer_of(request).token)
+
+
+@functools.cache
+def zone_datalist() -> Markup:
+    """The IANA zone names the create form suggests (the API checks what is typed), built
+    once: ~600 options are not re-rendered on every page."""
+    names = sorted(zoneinfo.available_timezones())
+    options = Markup("").join(Markup('<option value="{}">').format(name) for name in names)
+    return Markup('<datalist id="zone-names">{}</datalist>').format(options)
 
 
 def _offset(request: Request) -> int:
@@ -75,10 +88,22 @@ async def overview(request: Request) -> Response:
 
 @router.get("/schedules")
 async def schedules(request: Request) -> Response:
-    """Schedules, filtered by enabled state and trigger type, a page at a time."""
+    """Schedules, filtered by enabled state and trigger type, a page at a time; the create form."""
     who = visitor(request)
     if who is None:
         return to_login(request)
+    return await schedules_page(request, who)
+
+
+async def schedules_page(
+    request: Request,
+    who: Visitor,
+    *,
+    form: dict[str, str] | None = None,
+    form_error: dict[str, str | None] | None = None,
+    status_code: int = 200,
+) -> Response:
+    """The schedules page; ``form`` / ``form_error``: a refused create form, shown again."""
     offset = _offset(request)
     enabled = request.query_params.get("enabled", "")
     trigger_type = request.query_params.get("trigger_type", "")
@@ -96,12 +121,16 @@ async def schedules(request: Request) -> Response:
         request,
         "schedules.html",
         who,
+        status_code=status_code,
         schedules=answer.body["schedules"],
         total=answer.body["total"],
         offset=offset,
         pages=page_links(request, offset, answer.body["total"]),
         enabled=enabled,
         trigger_type=trigger_type,
+        form=form if form is not None else {"enabled": "on"},
+        form_error=form_error,
+        zone_datalist=zone_datalist(),
     )
 
 
@@ -144,8 +173,8 @@ async def runs(request: Request) -> Response:
     if problem is not None:
         return render(request, "error.html", who, status_code=503, title="Runs", message=problem)
     status = request.query_params.get("status", "")
-    if status and status not in _queries.RUN_STATUSES:
-        message = f"status: must be one of {', '.join(_queries.RUN_STATUSES)}"
+    if status and status not in RUN_STATUSES:
+        message = f"status: must be one of {', '.join(RUN_STATUSES)}"
         return render(request, "error.html", who, status_code=422, title="Runs", message=message)
     offset = _offset(request)
     rows, total = await _queries.runs_page(
@@ -164,7 +193,7 @@ async def runs(request: Request) -> Response:
         offset=offset,
         pages=page_links(request, offset, total),
         status=status,
-        statuses=_queries.RUN_STATUSES,
+        statuses=RUN_STATUSES,
     )
 
 
@@ -191,7 +220,7 @@ async def run(request: Request, run_id: str) -> Response:
         run=body,
         schedule=schedule_row,
         zone=(schedule_row or {}).get("timezone"),
-        terminal=body["status"] in TERMINAL_RUN_STATUSES,
+        terminal=body["status"] in FINAL_RUN_STATUSES,
         log_available=has_route(app, "GET", LOG_STREAM_ROUTE.format(**concrete)),
         cancel_available=has_route(app, "POST", CANCEL_ROUTE.format(**concrete)),
         checked_at=time.time(),

@@ -12,19 +12,6 @@ import aiosqlite
 
 from studio_state import fetch_all, fetch_value
 
-#: Statuses of the runs list filter.
-RUN_STATUSES = (
-    "queued",
-    "waiting_dependency",
-    "running",
-    "retry_wait",
-    "completed",
-    "failed",
-    "timed_out",
-    "skipped",
-    "cancelled",
-)
-
 _RUN_COLUMNS = (
     "r.id, r.schedule_id, r.action_kind, r.status, r.exit_code, r.chain_depth, r.fired_at, "
     "r.ended_at, r.created_at, r.status_reason_code, r.status_reason_summary, s.name AS "

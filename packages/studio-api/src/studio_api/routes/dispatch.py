@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import aiosqlite
 from fastapi import APIRouter, Query, Response
 
 import studio_outbox
 from studio_state import fetch_value, write_transaction
 
-from .._deps import EngineDep, responses
+from .._deps import EngineDep, ReadsDep, responses
 from .._models import (
     SQLITE_INT_MAX,
     AckRequest,
@@ -23,8 +24,8 @@ from .._models import (
 router = APIRouter(prefix="/api/dispatch", tags=["dispatch"])
 
 
-async def _get(engine: EngineDep, dispatch_id: str) -> DispatchOut:
-    row = await studio_outbox.get_dispatch(engine.conn, dispatch_id)
+async def _get(conn: aiosqlite.Connection, dispatch_id: str) -> DispatchOut:
+    row = await studio_outbox.get_dispatch(conn, dispatch_id)
     if row is None:
         raise studio_outbox.DispatchNotFound(dispatch_id)
     return DispatchOut.from_row(row)
@@ -32,7 +33,7 @@ async def _get(engine: EngineDep, dispatch_id: str) -> DispatchOut:
 
 @router.get("", response_model=DispatchList, responses=responses())
 async def list_dispatches(
-    engine: EngineDep,
+    reads: ReadsDep,
     status: DispatchStatus | None = None,
     kind: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size (1-1000)")] = 100,
@@ -40,9 +41,9 @@ async def list_dispatches(
 ) -> DispatchList:
     """One page of outbox rows and the ``total`` that match ``status`` and ``kind``."""
     rows = await studio_outbox.list_dispatches(
-        engine.conn, status=status, kind=kind, limit=limit, offset=offset
+        reads.conn, status=status, kind=kind, limit=limit, offset=offset
     )
-    total = await studio_outbox.count_dispatches(engine.conn, status=status, kind=kind)
+    total = await studio_outbox.count_dispatches(reads.conn, status=status, kind=kind)
     return DispatchList(
         dispatches=[DispatchOut.from_row(row) for row in rows],
         total=total,
@@ -76,9 +77,9 @@ async def enqueue_dispatch(
 
 
 @router.get("/{dispatch_id}", response_model=DispatchOut, responses=responses(404))
-async def get_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
+async def get_dispatch(reads: ReadsDep, dispatch_id: str) -> DispatchOut:
     """One outbox row."""
-    return await _get(engine, dispatch_id)
+    return await _get(reads.conn, dispatch_id)
 
 
 @router.post("/{dispatch_id}/ack", response_model=DispatchOut, responses=responses(404, 409))
@@ -87,7 +88,7 @@ async def ack_dispatch(engine: EngineDep, dispatch_id: str, body: AckRequest) ->
     acked = await studio_outbox.ack_dispatch(engine.conn, dispatch_id, body.token)
     if not acked:
         raise studio_outbox.AckTokenMismatch(dispatch_id)
-    return await _get(engine, dispatch_id)
+    return await _get(engine.conn, dispatch_id)
 
 
 @router.post("/{dispatch_id}/retry", response_model=DispatchOut, responses=responses(404, 409))
@@ -95,12 +96,12 @@ async def retry_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
     """Send a ``dead_letter`` or ``expired`` row again (409 from any other status)."""
     await studio_outbox.retry_dispatch(engine.conn, dispatch_id)
     engine.wake()
-    return await _get(engine, dispatch_id)
+    return await _get(engine.conn, dispatch_id)
 
 
 @router.delete("/{dispatch_id}", response_model=DispatchOut, responses=responses(404, 409))
 async def purge_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
     """Delete a row (409 while a delivery holds it); answers the row as it was."""
-    row = await _get(engine, dispatch_id)
+    row = await _get(engine.conn, dispatch_id)
     await studio_outbox.purge_dispatch(engine.conn, dispatch_id)
     return row

@@ -6,14 +6,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from .._deps import EngineDep, responses
+from .._deps import EngineDep, ReadsDep, responses
 from .._models import SQLITE_INT_MAX, RunCreate, RunList, RunOut, RunStatus, TriggerOut
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
 
+class AdhocRunCreate(RunCreate):
+    """Body of ``POST /api/runs``: :class:`RunCreate` and the run's own ``timeout_sec``."""
+
+    timeout_sec: int | None = None
+    """The run's deadline in seconds (1 to the schedules' bound; default: the server's)."""
+
+
 @router.post("", status_code=202, response_model=TriggerOut, responses=responses())
-async def enqueue_run(engine: EngineDep, body: RunCreate) -> TriggerOut:
+async def enqueue_run(engine: EngineDep, body: AdhocRunCreate) -> TriggerOut:
     """Queue an ad-hoc run (same action fields as a schedule, no trigger): 202 with its id.
 
     The host task worker claims it on the next tick; 422 names an invalid field.
@@ -24,20 +31,20 @@ async def enqueue_run(engine: EngineDep, body: RunCreate) -> TriggerOut:
 
 @router.get("", response_model=RunList, responses=responses())
 async def list_runs(
-    engine: EngineDep,
+    reads: ReadsDep,
     status: RunStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size (1-1000)")] = 100,
     offset: Annotated[int, Query(ge=0, le=SQLITE_INT_MAX, description="Rows to skip")] = 0,
 ) -> RunList:
     """One page of ad-hoc runs (newest first) and the ``total`` that match."""
-    rows, total = await engine.runs.list(status=status, limit=limit, offset=offset)
+    rows, total = await reads.runs.list(status=status, limit=limit, offset=offset)
     return RunList(runs=[RunOut.of(row) for row in rows], total=total, limit=limit, offset=offset)
 
 
 @router.get("/{run_id}", response_model=RunOut, responses=responses(404))
-async def get_run(engine: EngineDep, run_id: str) -> RunOut:
+async def get_run(reads: ReadsDep, run_id: str) -> RunOut:
     """One ad-hoc run."""
-    return RunOut.of(await engine.runs.get(run_id))
+    return RunOut.of(await reads.runs.get(run_id))
 
 
 @router.delete("/{run_id}", response_model=RunOut, responses=responses(404, 409))

@@ -9,9 +9,11 @@ from fastapi import APIRouter, Body, Query
 
 from studio_scheduler_core import RunNotCancellable, RunNotFound
 
-from .._deps import EngineDep, ServiceDep, SettingsDep, responses
+from .._deps import EngineDep, ReadsDep, ServiceDep, SettingsDep, responses
 from .._models import (
     SQLITE_INT_MAX,
+    BackfillOut,
+    BackfillRequest,
     DisableRequest,
     FireTime,
     Holder,
@@ -28,7 +30,6 @@ from .._models import (
     TriggerOut,
     TriggerType,
 )
-from .._policy_models import BackfillOut, BackfillRequest
 
 router = APIRouter(prefix="/api/schedules", tags=["schedules"])
 
@@ -38,14 +39,14 @@ Offset = Annotated[int, Query(ge=0, le=SQLITE_INT_MAX, description="Rows to skip
 
 @router.get("", response_model=ScheduleList, responses=responses())
 async def list_schedules(
-    service: ServiceDep,
+    reads: ReadsDep,
     enabled: bool | None = None,
     trigger_type: TriggerType | None = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> ScheduleList:
     """One page of schedules (newest first) and the ``total`` number that match."""
-    rows, total = await service.list(
+    rows, total = await reads.schedules.list(
         enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
     )
     return ScheduleList(
@@ -68,17 +69,17 @@ async def limits(engine: EngineDep) -> LimitsOut:
 
 
 @router.get("/runs/{run_id}", response_model=RunDetail, responses=responses(404))
-async def get_run(service: ServiceDep, run_id: str) -> RunDetail:
+async def get_run(reads: ReadsDep, run_id: str) -> RunDetail:
     """One run, with the runs its follow-ups started."""
-    run = await service.get_run(run_id)
+    run = await reads.schedules.get_run(run_id)
     children = [RunOut.of(child) for child in run.get("chain_children") or []]
     return RunDetail.of(run, chain_children=children)
 
 
 @router.get("/{schedule_id}", response_model=ScheduleOut, responses=responses(404))
-async def get_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
+async def get_schedule(reads: ReadsDep, schedule_id: str) -> ScheduleOut:
     """One schedule."""
-    return ScheduleOut.of(await service.get(schedule_id))
+    return ScheduleOut.of(await reads.schedules.get(schedule_id))
 
 
 @router.patch("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
@@ -159,27 +160,29 @@ async def backfill_schedule(
 
 @router.get("/{schedule_id}/runs", response_model=RunList, responses=responses(404))
 async def list_runs(
-    service: ServiceDep,
+    reads: ReadsDep,
     schedule_id: str,
     status: RunStatus | None = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> RunList:
     """One page of a schedule's runs (newest first) and the ``total`` that match."""
-    rows, total = await service.list_runs(schedule_id, status=status, limit=limit, offset=offset)
+    rows, total = await reads.schedules.list_runs(
+        schedule_id, status=status, limit=limit, offset=offset
+    )
     return RunList(runs=[RunOut.of(row) for row in rows], total=total, limit=limit, offset=offset)
 
 
 @router.get("/{schedule_id}/preview", response_model=PreviewOut, responses=responses(404))
 async def preview(
-    service: ServiceDep,
+    reads: ReadsDep,
     settings: SettingsDep,
     schedule_id: str,
     n: Annotated[int, Query(ge=1, le=100, description="How many fire times")] = 5,
 ) -> PreviewOut:
     """The next ``n`` fire times, in UTC and in the scheduler's time zone."""
-    schedule = await service.get(schedule_id)
-    times = await service.preview(schedule_id, n)
+    schedule = await reads.schedules.get(schedule_id)
+    times = await reads.schedules.preview(schedule_id, n)
     return PreviewOut(
         schedule_id=schedule_id,
         timezone=schedule.get("timezone") or settings.timezone,

@@ -35,6 +35,22 @@
     source.onerror = function () { if (source.readyState === EventSource.CLOSED) source.close(); };
   }
 
+  // The create form shows the inputs of the chosen trigger type and action kind only (without
+  // script every input shows; the server sends only the chosen ones to the API either way).
+  function showChosen(form) {
+    form.querySelectorAll("[data-when]").forEach(function (el) {
+      var rule = el.getAttribute("data-when").split(":");
+      var control = form.elements[rule[0]];
+      el.hidden = !!control && rule[1].split(" ").indexOf(control.value) < 0;
+    });
+  }
+
+  document.addEventListener("change", function (event) {
+    if (event.target.hasAttribute && event.target.hasAttribute("data-switch")) {
+      showChosen(event.target.form);
+    }
+  });
+
   document.addEventListener("submit", function (event) {
     var question = event.target.getAttribute && event.target.getAttribute("data-confirm");
     if (question && !window.confirm(question)) event.preventDefault();
@@ -42,6 +58,7 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("pre[data-sse]").forEach(streamLog);
+    document.querySelectorAll("form.create-form").forEach(showChosen);
     if (document.querySelector("[data-live]")) window.setInterval(refresh, REFRESH_MS);
   });
 })();

@@ -1,0 +1,238 @@
+"""Delivery on PostgreSQL: the SQLite outbox's pass, with claims that several deliverers share.
+
+The decisions (expiry, exhausted attempts, the outcome of a send, backoff, ``Retry-After``,
+dead letters) are the SQLite path's own (``studio_outbox._steps``); what differs is how rows
+are taken. Instead of scanning and then racing for the same rows, each write step locks the
+due rows it is about to claim with ``FOR UPDATE SKIP LOCKED``, so deliverers on other
+connections take the rows after them, and records the outcomes of the sends that finished
+since the previous step, in one short transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from studio_state import Clock, system_clock
+
+from .. import _claimant as claimant
+from .._delivery import DEFAULT_DELIVERY_ACTOR, positive_int, still_held
+from .._exceptions import InvalidArgument
+from .._loop import COUNT_KEYS, COUNTED_AS, TRANSPORT_DEADLINE_SECONDS
+from .._routing import Routes
+from .._secret import parse_webhook_secret
+from .._steps import Change, Claimed, DueRow, decide_without_send, outcome
+from .._transport import CommandTransport
+from ..abc import DispatchEnvelope, Transport, TransportResult
+from ._claims import apply_changes, claim, lock_due, lock_expiring, record_transitions
+from ._drive import in_transaction, run_async
+
+# A step that loses a deadlock (two steps updating rows of a lapsed lease in opposite order)
+# is rolled back whole; running it again is safe, every write in it is guarded.
+_STEP_RETRIES = 5
+
+Connection = psycopg.AsyncConnection[Any]
+
+
+async def deliver_due_dispatches(
+    conn: Connection,
+    *,
+    now: float | None = None,
+    notify_template: Sequence[str] | None = None,
+    limit: int = 100,
+    concurrency: int = 4,
+    clock: Clock = system_clock,
+    transport: Transport | None = None,
+    actor: str | None = None,
+    webhook_secret: str | None = None,
+    webhook_transport: Transport | None = None,
+    stop: asyncio.Event | None = None,
+) -> dict[str, int]:
+    """Deliver the dispatches that are due on PostgreSQL; returns counts of what happened.
+
+    The arguments, the transitions and the returned counts are those of
+    :func:`studio_outbox.deliver_due_dispatches`. ``conn`` is a psycopg ``AsyncConnection``
+    with no transaction open (each step commits its own short transaction). At most ``limit``
+    due rows are looked at per pass; each is locked with ``FOR UPDATE SKIP LOCKED`` as it is
+    claimed, so any number of deliverers (connections, processes, machines) can run passes
+    over one table at once: each takes rows the others do not hold, and every status change
+    is still guarded on ``(id, status, attempt)``. Once ``stop`` is set nothing new is claimed
+    and the sends in flight finish and are recorded before returning.
+    """
+    limit = positive_int("limit", limit)
+    concurrency = positive_int("concurrency", concurrency)
+    if now is not None and (isinstance(now, bool) or not isinstance(now, int | float)):
+        raise InvalidArgument("now", f"must be epoch seconds, got {type(now).__name__}")
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise InvalidArgument("conn", f"must be a psycopg AsyncConnection, got {conn!r}")
+    if transport is None and notify_template is not None:
+        transport = CommandTransport(list(notify_template))
+    for field, value in (("transport", transport), ("webhook_transport", webhook_transport)):
+        if value is not None and not isinstance(value, Transport):
+            raise InvalidArgument(
+                field, f"must implement studio_outbox.abc.Transport, got {value!r}"
+            )
+    if webhook_secret is not None:
+        parse_webhook_secret(webhook_secret, field="webhook_secret")
+    counts = dict.fromkeys(COUNT_KEYS, 0)
+    routes = Routes(transport, webhook_transport, webhook_secret=webhook_secret, clock=clock)
+    if routes.paused:
+        return counts
+    if in_transaction(conn):
+        raise InvalidArgument(
+            "conn",
+            "delivery must not run inside an open transaction (transports run between "
+            "its own short transactions)",
+        )
+    read: Callable[[], float] = clock if now is None else (lambda: float(now))
+    loop = _Pass(conn, routes, read, actor or DEFAULT_DELIVERY_ACTOR, counts, stop)
+    try:
+        await loop.run(limit, concurrency)
+    finally:
+        await routes.aclose()
+    return counts
+
+
+class _Pass:
+    """One delivery pass: each step records finished sends and locks and claims refills."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        routes: Routes,
+        read: Callable[[], float],
+        actor: str,
+        counts: dict[str, int],
+        stop: asyncio.Event | None,
+    ) -> None:
+        self._conn = conn
+        self._routes = routes
+        self._read = read
+        self._actor = actor
+        self._counts = counts
+        self._stop = stop
+        self._passed: list[str] = []  # ids looked at and left alone in this pass
+        self._swept = False
+
+    def _stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    async def run(self, limit: int, concurrency: int) -> None:
+        budget = limit
+        exhausted = False
+        in_flight: dict[asyncio.Future[TransportResult], Claimed] = {}
+        finished: list[tuple[Claimed, TransportResult]] = []
+        try:
+            while True:
+                free = 0
+                if not exhausted and not self._stopping():
+                    free = min(concurrency - len(in_flight), budget)
+                if finished or free > 0 or not self._swept:
+                    claimed, seen = await self._step(finished, free)
+                    for item, _ in finished:
+                        claimant.release(item.row.id, item.attempt)
+                    finished = []
+                    budget -= seen
+                    if seen < free or budget <= 0:
+                        exhausted = True
+                    for item in claimed:
+                        claimant.hold(item.row.id, item.attempt)
+                        in_flight[asyncio.ensure_future(self._send(item))] = item
+                if not in_flight:
+                    if not exhausted and not self._stopping():
+                        continue
+                    return
+                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    finished.append((in_flight.pop(future), future.result()))
+        except BaseException:
+            for future in in_flight:
+                future.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
+            raise
+        finally:
+            for item in [*in_flight.values(), *(item for item, _ in finished)]:
+                claimant.release(item.row.id, item.attempt)
+
+    async def _step(
+        self, finished: list[tuple[Claimed, TransportResult]], free: int
+    ) -> tuple[list[Claimed], int]:
+        for retry in range(_STEP_RETRIES):
+            passed = len(self._passed)
+            try:
+                async with self._conn.transaction():
+                    # Read inside the transaction: a lease starts when its claim is written.
+                    now = self._read()
+                    applied, claimed, seen = await self._write(now, finished, free)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                del self._passed[passed:]
+                if retry == _STEP_RETRIES - 1:
+                    raise
+                await asyncio.sleep(0.01 * (retry + 1))
+                continue
+            self._swept = True
+            self._count(applied, claimed)
+            return claimed, seen
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _write(
+        self, now: float, finished: list[tuple[Claimed, TransportResult]], free: int
+    ) -> tuple[list[Change], list[Claimed], int]:
+        conn = self._conn
+        changes = [outcome(item, result, now) for item, result in finished]
+        if not self._swept:
+            for row in await run_async(conn, lock_expiring(now, 100)):
+                change = decide_without_send(row, now)
+                if change is not None:
+                    changes.append(change)
+        to_claim: list[DueRow] = []
+        seen = 0
+        if free > 0:
+            rows = await run_async(conn, lock_due(now, free, self._passed))
+            seen = len(rows)
+            for row in rows:
+                if not self._routes.can_send(row.deliver_to) or still_held(row, now):
+                    self._passed.append(row.id)
+                    continue
+                change = decide_without_send(row, now)
+                if change is None:
+                    to_claim.append(row)
+                else:
+                    changes.append(change)
+        applied, transitions = (
+            await run_async(conn, apply_changes(changes, now, self._actor)) if changes else ([], [])
+        )
+        claimed, claim_transitions = (
+            await run_async(conn, claim(to_claim, now, self._actor, claimant.identity()))
+            if to_claim
+            else ([], [])
+        )
+        await run_async(conn, record_transitions(transitions + claim_transitions))
+        return applied, claimed, seen
+
+    def _count(self, applied: list[Change], claimed: list[Claimed]) -> None:
+        self._counts["attempted"] += len(claimed)
+        for change in applied:
+            self._counts[COUNTED_AS[change.reason_code]] += 1
+
+    async def _send(self, item: Claimed) -> TransportResult:
+        row = item.row
+        envelope = DispatchEnvelope(row.id, row.kind, row.deliver_to, item.attempt, item.payload)
+        try:
+            async with asyncio.timeout(TRANSPORT_DEADLINE_SECONDS):
+                result: object = await self._routes.send(envelope)
+        except TimeoutError:
+            return TransportResult.failure(
+                f"transport did not finish within {TRANSPORT_DEADLINE_SECONDS:g}s"
+            )
+        except Exception as exc:
+            return TransportResult.failure(f"transport raised {type(exc).__name__}: {exc}")
+        if not isinstance(result, TransportResult):
+            return TransportResult.failure(
+                f"transport returned {type(result).__name__}, not a TransportResult"
+            )
+        return result

@@ -1,0 +1,122 @@
+"""Delivery at concurrency 1 claims the next row while the current one is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+import studio_outbox
+import studio_state
+from studio_outbox import DispatchEnvelope, TransportResult
+from studio_outbox._delivery import deliver
+
+ZERO = {"attempted": 0, "delivered": 0, "retried": 0, "dead_letter": 0, "expired": 0}
+
+
+def _statuses(path: Path) -> dict[str, tuple[str, int]]:
+    # A second, independent connection: what another process would see committed.
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT id, status, attempt FROM dispatch_outbox").fetchall()
+    return {row[0]: (row[1], row[2]) for row in rows}
+
+
+async def _enqueue_n(conn: aiosqlite.Connection, clock: Any, n: int) -> list[str]:
+    ids = []
+    for index in range(n):
+        ids.append(
+            await studio_outbox.enqueue_dispatch(
+                conn, kind="notice", deliver_to=f"ok:{index}", clock=clock
+            )
+        )
+        clock.advance(1)
+    return ids
+
+
+async def test_the_next_row_is_claimed_while_the_current_send_runs(
+    conn: aiosqlite.Connection,
+    db_path: Path,
+    clock: studio_state.ManualClock,
+    probe: Any,
+    transport_factory: Any,
+) -> None:
+    ids = await _enqueue_n(conn, clock, 3)
+    seen: dict[str, dict[str, tuple[str, int]]] = {}
+
+    def behaviour(envelope: DispatchEnvelope) -> TransportResult:
+        seen[envelope.dispatch_id] = _statuses(db_path)
+        return TransportResult.success()
+
+    transport = transport_factory(behaviour)
+    counts = await studio_outbox.deliver_due_dispatches(
+        conn, transport=transport, clock=clock, concurrency=1
+    )
+    assert counts == {**ZERO, "attempted": 3, "delivered": 3}
+    assert transport.max_in_flight == 1
+    assert [env.dispatch_id for env in transport.sent] == ids
+    # During the first send the second row was already claimed (committed), the third not.
+    during_first = seen[ids[0]]
+    assert during_first[ids[0]] == ("delivering", 1)
+    assert during_first[ids[1]] == ("delivering", 1)
+    assert during_first[ids[2]] == ("pending", 0)
+    # Each row: one claim, one outcome, each a guarded change with its transition.
+    for dispatch_id in ids:
+        assert await probe.reasons(dispatch_id) == [
+            "dispatch.pending.enqueued",
+            "dispatch.delivering.claimed",
+            "dispatch.delivered.transport_ok",
+        ]
+        assert (await probe.row(dispatch_id))["attempt"] == 1
+
+
+async def test_stop_sends_and_records_the_row_claimed_ahead_and_claims_nothing_more(
+    conn: aiosqlite.Connection,
+    db_path: Path,
+    clock: studio_state.ManualClock,
+    transport_factory: Any,
+) -> None:
+    ids = await _enqueue_n(conn, clock, 4)
+    stop = asyncio.Event()
+
+    def behaviour(envelope: DispatchEnvelope) -> TransportResult:
+        stop.set()  # during the first send: the second row is already claimed
+        return TransportResult.success()
+
+    transport = transport_factory(behaviour)
+    counts = await deliver(conn, transport=transport, clock=clock, concurrency=1, stop=stop)
+    assert counts == {**ZERO, "attempted": 2, "delivered": 2}
+    after = _statuses(db_path)
+    # Nothing is left claimed without a send: the claimed-ahead row was sent and recorded.
+    assert [after[i] for i in ids] == [
+        ("delivered", 1),
+        ("delivered", 1),
+        ("pending", 0),
+        ("pending", 0),
+    ]
+
+
+async def test_a_failed_send_is_recorded_while_the_next_row_is_sent(
+    conn: aiosqlite.Connection,
+    clock: studio_state.ManualClock,
+    probe: Any,
+    transport_factory: Any,
+) -> None:
+    first, second = await _enqueue_n(conn, clock, 2)
+    start = clock()
+
+    def behaviour(envelope: DispatchEnvelope) -> TransportResult:
+        if envelope.dispatch_id == first:
+            return TransportResult.failure("down")
+        return TransportResult.success()
+
+    counts = await studio_outbox.deliver_due_dispatches(
+        conn, transport=transport_factory(behaviour), clock=clock, concurrency=1
+    )
+    assert counts == {**ZERO, "attempted": 2, "delivered": 1, "retried": 1}
+    row = await probe.row(first)
+    assert row["status"] == "pending" and row["attempt"] == 1 and row["last_error"] == "down"
+    assert row["next_attempt_at"] == start + 60
+    assert (await probe.row(second))["status"] == "delivered"

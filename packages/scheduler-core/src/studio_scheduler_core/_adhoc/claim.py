@@ -1,0 +1,148 @@
+"""The claim of a queued ad-hoc run: the commit step of the fire pipeline for the worker.
+
+One guarded transaction inserts the attempt's invocation and moves the row ``queued`` →
+``running`` (or straight to ``failed`` when the launch setup was refused) with this worker's
+lease, guarded on the attempt count read and on no other running row holding its
+``concurrency_key``. A lost guard writes nothing (the invocation is removed again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+from studio_state import record_transitions, write_transaction
+
+from .._fire import store as fire_store
+from .._fire.env import Prepared
+from .._notify import notify_run
+from .._terminal import StatusChange, apply, clip
+from .lease import CLAIMED, lease_transition
+
+
+@dataclass
+class Slot:
+    """One of the worker's ad-hoc slots (``max_adhoc_concurrent``; never a scheduled slot),
+    reserved for a claim; the worker's open set holds it once the claim commits."""
+
+    run_id: str | None = None
+    released: bool = False
+
+    def release(self) -> None:
+        """Give the slot back before the claim started. Idempotent."""
+        self.released = True
+
+
+def action_of(run: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    """The stored action (with its kind) and trigger context of a queued row."""
+    stored = run["action_args"] if isinstance(run["action_args"], Mapping) else {}
+    action = {**stored, "action_kind": stored.get("action_kind", run["action_kind"])}
+    context = run["trigger_context"] if isinstance(run["trigger_context"], Mapping) else {}
+    return action, context
+
+
+async def commit_claim(
+    conn: aiosqlite.Connection,
+    fire: Prepared,
+    run: Mapping[str, Any],
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    now: float,
+) -> bool:
+    """Claim ``run`` for ``fire`` in one transaction; ``False`` when its guard was lost."""
+    read_attempts = int(run["lease_attempts"])
+    attempt = read_attempts + 1
+    failed = fire.setup_error is not None
+    status = "failed" if failed else "running"
+    reason, summary = fire.setup_error or (CLAIMED, f"claimed by worker {worker_id}")
+    expires = None if failed else now + lease_seconds
+    inv_reason = reason if failed else "run.started.ok"
+    invocation = {
+        "id": fire.invocation_id,
+        "schedule_run_id": fire.run_id,
+        "skill": f"adhoc:{run['action_kind']}",
+        "status": status,
+        "prompt": fire.prompt,
+        "started_at": now,
+        "ended_at": now if failed else None,
+        "status_reason_code": inv_reason,
+        "status_reason_summary": clip(summary) if failed else None,
+        "created_at": now,
+        "updated_at": now,
+    }
+    refs = [{"kind": "invocation", "id": fire.invocation_id}]
+    change = StatusChange(
+        "schedule_runs",
+        fire.run_id,
+        status,
+        reason,
+        summary,
+        "adhoc_worker",
+        now,
+        previous="queued",
+        sets={
+            "leased_by": worker_id,
+            "lease_expires_at": expires,
+            "lease_attempts": attempt,
+            "invocation_id": fire.invocation_id,
+            "fired_at": now,
+            "ended_at": now if failed else None,
+            "error_detail": clip(summary) if failed else None,
+            "child_pid": None,
+            "child_started_at": None,
+            "status_evidence_refs": f'[{{"kind":"invocation","id":"{fire.invocation_id}"}}]',
+        },
+        guards={"lease_attempts": read_attempts},
+        exclusive="concurrency_key",
+        evidence_refs=refs,
+        metadata={
+            "worker_id": worker_id,
+            "lease_attempt": attempt,
+            "lease_expires_at": expires,
+            "argv": fire.argv,
+        },
+    )
+    try:
+        won = await _write_claim(conn, fire, invocation, change, inv_reason, summary, now)
+    except BaseException:
+        fire.discard()
+        raise
+    if not won:
+        fire.discard()
+    return won
+
+
+async def _write_claim(
+    conn: aiosqlite.Connection,
+    fire: Prepared,
+    invocation: Mapping[str, Any],
+    change: StatusChange,
+    inv_reason: str,
+    summary: str,
+    now: float,
+) -> bool:
+    async with write_transaction(conn):
+        # The invocation first: schedule_runs.invocation_id references it (not deferred).
+        await fire_store.insert_invocation(conn, invocation)
+        if not (await apply(conn, [change]))[0]:
+            await fire_store.delete_invocation(conn, fire.invocation_id)
+            return False
+        transition = lease_transition(
+            "invocation",
+            fire.invocation_id,
+            None,
+            change.status,
+            inv_reason,
+            summary,
+            now,
+            actor="adhoc_worker",
+            refs=[{"kind": "schedule_run", "id": fire.run_id}],
+        )
+        await record_transitions(conn, [transition])
+        if change.status == "failed":
+            await notify_run(conn, fire.run_id, now=now)
+        return True

@@ -1,0 +1,131 @@
+"""The SQL of ad-hoc runs: the queue's candidates, the enqueue insert, reads, and the lease's
+renewal and ownership checks.
+
+Status changes (claim, cancel, recovery, requeue) go through
+:func:`~studio_scheduler_core._terminal.apply`; this module holds the rest. A second backend
+implements these functions with the same guards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiosqlite
+
+from studio_state import fetch_all, fetch_one, fetch_value, open_connection
+
+ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
+"""What makes a ``schedule_runs`` row an ad-hoc run (fixed SQL for the run pages)."""
+
+CANDIDATES = (
+    "SELECT q.* FROM schedule_runs q WHERE q.status = 'queued' AND +q.schedule_id IS NULL "
+    "AND (q.concurrency_key IS NULL OR ("
+    "NOT EXISTS (SELECT 1 FROM schedule_runs r WHERE r.status = 'running' "
+    "AND r.concurrency_key = q.concurrency_key) "
+    "AND NOT EXISTS (SELECT 1 FROM schedule_runs o WHERE o.status = 'queued' "
+    "AND o.concurrency_key = q.concurrency_key AND (o.queued_at < q.queued_at "
+    "OR (o.queued_at = q.queued_at AND o.rowid < q.rowid))))) "
+    "ORDER BY q.queued_at, q.rowid LIMIT ?"
+)
+"""Queued ad-hoc rows a worker may claim now, oldest first: the head of each concurrency key
+whose key has no running row."""
+
+_ENQUEUE = (
+    "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
+    "action_args, status, chain_depth, fired_at, created_at, updated_at, "
+    "status_reason_code, status_reason_summary, queued_at, concurrency_key, "
+    "lease_attempts, notify) "
+    "VALUES (?, NULL, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, 0, ?)"
+)
+
+
+async def candidates(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` claimable queued rows (see :data:`CANDIDATES`)."""
+    return await fetch_all(conn, CANDIDATES, (limit,))
+
+
+async def insert_queued(
+    conn: aiosqlite.Connection,
+    *,
+    run_id: str,
+    context: str | None,
+    action_kind: str,
+    action: str | None,
+    now: float,
+    reason_code: str,
+    summary: str,
+    concurrency_key: str | None,
+    notify: str | None,
+) -> None:
+    """Insert a ``queued`` ad-hoc run (JSON columns already encoded)."""
+    await conn.execute(
+        _ENQUEUE,
+        (
+            run_id,
+            context,
+            action_kind,
+            action,
+            now,
+            now,
+            now,
+            reason_code,
+            summary,
+            now,
+            concurrency_key,
+            notify,
+        ),
+    )
+
+
+async def load_adhoc(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
+    """The raw row of an ad-hoc run, or ``None`` (unknown id, or a scheduled run)."""
+    return await fetch_one(
+        conn, f"SELECT * FROM schedule_runs WHERE id = ? AND {ADHOC_WHERE}", (run_id,)
+    )
+
+
+async def leased_running(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
+    """Every ``running`` row held under a lease (what lease recovery inspects)."""
+    return await fetch_all(
+        conn,
+        "SELECT id, invocation_id, leased_by, lease_expires_at, lease_attempts, child_pid, "
+        "child_started_at FROM schedule_runs WHERE status = 'running' AND leased_by IS NOT NULL",
+    )
+
+
+async def extend_lease(
+    conn: aiosqlite.Connection, run_id: str, *, worker_id: str, attempt: int, expires_at: float
+) -> bool:
+    """Move the lease's expiry of a running row this claim holds; whether it still held."""
+    cursor = await conn.execute(
+        "UPDATE schedule_runs SET lease_expires_at = ? WHERE id = ? "
+        "AND status = 'running' AND leased_by = ? AND lease_attempts = ?",
+        (expires_at, run_id, worker_id, attempt),
+    )
+    renewed = cursor.rowcount == 1
+    await cursor.close()
+    return renewed
+
+
+async def lease_held(
+    conn: aiosqlite.Connection, run_id: str, *, worker_id: str, attempt: int
+) -> bool:
+    """Whether the row is still ``running`` under this claim (a read, no write)."""
+    found = await fetch_value(
+        conn,
+        "SELECT 1 FROM schedule_runs WHERE id = ? AND status = 'running' "
+        "AND leased_by = ? AND lease_attempts = ?",
+        (run_id, worker_id, attempt),
+    )
+    return found is not None
+
+
+async def open_reader(db_path: str) -> aiosqlite.Connection:
+    """A query-only connection of its own (it sees committed rows only)."""
+    reader = await open_connection(db_path)
+    try:
+        await reader.execute("PRAGMA query_only = ON")
+    except BaseException:
+        await reader.close()
+        raise
+    return reader

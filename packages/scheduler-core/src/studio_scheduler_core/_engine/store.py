@@ -1,0 +1,122 @@
+"""The SQL of the engine's coordination: the due scan, the next wake-up, the backlog figures,
+the webhook due time, and the header reads behind the waker and the storage probe.
+
+A second backend implements these with its own indexes (the due scan must stay an index range
+read: ``enabled = 1 AND next_fire_at <= now`` in ``(next_fire_at, id)`` order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiosqlite
+
+from studio_state import fetch_one, fetch_value, write_transaction
+
+DUE_COLUMNS = (
+    "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
+    "max_runs, budget_usd, budget_tokens, jitter_sec"
+)
+"""What the due scan reads: enough to decide a plain deferral; full rows are read on demand."""
+
+# The earliest due time of webhook rows only (argv rows may be due but paused).
+_WEBHOOK_DUE = (
+    "SELECT min(t) AS due FROM ("
+    "SELECT min(next_attempt_at) AS t FROM dispatch_outbox "
+    "WHERE status IN ('pending', 'delivering') "
+    "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%') "
+    "UNION ALL SELECT min(expires_at) FROM dispatch_outbox "
+    "WHERE status = 'pending' AND expires_at IS NOT NULL "
+    "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%'))"
+)
+
+
+def due_query(types: tuple[str, ...], *, after: bool) -> str:
+    """The due-row query (uses ``idx_schedules_due``); ``after`` adds the keyset condition."""
+    placeholders = ", ".join("?" * len(types))
+    keyset = " AND (next_fire_at, id) > (?, ?)" if after else ""
+    return (
+        f"SELECT {DUE_COLUMNS} FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
+        f"{keyset} AND trigger_type IN ({placeholders}) ORDER BY next_fire_at, id LIMIT ?"
+    )
+
+
+async def due_rows(
+    conn: aiosqlite.Connection,
+    types: tuple[str, ...],
+    now: float,
+    after: tuple[float, str] | None,
+    limit: int,
+) -> list[Any]:
+    """Up to ``limit`` due rows of ``types`` after the keyset ``after``, in due order."""
+    params: list[Any] = [now]
+    if after is not None:
+        params += list(after)
+    params += [*types, limit]
+    return list(await conn.execute_fetchall(due_query(types, after=after is not None), params))
+
+
+async def next_fire_rows(
+    conn: aiosqlite.Connection, types: tuple[str, ...], *, floor: float | None, limit: int
+) -> list[Any]:
+    """The earliest armed rows of ``types`` (only ``next_fire_at > floor`` when given)."""
+    marks = ", ".join("?" * len(types))
+    where = " AND next_fire_at > ?" if floor is not None else ""
+    params: list[Any] = [floor] if floor is not None else []
+    return list(
+        await conn.execute_fetchall(
+            "SELECT id, next_fire_at FROM schedules WHERE enabled = 1 "
+            f"AND next_fire_at IS NOT NULL{where} AND trigger_type IN ({marks}) "
+            "ORDER BY next_fire_at, id LIMIT ?",
+            [*params, *types, limit],
+        )
+    )
+
+
+async def due_backlog(conn: aiosqlite.Connection, now: float) -> tuple[int, float | None]:
+    """How many enabled schedules are due at ``now``, and the oldest due time among them."""
+    row = await fetch_one(
+        conn,
+        "SELECT COUNT(*) AS n, MIN(next_fire_at) AS oldest FROM schedules "
+        "WHERE enabled = 1 AND next_fire_at <= ?",
+        (now,),
+    )
+    if row is None:
+        return 0, None
+    oldest = row["oldest"]
+    return int(row["n"] or 0), None if oldest is None else float(oldest)
+
+
+async def due_schedule(
+    conn: aiosqlite.Connection, schedule_id: str, next_fire_at: Any
+) -> dict[str, Any] | None:
+    """The full raw row, if still enabled and due at the ``next_fire_at`` the scan read."""
+    return await fetch_one(
+        conn,
+        "SELECT * FROM schedules WHERE id = ? AND enabled = 1 AND next_fire_at IS ?",
+        (schedule_id, next_fire_at),
+    )
+
+
+async def schedule_row(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any] | None:
+    """The full raw schedule row, or ``None``."""
+    return await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
+
+
+async def webhook_due_at(conn: aiosqlite.Connection) -> float | None:
+    """When a webhook dispatch is next due (to send, or to expire); ``None``: none."""
+    rows = list(await conn.execute_fetchall(_WEBHOOK_DUE))
+    value = rows[0]["due"] if rows else None
+    return None if value is None else float(value)
+
+
+async def data_version(conn: aiosqlite.Connection) -> int:
+    """``PRAGMA data_version``: changes when another connection commits."""
+    return int(await fetch_value(conn, "PRAGMA data_version") or 0)
+
+
+async def rewrite_header(conn: aiosqlite.Connection) -> None:
+    """Write the file's header once (``user_version`` to its own value): a write probe."""
+    async with write_transaction(conn):
+        version = int(await fetch_value(conn, "PRAGMA user_version") or 0)
+        await conn.execute(f"PRAGMA user_version = {version}")

@@ -1,0 +1,80 @@
+"""What a fire carries: the shared :class:`FireEnv`, a :class:`Prepared` fire and its
+:class:`Outcome`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiosqlite
+
+from studio_state import Clock
+
+from .._dbfile import StorageHealth
+from .._settings import SchedulerSettings
+
+
+@dataclass
+class FireEnv:
+    """What every fire needs: the writer connection, settings, clock and the database path."""
+
+    conn: aiosqlite.Connection
+    settings: SchedulerSettings
+    clock: Clock
+    db_path: str
+    live: dict[str, tuple[int, float | None]] = field(default_factory=dict)
+    """run id → (child pid, start time) of children this process is running."""
+    committed: set[str] = field(default_factory=set)
+    """Runs committed ``running`` by this process and not yet terminal."""
+    storage: StorageHealth = field(default_factory=StorageHealth)
+    """Where a terminal write reports a storage fault (shared with the engine's health)."""
+    closing: bool = False
+    """Set at shutdown: a failing terminal write is then given up (start-up reconciles it)."""
+
+    def child_env(self, invocation_id: str) -> dict[str, str]:
+        """The child's environment: base env + LIONAGI_INVOCATION_ID + LIONAGI_STUDIO_DB."""
+        base = self.settings.child_env
+        env = dict(os.environ if base is None else base)
+        env["LIONAGI_INVOCATION_ID"] = invocation_id
+        env["LIONAGI_STUDIO_DB"] = self.db_path
+        return env
+
+
+@dataclass
+class Prepared:
+    """A fire ready to commit: ids, the action row, argv (or the setup refusal)."""
+
+    run_id: str
+    invocation_id: str
+    schedule: Mapping[str, Any]
+    trigger_context: dict[str, Any]
+    kind: str
+    chain_depth: int = 0
+    chain_parent_id: str | None = None
+    argv: list[str] = field(default_factory=list)
+    tmp_path: str | None = None
+    cwd: str | None = None
+    prompt: str | None = None
+    setup_error: tuple[str, str] | None = None
+    run_guards: dict[str, Any] = field(default_factory=dict)
+    """Further ``column = value`` guards of the terminal run write (an ad-hoc run's lease)."""
+
+    def discard(self) -> None:
+        """Remove the flow_yaml temp file of a fire that will not spawn."""
+        if self.tmp_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp_path)
+            self.tmp_path = None
+
+
+@dataclass
+class Outcome:
+    """How a run ended, and whether this fire's terminal write won."""
+
+    status: str
+    reason_code: str
+    exit_code: int | None
+    applied: bool

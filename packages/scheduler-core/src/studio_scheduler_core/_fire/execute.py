@@ -1,0 +1,112 @@
+"""Executing a committed fire: spawn its child through the launcher, record the child, wait,
+and write the outcome through :func:`~studio_scheduler_core._fire.finish.finish`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from studio_launcher import (
+    CwdUnavailable,
+    DeadlineExceeded,
+    SpawnFailed,
+    process_start_time,
+    spawn_and_wait,
+)
+
+from .._runlog import run_log_path
+from .._settings import SchedulerSettings
+from . import store
+from .env import FireEnv, Outcome, Prepared
+from .finish import finish
+
+logger = logging.getLogger("studio_scheduler_core")
+
+
+async def _record_child(env: FireEnv, fire: Prepared, pid: int) -> None:
+    started = process_start_time(pid)
+    env.live[fire.run_id] = (pid, started)
+    if await store.record_child(env.conn, fire.run_id, pid, started):
+        # Cancelled (by another process) before its child was recorded: stop the child now;
+        # the launcher then ends whatever it left behind.
+        logger.info("run %s ended before its child %d was recorded: stopping it", fire.run_id, pid)
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGTERM)
+
+
+def run_deadline(schedule: Mapping[str, Any], settings: SchedulerSettings) -> float:
+    """The schedule's own ``timeout_sec``, else the invocation deadline setting."""
+    own = schedule.get("timeout_sec")
+    return float(own) if own else settings.invocation_deadline_seconds
+
+
+async def execute(
+    env: FireEnv, fire: Prepared, *, on_commit: Callable[[], None] | None = None
+) -> Outcome:
+    """Spawn the committed fire's child, wait for it, and write the terminal status."""
+    settings = env.settings
+    status, reason, exit_code, detail = "failed", "run.failed.exception", None, None
+    summary = ""
+    try:
+        try:
+            exit_code, tail = await spawn_and_wait(
+                fire.argv,
+                fire.invocation_id,
+                tmp_path=fire.tmp_path,
+                cwd=fire.cwd,
+                env=env.child_env(fire.invocation_id),
+                deadline_seconds=run_deadline(fire.schedule, settings),
+                on_spawn=lambda pid: _record_child(env, fire, pid),
+                kill_descendants=True,
+                log_path=run_log_path(env.db_path, settings, fire.run_id),
+                log_bytes=settings.run_log_bytes,
+            )
+            fire.tmp_path = None
+            if exit_code == 0:
+                status, reason, summary = "completed", "run.completed.ok", "exit code 0"
+            else:
+                status, reason, detail = "failed", "run.failed.exit_nonzero", tail
+                summary = f"the child exited with code {exit_code}"
+        except DeadlineExceeded as exc:
+            status, reason, summary = "timed_out", "run.timed_out.deadline", str(exc)
+            detail = f"{exc}\n{exc.stderr_tail}".strip()
+        except SpawnFailed as exc:
+            status, reason, summary, detail = "failed", "run.failed.spawn_error", str(exc), str(exc)
+        except CwdUnavailable as exc:
+            status, reason, summary, detail = "failed", "run.failed.missing_cwd", str(exc), str(exc)
+        except asyncio.CancelledError:
+            await asyncio.shield(
+                finish(
+                    env,
+                    fire,
+                    status="cancelled",
+                    reason_code="run.cancelled.shutdown",
+                    summary="cancelled by scheduler shutdown",
+                    exit_code=None,
+                    error_detail=None,
+                    on_commit=on_commit,
+                )
+            )
+            raise
+        except Exception as exc:
+            logger.exception("fire %s of schedule %s failed", fire.run_id, fire.schedule.get("id"))
+            summary = detail = f"{type(exc).__name__}: {exc}"
+    finally:
+        env.live.pop(fire.run_id, None)
+        fire.discard()
+    won = await finish(
+        env,
+        fire,
+        status=status,
+        reason_code=reason,
+        summary=summary,
+        exit_code=exit_code,
+        error_detail=detail,
+        on_commit=on_commit,
+    )
+    return Outcome(status=status, reason_code=reason, exit_code=exit_code, applied=won)

@@ -1,0 +1,174 @@
+"""The terminal transaction of a running run and its invocation, retried until it lands.
+
+The invocation's status comes from its sessions' evidence when there is any; the run's from
+how its child ended. Both are written through :func:`~studio_scheduler_core._terminal.apply`
+with the run's notification, in one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable
+
+from studio_state import write_transaction
+
+from .._notify import notify_run
+from .._policies.retry import plan_retry
+from .._terminal import StatusChange, apply, clip
+from . import store
+from .env import FireEnv, Prepared
+
+logger = logging.getLogger("studio_scheduler_core")
+
+_SESSION_PRECEDENCE = (
+    "timed_out",
+    "failed",
+    "aborted",
+    "cancelled",
+    "completed_empty",
+    "completed",
+)
+_RETRY_FIRST = 0.05
+_RETRY_MAX = 5.0
+
+
+def _resolve_invocation(session_statuses: list[str], fallback: str) -> tuple[str, bool]:
+    present = set(session_statuses)
+    for status in _SESSION_PRECEDENCE:
+        if status in present:
+            return status, True
+    return fallback, False
+
+
+async def finish(
+    env: FireEnv,
+    fire: Prepared,
+    *,
+    status: str,
+    reason_code: str,
+    summary: str,
+    exit_code: int | None,
+    error_detail: str | None,
+    on_commit: Callable[[], None] | None = None,
+) -> bool:
+    """The terminal transaction of a running run and its invocation, retried until it lands.
+
+    A storage fault (disk full, read-only, I/O error …) or a lock held past the busy timeout
+    must not leave the run ``running`` with no process: the write is retried with backoff
+    (each attempt bounded by the busy timeout, no bound in total), every failure logged and a
+    storage fault reported through ``env.storage`` until a write succeeds. At shutdown
+    (``env.closing``) a failing write is given up and raised; start-up reconciles the row.
+    """
+    delay = _RETRY_FIRST
+    failures = 0
+    while True:
+        try:
+            won = await _finish_once(
+                env,
+                fire,
+                status=status,
+                reason_code=reason_code,
+                summary=summary,
+                exit_code=exit_code,
+                error_detail=error_detail,
+                on_commit=on_commit,
+            )
+        except sqlite3.Error as exc:
+            problem = env.storage.failed(exc)
+            busy = getattr(exc, "sqlite_errorcode", None) in (5, 6)  # BUSY, LOCKED
+            if (problem is None and not busy) or env.closing:
+                raise
+            failures += 1
+            logger.error(
+                "terminal write of run %s (%s) failed %d time(s): %s; retrying in %.2fs",
+                fire.run_id,
+                status,
+                failures,
+                problem or exc,
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RETRY_MAX)
+            continue
+        env.storage.succeeded()
+        if failures:
+            logger.warning(
+                "terminal write of run %s landed after %d failure(s)", fire.run_id, failures
+            )
+        return won
+
+
+async def _finish_once(
+    env: FireEnv,
+    fire: Prepared,
+    *,
+    status: str,
+    reason_code: str,
+    summary: str,
+    exit_code: int | None,
+    error_detail: str | None,
+    on_commit: Callable[[], None] | None = None,
+) -> bool:
+    """One attempt of the terminal transaction (guarded on running).
+
+    The invocation's status is resolved from its sessions (timed_out > failed > aborted >
+    cancelled > completed_empty > completed), else from the run's outcome. ``on_commit`` runs
+    right after the commit, before any other task can run. Returns whether the run write won.
+    """
+    now = env.clock()
+    statuses = await store.session_statuses(env.conn, fire.invocation_id)
+    inv_fallback = "completed" if status == "completed" else status
+    inv_status, from_sessions = _resolve_invocation(statuses, inv_fallback)
+    inv_reason = f"run.{inv_status}.session_evidence" if from_sessions else reason_code
+    meta = {"exit_code": exit_code}
+    run_change = StatusChange(
+        "schedule_runs",
+        fire.run_id,
+        status,
+        reason_code,
+        summary,
+        "scheduler",
+        now,
+        sets={
+            "exit_code": exit_code,
+            "ended_at": now,
+            "error_detail": None if error_detail is None else clip(error_detail),
+            "status_evidence_refs": f'[{{"kind":"invocation","id":"{fire.invocation_id}"}}]',
+        },
+        guards=fire.run_guards,
+        evidence_refs=[{"kind": "invocation", "id": fire.invocation_id}],
+        metadata=meta,
+    )
+    invocation_change = StatusChange(
+        "invocations",
+        fire.invocation_id,
+        inv_status,
+        inv_reason,
+        summary,
+        "scheduler",
+        now,
+        sets={"ended_at": now},
+        evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
+        metadata={**meta, "session_statuses": statuses},
+    )
+    async with write_transaction(env.conn):
+        # The invocation first: the run's status, which readers of this connection wait on,
+        # changes last, right before the commit.
+        _, run_won = await apply(env.conn, [invocation_change, run_change])
+        if run_won:
+            await notify_run(env.conn, fire.run_id, now=now)
+            await plan_retry(
+                env.conn,
+                run_id=fire.run_id,
+                schedule=fire.schedule,
+                context=fire.trigger_context,
+                status=status,
+                chain_depth=fire.chain_depth,
+                now=now,
+            )
+    env.committed.discard(fire.run_id)
+    if on_commit is not None:
+        on_commit()
+    return run_won

@@ -1,0 +1,296 @@
+"""The SQL of a fire: the schedule claim, the run and invocation inserts, deferral records and
+the reads and writes around a running child.
+
+The policies in ``_fire`` (and the evaluator, the ad-hoc worker and recovery) say *what* to
+write and in which transaction; this module says *how* on SQLite. A second backend implements
+these functions with the same guards: a write that reports ``False`` (or a row count of 0)
+wrote nothing because its guard no longer held.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiosqlite
+
+from studio_state import fetch_one, run_write_transaction
+
+from .._rows import dumps
+
+_RUN_COLUMNS = (
+    "id",
+    "schedule_id",
+    "invocation_id",
+    "trigger_context",
+    "action_kind",
+    "action_args",
+    "status",
+    "exit_code",
+    "chain_parent_id",
+    "chain_depth",
+    "fired_at",
+    "ended_at",
+    "error_detail",
+    "created_at",
+    "updated_at",
+    "status_reason_code",
+    "status_reason_summary",
+    "status_evidence_refs",
+)
+_JSON_RUN_COLUMNS = frozenset({"trigger_context", "action_args", "status_evidence_refs"})
+_INSERT_RUN = (
+    f"INSERT INTO schedule_runs ({', '.join(_RUN_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})"
+)
+_INV_COLUMNS = (
+    "id",
+    "schedule_run_id",
+    "skill",
+    "status",
+    "prompt",
+    "started_at",
+    "ended_at",
+    "status_reason_code",
+    "status_reason_summary",
+    "created_at",
+    "updated_at",
+)
+_INSERT_INV = (
+    f"INSERT INTO invocations ({', '.join(_INV_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_INV_COLUMNS))})"
+)
+_DEFERRAL_RUN = (
+    "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
+    "status, chain_depth, fired_at, ended_at, created_at, updated_at, status_reason_code, "
+    "status_reason_summary, status_evidence_refs) "
+    "SELECT ?, ?, ?, ?, '[]', 'skipped', 0, ?, ?, ?, ?, ?, ?, ? "
+    "WHERE EXISTS (SELECT 1 FROM schedules WHERE id = ?)"
+)
+_DEFERRAL_TRANSITION = (
+    "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
+    "reason_code, reason_summary, evidence_refs, actor, metadata, created_at) "
+    "SELECT ?, 'schedule_run', ?, NULL, 'skipped', ?, ?, ?, 'scheduler', ?, ? "
+    "WHERE EXISTS (SELECT 1 FROM schedule_runs WHERE id = ?)"
+)
+_RECORD_CHILD = (
+    "UPDATE schedule_runs SET child_pid = ?, child_started_at = ? "
+    "WHERE id = ? AND status = 'running'"
+)
+
+
+Guard = tuple[str, Any]
+"""``(column, value)``: the row must hold ``value`` there (``None``: ``IS NULL``)."""
+
+
+def run_params(run: Mapping[str, Any]) -> tuple[Any, ...]:
+    """INSERT parameters of a run dict (JSON columns encoded)."""
+    return tuple(
+        dumps(run.get(column)) if column in _JSON_RUN_COLUMNS else run.get(column)
+        for column in _RUN_COLUMNS
+    )
+
+
+async def schedule_exists(conn: aiosqlite.Connection, schedule_id: str) -> bool:
+    """Whether the schedule row is still there."""
+    found = await conn.execute_fetchall("SELECT 1 FROM schedules WHERE id = ?", (schedule_id,))
+    return bool(list(found))
+
+
+async def update_schedule(
+    conn: aiosqlite.Connection, schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
+) -> bool:
+    """``UPDATE schedules SET sets WHERE id = ? AND guards``; whether the row matched."""
+    where = ["id = ?"]
+    params: list[Any] = [schedule_id]
+    for column, value in guards:
+        if value is None:
+            where.append(f"{column} IS NULL")
+        else:
+            where.append(f"{column} = ?")
+            params.append(value)
+    cursor = await conn.execute(
+        f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in sets)} WHERE {' AND '.join(where)}",
+        [*sets.values(), *params],
+    )
+    # rowcount is read without a round trip; the cursor is left to the GC (closing costs one).
+    return bool(cursor.rowcount == 1)
+
+
+async def disable_schedule(
+    conn: aiosqlite.Connection, schedule_id: str, *, reason_code: str, now: float
+) -> bool:
+    """Disable an enabled schedule with ``disabled_reason``; whether it was enabled."""
+    cursor = await conn.execute(
+        "UPDATE schedules SET enabled = 0, disabled_reason = ?, updated_at = ? "
+        "WHERE id = ? AND enabled = 1",
+        (reason_code, now, schedule_id),
+    )
+    changed = cursor.rowcount == 1
+    await cursor.close()
+    return changed
+
+
+async def insert_invocation(conn: aiosqlite.Connection, invocation: Mapping[str, Any]) -> None:
+    """Insert an ``invocations`` row from its dict."""
+    await conn.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
+
+
+async def delete_invocation(conn: aiosqlite.Connection, invocation_id: str) -> None:
+    """Remove an invocation row inserted by a write whose guard was then lost."""
+    await conn.execute("DELETE FROM invocations WHERE id = ?", (invocation_id,))
+
+
+async def insert_run(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> None:
+    """Insert a ``schedule_runs`` row from its dict."""
+    await conn.execute(_INSERT_RUN, run_params(run))
+
+
+async def insert_deferrals(
+    conn: aiosqlite.Connection,
+    runs: Sequence[tuple[Any, ...]],
+    transitions: Sequence[tuple[Any, ...]],
+) -> int:
+    """Insert deferral runs and their transitions (rows of a deleted schedule are skipped);
+    returns how many runs were written. Parameter layout: :data:`_DEFERRAL_RUN` and
+    :data:`_DEFERRAL_TRANSITION`."""
+    cursor = await conn.executemany(_DEFERRAL_RUN, runs)
+    written = cursor.rowcount
+    await cursor.close()
+    await conn.executemany(_DEFERRAL_TRANSITION, transitions)
+    return int(written)
+
+
+async def session_statuses(conn: aiosqlite.Connection, invocation_id: str) -> list[str]:
+    """The statuses of the invocation's sessions (its evidence)."""
+    rows = await conn.execute_fetchall(
+        "SELECT status FROM sessions WHERE invocation_id = ?", (invocation_id,)
+    )
+    return [row["status"] for row in rows]
+
+
+async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
+    """The raw ``schedule_runs`` row, or ``None``."""
+    return await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+
+
+async def record_child(
+    conn: aiosqlite.Connection, run_id: str, pid: int, started: float | None
+) -> bool:
+    """Write the spawned child of a ``running`` run: one guarded statement in one trip to the
+    connection's thread. Returns whether the run had already ended (its child must stop)."""
+
+    def write(db: sqlite3.Connection) -> bool:
+        if db.execute(_RECORD_CHILD, (pid, started, run_id)).rowcount == 1:
+            return False
+        row = db.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
+        return row is not None and row["status"] != "running"
+
+    return await run_write_transaction(conn, write)
+
+
+async def run_status(conn: aiosqlite.Connection, run_id: str) -> str | None:
+    """The run's status, or ``None`` when there is no such run."""
+    row = await fetch_one(conn, "SELECT status FROM schedule_runs WHERE id = ?", (run_id,))
+    return None if row is None else str(row["status"])
+
+
+async def start_waiting_run(
+    conn: aiosqlite.Connection, run_id: str, *, previous: str, sets: Mapping[str, Any]
+) -> bool:
+    """A waiting run (a retry's ``retry_wait`` row or a buffered ``waiting_dependency`` row)
+    takes ``sets`` (its status, invocation, argv …), guarded on ``previous``; JSON columns are
+    encoded. Returns whether the guard held."""
+    values = {k: dumps(v) if k in _JSON_RUN_COLUMNS else v for k, v in sets.items()}
+    cursor = await conn.execute(
+        f"UPDATE schedule_runs SET {', '.join(f'{k} = ?' for k in values)} "
+        "WHERE id = ? AND status = ?",
+        (*values.values(), run_id, previous),
+    )
+    changed = cursor.rowcount == 1
+    await cursor.close()
+    return changed
+
+
+async def run_invocation(conn: aiosqlite.Connection, run_id: str) -> str | None:
+    """The invocation id of a run, or ``None``."""
+    row = await fetch_one(conn, "SELECT invocation_id FROM schedule_runs WHERE id = ?", (run_id,))
+    return None if row is None or row["invocation_id"] is None else str(row["invocation_id"])
+
+
+# The policies' run rows: a retry's planned attempt, buffered and backfilled occurrences.
+
+
+async def insert_run_row(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> None:
+    """Insert a ``schedule_runs`` row with exactly the given columns (JSON ones encoded)."""
+    values = {k: dumps(v) if k in _JSON_RUN_COLUMNS else v for k, v in run.items()}
+    await conn.execute(
+        f"INSERT INTO schedule_runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+        tuple(values.values()),
+    )
+
+
+async def retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
+    """Whether a later attempt of ``run_id`` is planned."""
+    row = await fetch_one(
+        conn, "SELECT 1 AS found FROM schedule_runs WHERE retry_of = ?", (run_id,)
+    )
+    return row is not None
+
+
+async def due_retries(conn: aiosqlite.Connection, now: float, limit: int) -> list[dict[str, Any]]:
+    """Raw ``retry_wait`` rows whose backoff has passed, oldest first."""
+    rows = await conn.execute_fetchall(
+        "SELECT * FROM schedule_runs WHERE status = 'retry_wait' AND queued_at <= ? "
+        "ORDER BY queued_at, id LIMIT ?",
+        (now, limit),
+    )
+    return [dict(row) for row in rows]
+
+
+async def next_retry_at(conn: aiosqlite.Connection) -> float | None:
+    """When the earliest planned retry falls due (``None``: none planned)."""
+    row = await fetch_one(
+        conn, "SELECT MIN(queued_at) AS at FROM schedule_runs WHERE status = 'retry_wait'"
+    )
+    return None if row is None or row["at"] is None else float(row["at"])
+
+
+async def waiting_runs(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
+    """Raw buffered (``waiting_dependency``) rows, oldest first."""
+    rows = await conn.execute_fetchall(
+        "SELECT * FROM schedule_runs WHERE status = 'waiting_dependency' "
+        "ORDER BY created_at, rowid LIMIT ?",
+        (limit,),
+    )
+    return [dict(row) for row in rows]
+
+
+async def buffered_ids(conn: aiosqlite.Connection, schedule_id: str) -> list[str]:
+    """The ids of the schedule's buffered (``waiting_dependency``) runs."""
+    rows = await conn.execute_fetchall(
+        "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'waiting_dependency'",
+        (schedule_id,),
+    )
+    return [str(row["id"]) for row in rows]
+
+
+async def backfilled_due_times(
+    conn: aiosqlite.Connection, schedule_id: str, first: float, last: float
+) -> set[float]:
+    """The due times in [first, last) the schedule already has a (not skipped) run for."""
+    rows = await conn.execute_fetchall(
+        "SELECT json_extract(trigger_context, '$.due_at') AS due FROM schedule_runs "
+        "WHERE schedule_id = ? AND json_extract(trigger_context, '$.due_at') >= ? "
+        "AND json_extract(trigger_context, '$.due_at') < ? AND status != 'skipped'",
+        (schedule_id, first, last),
+    )
+    return {float(row["due"]) for row in rows if row["due"] is not None}
+
+
+async def retry_lineage(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
+    """A run's status, chain depth and attempt, or ``None``."""
+    return await fetch_one(
+        conn, "SELECT status, chain_depth, attempt FROM schedule_runs WHERE id = ?", (run_id,)
+    )

@@ -1,0 +1,163 @@
+"""The ``Action`` and ``Schedule`` records: one field per ``schedules`` column, in column order.
+
+Adding a column is one field here (plus its migration): the row codec, the service's create and
+update field sets, the follow-up overlay keys and the API's models follow from the metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .column import column, from_row, to_row
+from .vocab import (
+    ACTION_KIND_ALIASES,
+    MAX_BUDGET_USD,
+    MAX_COUNT,
+    MAX_INTERVAL_SEC,
+    MAX_POLL_INTERVAL_SEC,
+    MAX_TIMEOUT_SEC,
+    ActionKindName,
+    MissedFirePolicy,
+    OverlapPolicy,
+    TriggerType,
+)
+
+_IN = column(create=True)
+"""A plain input field."""
+_POLICY = column(create=True, own_check=True)
+"""A policy input field, checked by ``_policies.fields``."""
+_MODEL_KINDS = ("agent", "flow", "fanout", "engine")
+"""The kinds that take a model (``engine`` is the launcher's own kind, reachable by follow-ups)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Trigger:
+    """The identity and trigger columns (the first columns of ``schedules``)."""
+
+    id: str = field(metadata=column())
+    name: str = field(metadata=column(create=True, not_null=True))
+    description: str | None = field(default=None, metadata=_IN)
+    enabled: bool = field(default=True, metadata=column(create=True, update=False, not_null=True))
+    trigger_type: TriggerType = field(metadata=column(create=True, not_null=True))
+    cron_expr: str | None = field(default=None, metadata=_IN)
+    interval_sec: int | None = field(
+        default=None, metadata=column(create=True, maximum=MAX_INTERVAL_SEC)
+    )
+    github_repo: str | None = field(default=None, metadata=_IN)
+    github_filter: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True)
+    )
+    github_cursor: str | None = field(default=None, metadata=column())
+    poll_interval_sec: int | None = field(
+        default=None, metadata=column(create=True, maximum=MAX_POLL_INTERVAL_SEC)
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Action:
+    """What a fire runs: the ``action_*`` columns a schedule and an ad-hoc run share.
+
+    ``overlay`` names the follow-up keys (``on_success``/``on_fail``) that override a column;
+    ``kinds`` the action kinds that use it (a follow-up of another kind may not set it).
+    """
+
+    # The stored kind is one of ACTION_KINDS; input may also spell an alias.
+    action_kind: ActionKindName = field(
+        metadata=column(
+            create=True, not_null=True, overlay=("kind", "action_kind"), aliases=ACTION_KIND_ALIASES
+        )
+    )
+    action_model: str | None = field(
+        default=None, metadata=column(create=True, overlay=("model",), kinds=_MODEL_KINDS)
+    )
+    action_prompt: str | None = field(
+        default=None,
+        metadata=column(create=True, overlay=("prompt",), kinds=(*_MODEL_KINDS, "play")),
+    )
+    action_agent: str | None = field(
+        default=None, metadata=column(create=True, overlay=("agent",), kinds=("agent", "engine"))
+    )
+    action_playbook: str | None = field(
+        default=None, metadata=column(create=True, overlay=("playbook",), kinds=("play",))
+    )
+    action_flow_yaml: str | None = field(
+        default=None, metadata=column(create=True, overlay=("flow_yaml",), kinds=("flow_yaml",))
+    )
+    action_project: str | None = field(
+        default=None, metadata=column(create=True, overlay=("project",))
+    )
+    action_cwd: str | None = field(default=None, metadata=_IN)
+    action_extra_args: tuple[str, ...] = field(default=(), metadata=column(create=True, json=True))
+    action_command: str | None = field(
+        default=None, metadata=column(create=True, overlay=("command",), kinds=("command",))
+    )
+    action_command_args: tuple[str, ...] = field(
+        default=(),
+        metadata=column(create=True, json=True, overlay=("command_args",), kinds=("command",)),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule(Action, _Trigger):
+    """A ``schedules`` row: trigger, action, follow-ups, policies, limits and bookkeeping."""
+
+    on_success: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True, overlay=("on_success",))
+    )
+    on_fail: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True, overlay=("on_fail",))
+    )
+    last_fired_at: float | None = field(default=None, metadata=column())
+    next_fire_at: float | None = field(default=None, metadata=column())
+    last_evaluated_at: float | None = field(default=None, metadata=column())
+    missed_fire_policy: MissedFirePolicy = field(
+        default="skip", metadata=column(create=True, not_null=True)
+    )
+    overlap_policy: OverlapPolicy = field(
+        default="skip", metadata=column(create=True, not_null=True)
+    )
+    max_runs: int | None = field(default=None, metadata=column(create=True, maximum=MAX_COUNT))
+    budget_usd: float | None = field(
+        default=None, metadata=column(create=True, maximum=MAX_BUDGET_USD)
+    )
+    budget_tokens: int | None = field(default=None, metadata=column(create=True, maximum=MAX_COUNT))
+    project: str | None = field(default=None, metadata=_IN)
+    threshold_config: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True)
+    )
+    last_alert_at: float | None = field(default=None, metadata=column())
+    last_healthy_poll_at: float | None = field(default=None, metadata=column())
+    poller_consecutive_401: int = field(default=0, metadata=column())
+    disabled_reason: str | None = field(default=None, metadata=column())
+    timezone: str | None = field(default=None, metadata=column(create=True, own_check=True))
+    timeout_sec: int | None = field(
+        default=None, metadata=column(create=True, maximum=MAX_TIMEOUT_SEC)
+    )
+    created_at: float = field(metadata=column())
+    updated_at: float = field(metadata=column())
+    notify: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True, own_check=True)
+    )
+    github_etag: str | None = field(default=None, metadata=column(public=False))
+    # The policies (migration 8); their checks are in ``_policies.fields`` (``own_check``).
+    catchup_window_sec: int | None = field(default=None, metadata=_POLICY)
+    """A missed occurrence older than this many seconds is skipped, even under run_once."""
+    jitter_sec: int | None = field(default=None, metadata=_POLICY)
+    """Each occurrence waits a deterministic delay in [0, jitter_sec) before it starts."""
+    pause_on_failure: bool | None = field(default=None, metadata=_POLICY)
+    """Disable the schedule when a run fails after its last attempt."""
+    retry: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True, own_check=True)
+    )
+    """``{"max_attempts", "backoff_sec", "backoff_factor", "max_backoff_sec"}``."""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Schedule:
+        """The record of a decoded ``schedules`` row."""
+        return from_row(cls, row)
+
+    def to_row(self) -> dict[str, Any]:
+        """The record as the public dict the service returns."""
+        return to_row(self)

@@ -1,0 +1,72 @@
+"""The SQL of recovery: the runs and invocations start-up reconciliation and the stale-run
+reaper inspect, the database's file and the WAL checkpoint.
+
+The writes themselves go through :func:`~studio_scheduler_core._terminal.apply`. A second
+backend implements these reads (and replaces the checkpoint with its own maintenance).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiosqlite
+
+from studio_state import connect, fetch_all
+
+
+async def unleased_running_runs(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
+    """Scheduled runs (no lease) still ``running``, with their recorded child."""
+    return await fetch_all(
+        conn,
+        "SELECT id, invocation_id, child_pid, child_started_at FROM schedule_runs "
+        "WHERE status = 'running' AND leased_by IS NULL",
+    )
+
+
+async def unleased_running_invocations(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
+    """Ids of ``running`` invocations whose run is gone or not leased."""
+    return await fetch_all(
+        conn,
+        "SELECT i.id FROM invocations i LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
+        "WHERE i.status = 'running' AND (r.id IS NULL OR r.leased_by IS NULL)",
+    )
+
+
+async def runs_fired_before(conn: aiosqlite.Connection, cutoff: float) -> list[dict[str, Any]]:
+    """Scheduled runs still ``running`` that fired before ``cutoff``, with their child and
+    their schedule's own ``timeout_sec`` (NULL when it has none, or the schedule is gone)."""
+    return await fetch_all(
+        conn,
+        "SELECT r.id, r.invocation_id, r.child_pid, r.child_started_at, r.fired_at, "
+        "s.timeout_sec FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
+        "WHERE r.status = 'running' AND r.leased_by IS NULL AND r.fired_at < ?",
+        (cutoff,),
+    )
+
+
+async def invocations_started_before(
+    conn: aiosqlite.Connection, cutoff: float
+) -> list[dict[str, Any]]:
+    """``running`` invocations (of no run, or of an unleased one) started before ``cutoff``."""
+    return await fetch_all(
+        conn,
+        "SELECT i.id, i.schedule_run_id FROM invocations i "
+        "LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
+        "WHERE i.status = 'running' AND i.started_at < ? AND (r.id IS NULL OR r.leased_by IS NULL)",
+        (cutoff,),
+    )
+
+
+async def database_path(conn: aiosqlite.Connection) -> str | None:
+    """The file of the connection's main database (what children get as LIONAGI_STUDIO_DB)."""
+    for row in await fetch_all(conn, "PRAGMA database_list"):
+        if row.get("name") == "main":
+            return str(row.get("file") or "") or None
+    return None
+
+
+async def checkpoint(db_path: str) -> dict[str, Any]:
+    """``PRAGMA wal_checkpoint(TRUNCATE)`` on a short-lived connection of its own."""
+    async with connect(db_path) as conn:
+        rows = await fetch_all(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
+    return rows[0] if rows else {}

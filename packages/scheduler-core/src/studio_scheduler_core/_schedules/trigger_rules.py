@@ -1,0 +1,133 @@
+"""Validation of a schedule's trigger: cron, interval, or a GitHub poll with its filter; and of
+the optional threshold gate."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .._records.column import maximum
+from .._records.schedule import Schedule
+from .._triggers.cron import CronError, check_expression, next_after
+from .checks import err, finite, positive_int
+
+TRIGGER_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "cron": ("cron_expr",),
+    "interval": ("interval_sec",),
+    "github_poll": ("github_repo", "github_filter", "poll_interval_sec"),
+}
+"""The fields each trigger type owns (refused under any other trigger type)."""
+GITHUB_FILTER_KEYS = ("state", "base", "draft", "same_repo_only", "event")
+GITHUB_EVENTS = ("pr_opened", "pr_updated", "pr_merged", "pr_closed")
+THRESHOLD_KEYS = ("metric", "op", "value", "window_minutes")
+THRESHOLD_METRICS = (
+    "failed_runs",
+    "failed_sessions",
+    "total_cost_usd",
+    "p95_latency_ms",
+    "dead_letters",
+    "pending_dispatch",
+    "github_poll_healthy_age_minutes",
+    "github_poll_consecutive_401",
+)
+THRESHOLD_OPS = ("gt", "gte", "lt", "lte")
+MAX_WINDOW_MINUTES = 366 * 1440
+DEFAULT_POLL_INTERVAL_SEC = 300
+_REPO = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
+_BRANCH = re.compile(r"[A-Za-z0-9._/@+-]{1,255}")
+
+
+def check_github_filter(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Validate github_filter keys and values."""
+    if value is None:
+        return None
+    out = dict(value)
+    for key in out:
+        if key not in GITHUB_FILTER_KEYS:
+            raise err(
+                f"github_filter.{key}",
+                f"unknown key (allowed: {', '.join(GITHUB_FILTER_KEYS)})",
+            )
+    if "state" in out and out["state"] not in ("open", "closed", "all"):
+        raise err("github_filter.state", "must be 'open', 'closed' or 'all'")
+    if "base" in out and (not isinstance(out["base"], str) or not _BRANCH.fullmatch(out["base"])):
+        raise err("github_filter.base", "must be a branch name")
+    for key in ("draft", "same_repo_only"):
+        if key in out and not isinstance(out[key], bool):
+            raise err(f"github_filter.{key}", "must be a boolean")
+    if "event" in out and out["event"] not in GITHUB_EVENTS:
+        raise err("github_filter.event", f"must be one of {', '.join(GITHUB_EVENTS)}")
+    if out.get("event") in ("pr_merged", "pr_closed") and out.get("state") == "open":
+        raise err("github_filter.state", f"'open' never matches event {out['event']!r}")
+    return out
+
+
+def check_threshold(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Validate threshold_config: exactly metric, op, value, window_minutes."""
+    if value is None:
+        return None
+    out = dict(value)
+    for key in out:
+        if key not in THRESHOLD_KEYS:
+            raise err(f"threshold_config.{key}", "unknown key")
+    for key in THRESHOLD_KEYS:
+        if key not in out:
+            raise err(f"threshold_config.{key}", "is required")
+    if out["metric"] not in THRESHOLD_METRICS:
+        raise err("threshold_config.metric", f"must be one of {', '.join(THRESHOLD_METRICS)}")
+    if out["op"] not in THRESHOLD_OPS:
+        raise err("threshold_config.op", f"must be one of {', '.join(THRESHOLD_OPS)}")
+    if finite(out["value"]) is None:
+        raise err("threshold_config.value", "must be a finite number")
+    out["window_minutes"] = positive_int(
+        "threshold_config.window_minutes", out["window_minutes"], MAX_WINDOW_MINUTES
+    )
+    return out
+
+
+def _check_github(row: dict[str, Any]) -> None:
+    repo = row.get("github_repo")
+    if not repo:
+        raise err("github_repo", "is required for trigger_type 'github_poll'")
+    name = repo.split("/", 1)[-1]
+    if not _REPO.fullmatch(repo) or name in (".", ".."):
+        raise err("github_repo", f"must be 'owner/name', got {repo!r}")
+    row["github_filter"] = check_github_filter(row.get("github_filter"))
+    if row.get("poll_interval_sec") is None:
+        row["poll_interval_sec"] = DEFAULT_POLL_INTERVAL_SEC
+    row["poll_interval_sec"] = positive_int(
+        "poll_interval_sec", row["poll_interval_sec"], maximum(Schedule, "poll_interval_sec")
+    )
+    if row.get("threshold_config") is not None:
+        raise err("threshold_config", "applies only to cron and interval schedules")
+
+
+def check_trigger(row: dict[str, Any], *, timezone: str, now: float) -> None:
+    """Validate (and normalise, in place) the trigger fields and the threshold gate."""
+    trigger = row["trigger_type"]
+    for other, fields in TRIGGER_FIELDS.items():
+        if other == trigger:
+            continue
+        for field in fields:
+            if row.get(field) is not None:
+                raise err(field, f"does not apply to trigger_type {trigger!r}")
+    if trigger == "cron":
+        expr = row.get("cron_expr")
+        if not expr:
+            raise err("cron_expr", "is required for trigger_type 'cron'")
+        try:
+            check_expression(expr)
+            next_after(expr, timezone, now)
+        except CronError as exc:
+            raise err("cron_expr", str(exc)) from None
+        row["cron_expr"] = expr.strip()
+    elif trigger == "interval":
+        if row.get("interval_sec") is None:
+            raise err("interval_sec", "is required for trigger_type 'interval'")
+        row["interval_sec"] = positive_int(
+            "interval_sec", row["interval_sec"], maximum(Schedule, "interval_sec")
+        )
+    else:
+        _check_github(row)
+    row["threshold_config"] = check_threshold(row.get("threshold_config"))

@@ -1,0 +1,87 @@
+"""Request and response models of the HTTP API (extra keys are refused everywhere).
+
+:mod:`.base` holds the bases and the storable-value check, :mod:`.derive` builds models from the
+records, :mod:`.schedules`, :mod:`.dispatch` and :mod:`.health` hold one family each.
+"""
+
+from __future__ import annotations
+
+from .base import SQLITE_INT_MAX, ErrorOut, RequestModel, ResponseModel, check_storable
+from .dispatch import (
+    AckRequest,
+    DispatchCreate,
+    DispatchCreated,
+    DispatchList,
+    DispatchOut,
+    DispatchStatus,
+)
+from .health import (
+    DatabaseHealth,
+    DispatchHealth,
+    HealthOut,
+    Holder,
+    LimitsOut,
+    SchedulerHealth,
+    TransportHealth,
+)
+from .schedules import (
+    ActionKind,
+    BackfillOut,
+    BackfillRequest,
+    DisableRequest,
+    FireTime,
+    MissedFirePolicy,
+    OverlapPolicy,
+    PreviewOut,
+    RunCreate,
+    RunDetail,
+    RunList,
+    RunOut,
+    RunStatus,
+    ScheduleCreate,
+    ScheduleList,
+    ScheduleOut,
+    ScheduleUpdate,
+    TriggerOut,
+    TriggerType,
+)
+
+__all__ = [
+    "SQLITE_INT_MAX",
+    "AckRequest",
+    "ActionKind",
+    "BackfillOut",
+    "BackfillRequest",
+    "DatabaseHealth",
+    "DisableRequest",
+    "DispatchCreate",
+    "DispatchCreated",
+    "DispatchHealth",
+    "DispatchList",
+    "DispatchOut",
+    "DispatchStatus",
+    "ErrorOut",
+    "FireTime",
+    "HealthOut",
+    "Holder",
+    "LimitsOut",
+    "MissedFirePolicy",
+    "OverlapPolicy",
+    "PreviewOut",
+    "RequestModel",
+    "ResponseModel",
+    "RunCreate",
+    "RunDetail",
+    "RunList",
+    "RunOut",
+    "RunStatus",
+    "ScheduleCreate",
+    "ScheduleList",
+    "ScheduleOut",
+    "ScheduleUpdate",
+    "SchedulerHealth",
+    "TransportHealth",
+    "TriggerOut",
+    "TriggerType",
+    "check_storable",
+]

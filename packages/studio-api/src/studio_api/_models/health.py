@@ -1,0 +1,81 @@
+"""Health and limits models: ``GET /api/health`` and ``GET /api/schedules/limits``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ResponseModel
+
+
+class Holder(ResponseModel):
+    """A fire holding one of the global scheduled slots."""
+
+    schedule_id: str | None = None
+    run_id: str | None = None
+    since: float | None = None
+
+
+class LimitsOut(ResponseModel):
+    """Concurrency caps and what holds them now."""
+
+    max_scheduled_concurrent: int
+    in_flight: int
+    holders: list[Holder] = Field(default_factory=list)
+    max_adhoc_concurrent: int
+    adhoc_in_flight: int = 0
+
+
+class SchedulerHealth(ResponseModel):
+    """The engine's view: is the tick running, when did it last run, what is waiting."""
+
+    running: bool
+    last_tick_at: float | None = None
+    seconds_since_last_tick: float | None = None
+    last_tick_error: str | None = None
+    tick_seconds: float
+    in_flight: int
+    due_backlog: int
+    global_cap: int
+    holders: list[Holder] = Field(default_factory=list)
+    fire_lag_last_seconds: float | None = None
+    """Due → fire lag of the latest scheduled fire (this process)."""
+    fire_lag_max_seconds: float | None = None
+    """The largest due → fire lag since the server started."""
+
+
+class TransportHealth(ResponseModel):
+    """One transport: ``active`` or ``paused``, why (``None`` when nothing to say), signing."""
+
+    state: Literal["active", "paused"]
+    reason: str | None = None
+    signed: bool | None = None
+
+
+class DispatchHealth(ResponseModel):
+    """Outbox delivery: rows waiting, whether argv delivery is paused for lack of a template,
+    and each transport's state (``argv``, ``webhook``)."""
+
+    backlog: int
+    delivery_paused: bool
+    transports: dict[str, TransportHealth] = Field(default_factory=dict)
+
+
+class DatabaseHealth(ResponseModel):
+    """The database: its durability mode, and the storage fault writes meet now (if any)."""
+
+    synchronous: str
+    problem: str | None = None
+    problem_since: float | None = None
+
+
+class HealthOut(ResponseModel):
+    """``GET /api/health``: ``status`` is ``ok``, or ``degraded`` when the tick is not healthy
+    or writes to the database fail (``database.problem``)."""
+
+    status: Literal["ok", "degraded"]
+    version: str
+    scheduler: SchedulerHealth
+    dispatch: DispatchHealth
+    database: DatabaseHealth

@@ -1,0 +1,168 @@
+"""Schedule and run models: bodies and answers of ``/api/schedules`` and ``/api/runs``.
+
+The record-shaped models are derived from :class:`studio_scheduler_core.Schedule`,
+:class:`~studio_scheduler_core.Action` and :class:`~studio_scheduler_core.Run`; the
+vocabularies are scheduler-core's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from studio_scheduler_core import (
+    Action,
+    ActionKindName,
+    MissedFirePolicy,
+    OverlapPolicy,
+    Run,
+    RunStatus,
+    Schedule,
+    TriggerType,
+    record_specs,
+)
+
+from .base import RequestModel, ResponseModel
+from .derive import of_specs, request_model, response_model
+
+__all__ = [
+    "ActionKind",
+    "BackfillOut",
+    "BackfillRequest",
+    "DisableRequest",
+    "FireTime",
+    "MissedFirePolicy",
+    "OverlapPolicy",
+    "PreviewOut",
+    "RunCreate",
+    "RunDetail",
+    "RunList",
+    "RunOut",
+    "RunStatus",
+    "ScheduleCreate",
+    "ScheduleList",
+    "ScheduleOut",
+    "ScheduleUpdate",
+    "TriggerOut",
+    "TriggerType",
+]
+
+ActionKind = ActionKindName
+
+_SCHEDULE = record_specs(Schedule)
+_INPUT = of_specs(s for s in _SCHEDULE if s.meta.create)
+_PATCH = of_specs(s for s in _SCHEDULE if s.updatable)
+_ADHOC = of_specs(
+    [*(s for s in record_specs(Action) if s.meta.create)]
+    + [s for s in record_specs(Run) if s.meta.create]
+)
+
+if TYPE_CHECKING:
+
+    class ScheduleCreate(RequestModel): ...
+
+    class ScheduleUpdate(RequestModel): ...
+
+    class RunCreate(RequestModel): ...
+
+    class ScheduleOut(ResponseModel): ...
+
+    class RunOut(ResponseModel): ...
+
+else:
+    ScheduleCreate = request_model(
+        "ScheduleCreate",
+        "Body of ``POST /api/schedules`` (the create model, plus cwd, command, enabled).",
+        _INPUT,
+        partial=False,
+    )
+    ScheduleUpdate = request_model(
+        "ScheduleUpdate",
+        "Body of ``PATCH /api/schedules/{id}``: only the keys sent are changed (null clears).",
+        _PATCH,
+        partial=True,
+    )
+    RunCreate = request_model(
+        "RunCreate",
+        "Body of ``POST /api/runs``: an ad-hoc run (a schedule's action fields, no trigger).",
+        _ADHOC,
+        partial=False,
+    )
+    ScheduleOut = response_model(
+        "ScheduleOut",
+        "A stored schedule (every column; JSON columns decoded).",
+        of_specs(s for s in _SCHEDULE if s.meta.public),
+    )
+    RunOut = response_model(
+        "RunOut",
+        "A schedule run (every column of ``schedule_runs``; JSON columns decoded).",
+        of_specs(record_specs(Run)),
+    )
+
+
+class DisableRequest(RequestModel):
+    """Optional body of ``POST /api/schedules/{id}/disable``."""
+
+    reason: str | None = None
+
+
+class ScheduleList(ResponseModel):
+    """One page of schedules; ``total`` counts every match, not just this page."""
+
+    schedules: list[ScheduleOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class RunDetail(RunOut):
+    """One run with the runs its follow-ups started (``chain_children``)."""
+
+    chain_children: list[RunOut] = Field(default_factory=list)
+
+
+class RunList(ResponseModel):
+    """One page of a schedule's runs, newest first; ``total`` counts every match."""
+
+    runs: list[RunOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class TriggerOut(ResponseModel):
+    """Answer of a manual trigger: the id of the run it started."""
+
+    run_id: str
+
+
+class FireTime(ResponseModel):
+    """One upcoming fire time, as epoch seconds, UTC and local ISO-8601."""
+
+    at: float
+    utc: str
+    local: str
+    jitter_sec: float | None = None
+    """The delay this occurrence waits after ``at`` (its jitter)."""
+
+
+class PreviewOut(ResponseModel):
+    """The next ``n`` fire times of a schedule."""
+
+    schedule_id: str
+    timezone: str
+    fire_times: list[FireTime]
+
+
+class BackfillRequest(RequestModel):
+    """Body of ``POST /api/schedules/{id}/backfill``: ISO 8601 or epoch seconds, [start, end)."""
+
+    start: str | float
+    end: str | float
+
+
+class BackfillOut(ResponseModel):
+    """Answer of a backfill: how many runs it started."""
+
+    runs: int
