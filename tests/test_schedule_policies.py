@@ -1,11 +1,15 @@
 """Schedule policies through a real ``studio serve``: overlap buffering and cancel-other with
 children that run long, a kill -9 between a failure and its retry, pause on failure, and a
-backfill over a window with a DST change."""
+backfill over a window with a DST change; an operator's cancel of a planned retry (API) and of
+a buffered occurrence (``studio run cancel``), which then never start."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -292,3 +296,85 @@ def test_bad_policy_fields_are_422_naming_the_field_and_nothing_is_written(
         assert answer.json()["field"] == field and needle in answer.json()["detail"], answer.text
     assert server.rows("SELECT id FROM schedules") == []
     server.stop()
+
+
+CANCELLED = "run.cancelled.operator"
+
+
+def _studio(server: StudioProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "studio_cli", *args, "--db", str(server.db)],
+        capture_output=True,
+        text=True,
+        env=server.env,
+        cwd=server.base,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_a_cancelled_retry_never_runs(studio_process: Any, tmp_path: Path) -> None:
+    server = studio_process()
+    server.start()
+    flaky = write_script(tmp_path, "flaky.py", FLAKY)
+    counter = tmp_path / "count"
+    sid = _create(
+        server,
+        name="retry-cancel",
+        interval_sec=86400,
+        action_command_args=[str(flaky), str(counter), "2"],
+        retry={"max_attempts": 3, "backoff_sec": 2},
+    )["id"]
+    assert server.request("POST", f"/api/schedules/{sid}/trigger").status_code == 202
+    planned = wait_for(lambda: _with(server, sid, "retry_wait"), what="a retry planned")[0]
+    answer = server.request("POST", f"/api/schedules/runs/{planned['id']}/cancel")
+    assert answer.status_code == 202, answer.text
+    assert (answer.json()["status"], answer.json()["status_reason_code"]) == (
+        "cancelled",
+        CANCELLED,
+    )
+    time.sleep(4)  # twice the backoff: a retry still planned would have run by now
+    assert counter.read_text() == "1"
+    runs = [(r["status"], r["status_reason_code"]) for r in _with(server, sid, "cancelled")]
+    assert runs == [("cancelled", CANCELLED)]
+    assert not _with(server, sid, "running") and not _with(server, sid, "completed")
+    again = server.request("POST", f"/api/schedules/runs/{planned['id']}/cancel")
+    assert again.status_code == 409 and again.json()["reason_code"], again.text
+    server.stop()
+    assert_consistent(server.db)
+
+
+def test_a_cancelled_buffered_occurrence_never_runs(studio_process: Any, tmp_path: Path) -> None:
+    server = studio_process()
+    server.start()
+    blocker = write_script(tmp_path, "blocker.py", BLOCKER)
+    flag = tmp_path / "flag"
+    sid = _create(
+        server,
+        name="buffer-cancel",
+        interval_sec=2,
+        action_command_args=[str(blocker), str(flag)],
+        overlap_policy="buffer_one",
+    )["id"]
+    kept = wait_for(
+        lambda: _with(server, sid, "waiting_dependency", "schedule.buffered.overlap"),
+        what="an occurrence buffered",
+    )[0]
+    proc = _studio(server, "run", "cancel", kept["id"])
+    assert proc.returncode == 0, proc.stderr
+    assert "waiting_dependency" in proc.stdout
+    row = server.rows("SELECT * FROM schedule_runs WHERE id = ?", (kept["id"],))[0]
+    assert (row["status"], row["status_reason_code"]) == ("cancelled", CANCELLED)
+    # Disabling skips what is buffered now (later occurrences); the cancelled row stays so.
+    assert server.request("POST", f"/api/schedules/{sid}/disable").status_code == 200
+    flag.write_text("go")
+    wait_for(lambda: not _with(server, sid, "running"), what="the long run ended")
+    time.sleep(2)  # a buffered occurrence still kept would start on the next ticks
+    assert server.rows("SELECT status FROM schedule_runs WHERE id = ?", (kept["id"],)) == [
+        {"status": "cancelled"}
+    ]
+    assert not _with(server, sid, "waiting_dependency")
+    server.stop()
+    assert_consistent(server.db)
