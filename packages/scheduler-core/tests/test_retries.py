@@ -144,3 +144,63 @@ async def test_a_manual_trigger_is_retried_too(make_engine, clock, h, tmp_path) 
     await _fire_due(engine, clock, planned["queued_at"])
     runs = await _top_level(engine.conn, created["id"])
     assert [r["status"] for r in runs] == ["failed", "completed"]
+
+
+async def _run_dispatches(conn: Any) -> list[tuple[str, dict[str, Any]]]:
+    rows = await fetch_all(
+        conn,
+        "SELECT kind, payload FROM dispatch_outbox WHERE kind LIKE 'run.%' "
+        "ORDER BY created_at, rowid",
+    )
+    return [(str(r["kind"]), json.loads(r["payload"])["body"]) for r in rows]
+
+
+async def test_only_the_last_attempts_failure_is_notified_with_its_attempt_number(
+    make_engine, clock, h, tmp_path
+) -> None:
+    engine = await make_engine(clock=clock)
+    created = await engine.service.create(
+        h.command_schedule(
+            h.script("flaky.py", FLAKY),
+            str(tmp_path / "count"),
+            "99",
+            retry={"max_attempts": 2, "backoff_sec": 10},
+            notify={"deliver_to": "http://127.0.0.1:9/hook", "on": ["failed", "timed_out"]},
+        )
+    )
+    await _fire_due(engine, clock, float(created["next_fire_at"]))
+    first, planned = await _top_level(engine.conn, created["id"])
+    assert (first["status"], planned["status"]) == ("failed", "retry_wait")
+    assert await _run_dispatches(engine.conn) == []  # a later attempt is planned
+    await _fire_due(engine, clock, planned["queued_at"])
+    runs = await _top_level(engine.conn, created["id"])
+    assert [(r["status"], r["attempt"]) for r in runs] == [("failed", None), ("failed", 2)]
+    [(kind, body)] = await _run_dispatches(engine.conn)
+    assert (kind, body["run_id"], body["attempt"]) == ("run.failed", runs[1]["id"], 2)
+
+
+async def test_a_run_that_succeeds_on_a_retry_is_not_a_recovery(
+    make_engine, clock, h, tmp_path
+) -> None:
+    engine = await make_engine(clock=clock)
+    created = await engine.service.create(
+        h.command_schedule(
+            h.script("flaky.py", FLAKY),
+            str(tmp_path / "count"),
+            "2",
+            retry={"max_attempts": 3, "backoff_sec": 10},
+            notify={
+                "deliver_to": "http://127.0.0.1:9/hook",
+                "on": ["failed", "completed", "recovered"],
+            },
+        )
+    )
+    await _fire_due(engine, clock, float(created["next_fire_at"]))
+    _, planned = await _top_level(engine.conn, created["id"])
+    await _fire_due(engine, clock, planned["queued_at"])
+    runs = await _top_level(engine.conn, created["id"])
+    assert [r["status"] for r in runs] == ["failed", "completed"]
+    dispatched = await _run_dispatches(engine.conn)
+    assert [(k, b["run_id"], b["attempt"]) for k, b in dispatched] == [
+        ("run.completed", runs[1]["id"], 2)
+    ]

@@ -158,7 +158,7 @@ async def _finish_once(
         # changes last, right before the commit.
         _, run_won = await apply(env.conn, [invocation_change, run_change])
         if run_won:
-            await notify_run(env.conn, fire.run_id, now=now)
+            # The retry first: a failure with a later attempt planned is not notified.
             await plan_retry(
                 env.conn,
                 run_id=fire.run_id,
@@ -168,6 +168,7 @@ async def _finish_once(
                 chain_depth=fire.chain_depth,
                 now=now,
             )
+            await notify_run(env.conn, fire.run_id, now=now)
     env.committed.discard(fire.run_id)
     if on_commit is not None:
         on_commit()
