@@ -106,6 +106,7 @@ OPERATIONS = [
     ("POST", "/api/schedules/{schedule_id}/trigger"),
     ("GET", "/api/schedules/{schedule_id}/runs"),
     ("GET", "/api/schedules/{schedule_id}/preview"),
+    ("POST", "/api/schedules/{schedule_id}/backfill"),
     ("POST", "/api/runs"),
     ("GET", "/api/runs"),
     ("GET", "/api/runs/{run_id}"),

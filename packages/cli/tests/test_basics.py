@@ -101,6 +101,13 @@ def test_every_command_has_help_in_process() -> None:
         "--description",
         "--disabled",
         "--schedule-project",
+        "--catchup-window-sec",
+        "--jitter-sec",
+        "--pause-on-failure",
+        "--retry-max-attempts",
+        "--retry-backoff-sec",
+        "--retry-backoff-factor",
+        "--retry-max-backoff-sec",
     ],
 )
 def test_create_has_a_flag_for_every_field(flag: str) -> None:

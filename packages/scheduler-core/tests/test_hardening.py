@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from studio_scheduler_core import AdhocWorker, SchedulerEngine
-from studio_state import fetch_one
+from studio_state import connect, fetch_one
 
 _TERMINAL_STATUS_PAUSE = (
     "CREATE TEMP TRIGGER studio_test_slow_terminal AFTER UPDATE OF status ON invocations "
@@ -38,7 +38,9 @@ async def test_the_lease_watcher_never_sees_the_runs_own_uncommitted_terminal_wr
         await engine.tick_once()
 
         async def ended() -> bool:
-            return (await _run(engine.conn, run["id"]))["status"] != "running"
+            # On a connection of its own: the engine's shows its open terminal transaction.
+            async with connect(db_path) as reader:
+                return (await _run(reader, run["id"]))["status"] != "running"
 
         await h.eventually(ended)
         done = await _run(engine.conn, run["id"])

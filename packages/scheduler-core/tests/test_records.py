@@ -57,6 +57,7 @@ def test_field_sets_come_from_the_metadata() -> None:
         "on_fail",
         "threshold_config",
         "notify",
+        "retry",
     }
     assert OVERLAY_KEYS["playbook"] == "action_playbook"
     assert OVERLAY_KEYS["kind"] == OVERLAY_KEYS["action_kind"] == "action_kind"

@@ -47,7 +47,7 @@ FIELD_FLAGS: dict[str, str] = {
     "on_success": "--on-success",
     "on_fail": "--on-fail",
     "missed_fire_policy": "--missed-fire",
-    "overlap_policy": "--overlap",
+    "overlap_policy": "--overlap-policy",
     "max_runs": "--max-runs",
     "budget_usd": "--budget-usd",
     "budget_tokens": "--budget-tokens",
@@ -59,6 +59,17 @@ FIELD_FLAGS: dict[str, str] = {
     "notify.on": "--notify-on",
     "notify.ack_required": "--notify-ack",
     "notify.max_attempts": "--notify-max-attempts",
+    # the schedule-policy flags (_commands/_policy_flags.py)
+    "catchup_window_sec": "--catchup-window-sec",
+    "jitter_sec": "--jitter-sec",
+    "pause_on_failure": "--pause-on-failure",
+    "retry": "--retry-max-attempts",
+    "retry.max_attempts": "--retry-max-attempts",
+    "retry.backoff_sec": "--retry-backoff-sec",
+    "retry.backoff_factor": "--retry-backoff-factor",
+    "retry.max_backoff_sec": "--retry-max-backoff-sec",
+    "start": "--from",  # studio schedule backfill
+    "end": "--to",
 }
 
 

@@ -71,7 +71,9 @@ class RunNotCancellable(SchedulerError):
     def __init__(self, run_id: str, status: str) -> None:
         self.run_id = run_id
         self.status = status
-        super().__init__(f"run {run_id!r} is already {status}; only queued or running runs cancel")
+        super().__init__(
+            f"run {run_id!r} is already {status}; only queued, waiting or running runs cancel"
+        )
 
 
 class ScheduleHasRunningRuns(SchedulerError):

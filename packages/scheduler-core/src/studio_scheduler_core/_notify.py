@@ -36,7 +36,12 @@ DEFAULT_MAX_ATTEMPTS = 8
 MAX_NOTIFY_ATTEMPTS = 1000
 MAX_DELIVER_TO = 2000
 GATE_DISABLES = frozenset(
-    {"schedule.budget.exhausted", "schedule.disabled.max_runs", "schedule.disabled.github_auth"}
+    {
+        "schedule.budget.exhausted",
+        "schedule.disabled.max_runs",
+        "schedule.disabled.github_auth",
+        "schedule.disabled.failure",  # pause_on_failure, after a run's last attempt
+    }
 )
 """Reason codes of the gates whose disable is notified (an operator's disable is not)."""
 
@@ -121,15 +126,23 @@ def _config(raw: Any) -> dict[str, Any] | None:
 
 
 async def _recovered(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> bool:
-    """True when the latest earlier ended top-level run of the schedule failed or timed out."""
+    """True when the latest earlier ended top-level run of the schedule failed or timed out
+    (an attempt followed by a planned retry does not count: its series had not ended)."""
     previous = await fetch_value(
         conn,
-        "SELECT status FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
+        "SELECT status FROM schedule_runs r WHERE schedule_id = ? AND chain_depth = 0 "
         "AND id != ? AND status IN ('completed', 'failed', 'timed_out') "
-        "AND ended_at IS NOT NULL ORDER BY ended_at DESC, rowid DESC LIMIT 1",
+        "AND ended_at IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM schedule_runs n WHERE n.retry_of = r.id) "
+        "ORDER BY ended_at DESC, rowid DESC LIMIT 1",
         (run["schedule_id"], run["id"]),
     )
     return previous in ("failed", "timed_out")
+
+
+async def _retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
+    found = await fetch_value(conn, "SELECT 1 FROM schedule_runs WHERE retry_of = ?", (run_id,))
+    return found is not None
 
 
 def _finite(value: Any) -> float | None:
@@ -156,6 +169,7 @@ def run_body(run: Mapping[str, Any], schedule_name: str | None) -> dict[str, Any
         "duration_seconds": duration,
         "chain_depth": run.get("chain_depth"),
         "chain_parent_id": run.get("chain_parent_id"),
+        "attempt": run.get("attempt") or 1,
         "trigger_context": _loads(run.get("trigger_context")),
         "log_url": f"/api/runs/{run['id']}/log",
     }
@@ -166,7 +180,9 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
 
     Call it inside the transaction of the terminal write, after the run row is updated: the
     dispatch joins that transaction. Returns the dispatch id, or ``None`` when the run's
-    ``notify`` (its own, else its schedule's) does not ask for this status.
+    ``notify`` (its own, else its schedule's) does not ask for this status, or when the run
+    failed or timed out with a later attempt already planned (only the last attempt's failure
+    is notified; its body's ``attempt`` says which attempt that was).
     """
     run = await fetch_one(
         conn,
@@ -175,6 +191,8 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
         (run_id,),
     )
     if run is None or run["status"] not in _RUN_EVENTS:
+        return None
+    if run["status"] in ("failed", "timed_out") and await _retry_planned(conn, run_id):
         return None
     config = _config(run["notify"]) or _config(run["_schedule_notify"])
     if config is None:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ._records.column import columns, json_columns, list_columns
+from ._records.column import bool_columns, columns, json_columns, list_columns
 from ._records.run import Run
 from ._records.schedule import Schedule
 from ._records.vocab import FIRED_END_STATUSES
@@ -15,6 +15,7 @@ SCHEDULE_JSON_COLUMNS = json_columns(Schedule)
 RUN_JSON_COLUMNS = json_columns(Run)
 SCHEDULE_COLUMNS = columns(Schedule)
 _SCHEDULE_LIST_COLUMNS = list_columns(Schedule)
+_SCHEDULE_BOOL_COLUMNS = bool_columns(Schedule)
 
 TERMINAL_RUN_STATUSES = FIRED_END_STATUSES
 """Statuses of a run that fired and ended (``skipped`` never fired)."""
@@ -41,13 +42,14 @@ def dumps(value: Any) -> str | None:
 
 
 def decode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``schedules`` row as the public dict: JSON decoded, ``enabled`` a bool."""
+    """A ``schedules`` row as the public dict: JSON decoded, booleans as bools (NULL kept)."""
     out = dict(row)
     for column in SCHEDULE_JSON_COLUMNS:
         if column in out:
             out[column] = _loads(out[column])
-    if "enabled" in out:
-        out["enabled"] = bool(out["enabled"])
+    for column in _SCHEDULE_BOOL_COLUMNS:
+        if column in out and out[column] is not None:
+            out[column] = bool(out[column])
     for column in _SCHEDULE_LIST_COLUMNS:
         if column in out and out[column] is None:
             out[column] = []
@@ -60,8 +62,9 @@ def encode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
     for column, value in row.items():
         if column in SCHEDULE_JSON_COLUMNS:
             out[column] = dumps(value)
-        elif column == "enabled":
-            out[column] = 1 if value else 0
+        elif column in _SCHEDULE_BOOL_COLUMNS:
+            # A nullable boolean (``pause_on_failure``) keeps NULL: unset is not false.
+            out[column] = None if value is None else int(bool(value))
         else:
             out[column] = value
     return out

@@ -26,6 +26,8 @@ from .health import (
 )
 from .schedules import (
     ActionKind,
+    BackfillOut,
+    BackfillRequest,
     DisableRequest,
     FireTime,
     MissedFirePolicy,
@@ -48,6 +50,8 @@ __all__ = [
     "SQLITE_INT_MAX",
     "AckRequest",
     "ActionKind",
+    "BackfillOut",
+    "BackfillRequest",
     "DatabaseHealth",
     "DisableRequest",
     "DispatchCreate",

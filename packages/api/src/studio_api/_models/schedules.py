@@ -28,6 +28,8 @@ from .derive import of_specs, request_model, response_model
 
 __all__ = [
     "ActionKind",
+    "BackfillOut",
+    "BackfillRequest",
     "DisableRequest",
     "FireTime",
     "MissedFirePolicy",
@@ -141,6 +143,8 @@ class FireTime(ResponseModel):
     at: float
     utc: str
     local: str
+    jitter_sec: float | None = None
+    """The delay this occurrence waits after ``at`` (its jitter)."""
 
 
 class PreviewOut(ResponseModel):
@@ -149,3 +153,16 @@ class PreviewOut(ResponseModel):
     schedule_id: str
     timezone: str
     fire_times: list[FireTime]
+
+
+class BackfillRequest(RequestModel):
+    """Body of ``POST /api/schedules/{id}/backfill``: ISO 8601 or epoch seconds, [start, end)."""
+
+    start: str | float
+    end: str | float
+
+
+class BackfillOut(ResponseModel):
+    """Answer of a backfill: how many runs it started."""
+
+    runs: int

@@ -144,7 +144,8 @@ async def run_log_stream(engine: EngineDep, run_id: str) -> StreamingResponse:
     "/{run_id}/cancel", status_code=202, response_model=RunOut, responses=responses(404, 409)
 )
 async def cancel_run(engine: EngineDep, run_id: str) -> RunOut:
-    """Cancel a queued or running run of any kind: its process group gets SIGTERM, 5 s, then
-    SIGKILL (descendants too); the run is ``cancelled`` (``run.cancelled.operator``).
-    409 with ``reason_code`` once it has ended."""
+    """Cancel a queued, running or waiting (``retry_wait``, ``waiting_dependency``) run of any
+    kind: a running run's process group gets SIGTERM, 5 s, then SIGKILL (descendants too); a
+    waiting one never starts. The run is ``cancelled`` (``run.cancelled.operator``). 409 with
+    ``reason_code`` once it has ended."""
     return RunOut.of(await engine.runs.cancel(run_id))

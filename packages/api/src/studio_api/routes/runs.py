@@ -56,5 +56,6 @@ async def delete_run(engine: EngineDep, run_id: str) -> RunOut:
 
 @router.post("/{run_id}/cancel", response_model=RunOut, responses=responses(404, 409))
 async def cancel_run(engine: EngineDep, run_id: str) -> RunOut:
-    """Cancel a queued or running ad-hoc run (its child is stopped); 409 once it has ended."""
+    """Cancel a queued or running run (its child is stopped; a waiting ``retry_wait`` or
+    ``waiting_dependency`` run never starts); 409 once it has ended."""
     return RunOut.of(await engine.runs.cancel(run_id))

@@ -12,6 +12,8 @@ from studio_scheduler_core import RunNotCancellable, RunNotFound
 from .._deps import EngineDep, ReadsDep, ServiceDep, SettingsDep, responses
 from .._models import (
     SQLITE_INT_MAX,
+    BackfillOut,
+    BackfillRequest,
     DisableRequest,
     FireTime,
     Holder,
@@ -138,6 +140,22 @@ async def trigger_schedule(engine: EngineDep, schedule_id: str) -> TriggerOut:
     run_id = await engine.fire_now(schedule_id)
     engine.wake()
     return TriggerOut(run_id=run_id)
+
+
+@router.post(
+    "/{schedule_id}/backfill",
+    status_code=202,
+    response_model=BackfillOut,
+    responses=responses(404, 409),
+)
+async def backfill_schedule(
+    service: ServiceDep, schedule_id: str, body: BackfillRequest
+) -> BackfillOut:
+    """Queue every occurrence in [start, end) (ISO 8601 or epoch; ``start < end <= now``, at
+    most 1000): the engine runs them one at a time through the gates with
+    ``trigger_context.backfill``. 409 (``schedule.backfill.disabled``) for a disabled
+    schedule."""
+    return BackfillOut(runs=await service.backfill(schedule_id, body.start, body.end))
 
 
 @router.get("/{schedule_id}/runs", response_model=RunList, responses=responses(404))

@@ -330,8 +330,9 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
 @db_option
 @json_option
 def cancel(run_id: str, db: str | None, as_json: bool) -> None:
-    """Cancel a queued or running run: ad-hoc, scheduled or follow-up (a running one's process
-    group and descendants are terminated)."""
+    """Cancel a queued, waiting or running run: ad-hoc, scheduled, follow-up, a planned retry
+    or a buffered occurrence (a running one's process group and descendants are terminated; a
+    waiting one never starts)."""
     db_path = resolve_db_path(db, existing=True)
 
     async def _cancel() -> tuple[str, dict[str, Any]]:

@@ -165,9 +165,11 @@ def cancel_runs_strict(db_path: Path, run_id: str) -> tuple[dict[str, Any]]:
 @db_option
 @json_option
 def cancel(run_id: str, db: str | None, as_json: bool) -> None:
-    """Cancel a queued or running run of any kind (scheduled, follow-up, ad-hoc).
+    """Cancel a queued, running or waiting run of any kind (scheduled, follow-up, ad-hoc,
+    a planned retry or a buffered occurrence).
 
-    Its process group gets SIGTERM, then SIGKILL after 5 s; descendants too.
+    A running run's process group gets SIGTERM, then SIGKILL after 5 s; descendants too. A
+    waiting run (retry_wait, waiting_dependency) never starts.
     """
     db_path = resolve_db_path(db, existing=True)
 

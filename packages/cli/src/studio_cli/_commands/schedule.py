@@ -31,6 +31,7 @@ from ._common import (
     show_schedule_result,
 )
 from .run_ops import cancel, cancel_runs, logs
+from .schedule_backfill import backfill
 from .schedule_edit import create, update
 from .trigger import trigger
 
@@ -46,6 +47,7 @@ def schedule_group() -> None:
 schedule_group.add_command(create)
 schedule_group.add_command(update)
 schedule_group.add_command(trigger)
+schedule_group.add_command(backfill)
 schedule_group.add_command(logs)
 schedule_group.add_command(cancel)
 
@@ -278,7 +280,12 @@ def preview(
         emit_json({**subject, "timezone": zone, "fire_times": times})
         return
     rows = [[str(i), str(t.get("utc")), str(t.get("local"))] for i, t in enumerate(times, 1)]
-    print_rows(("#", "UTC", f"LOCAL ({zone})"), rows, empty="no upcoming fire times")
+    headers: tuple[str, ...] = ("#", "UTC", f"LOCAL ({zone})")
+    if any(t.get("jitter_sec") for t in times):  # the delay each occurrence waits
+        headers += ("JITTER",)
+        for cells, entry in zip(rows, times, strict=True):
+            cells.append(f"+{float(entry.get('jitter_sec') or 0):.3f}s")
+    print_rows(headers, rows, empty="no upcoming fire times")
 
 
 def _server_preview(schedule_id: str, count: int) -> tuple[list[dict[str, Any]], str] | None:

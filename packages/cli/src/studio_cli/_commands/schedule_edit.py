@@ -18,6 +18,7 @@ from .._errors import FIELD_FLAGS, CliError
 from .._types import VocabularyChoice, duration_option, parse_json_flag, read_text
 from ._common import db_option, json_option, show_schedule_result
 from ._notify_flags import NOTIFY_OPTIONS, new_notify, notify_changes
+from ._policy_flags import POLICY_CLEARABLE, POLICY_OPTIONS, merge_retry, policy_values
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,6 +47,7 @@ CLEARABLE: dict[str, tuple[str, Any]] = {
     "notify": ("notify", None),
     "timezone": ("timezone", None),
     "timeout": ("timeout_sec", None),
+    **POLICY_CLEARABLE,
 }
 
 _FIELD_OPTIONS: list[Callable[[F], F]] = [
@@ -93,7 +95,6 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
     click.option(
         "--missed-fire", type=click.Choice(["skip", "run_once"]), help="Missed-fire policy."
     ),
-    click.option("--overlap", type=click.Choice(["skip", "allow"]), help="Overlap policy."),
     click.option("--max-runs", type=int, help="Disable after this many runs."),
     click.option("--once", is_flag=True, help="Run once (--max-runs 1)."),
     click.option("--budget-usd", type=float, help="Cumulative cost budget in USD."),
@@ -112,6 +113,7 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
         help="The project the schedule belongs to (stored as `project`; a grouping label).",
     ),
     *NOTIFY_OPTIONS,
+    *POLICY_OPTIONS,
 ]
 
 
@@ -171,7 +173,6 @@ def _field_values(opts: dict[str, Any]) -> dict[str, Any]:
         "on_success": parse_json_flag("--on-success", opts["on_success"]),
         "on_fail": parse_json_flag("--on-fail", opts["on_fail"]),
         "missed_fire_policy": opts["missed_fire"],
-        "overlap_policy": opts["overlap"],
         "max_runs": 1 if opts["once"] else opts["max_runs"],
         "budget_usd": opts["budget_usd"],
         "budget_tokens": opts["budget_tokens"],
@@ -180,6 +181,7 @@ def _field_values(opts: dict[str, Any]) -> dict[str, Any]:
         "timeout_sec": opts["timeout"],
     }
     data.update({key: value for key, value in simple.items() if value is not None})
+    data.update(policy_values(opts))
     if opts["cwd"] is not None:
         data["action_cwd"] = str(Path(opts["cwd"]).expanduser().resolve())
     if opts["extra_arg"]:
@@ -315,6 +317,7 @@ def update(
     async def _update() -> dict[str, Any]:
         async with open_service(db_path) as service:
             current = await service.resolve(schedule)
+            merge_retry(changes, current)
             if notify:  # the flags change those keys of the stored notify object
                 changes["notify"] = {**(current.get("notify") or {}), **notify}
             return await service.update(current["id"], changes)

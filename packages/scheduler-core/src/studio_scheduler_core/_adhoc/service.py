@@ -52,6 +52,8 @@ ENQUEUE_FIELDS = (*ACTION_FIELDS, "timeout_sec", "concurrency_key", "notify")
 
 ENQUEUED = "run.queued.enqueued"
 CANCELLED = "run.cancelled.operator"
+CANCELLABLE = ("queued", "running", "retry_wait", "waiting_dependency")
+"""The statuses an operator's cancel takes a run from."""
 MAX_CONCURRENCY_KEY = 200
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -204,11 +206,15 @@ class AdhocRunService:
         )
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
-        """Cancel a queued or running run of any kind; return the run (now ``cancelled``).
+        """Cancel a queued, waiting or running run of any kind; return the run (now
+        ``cancelled``).
 
         Ad-hoc, scheduled and follow-up runs alike: a running run's child process group (and
         every descendant) is terminated before this returns when this process can reach it
-        (the in-process worker or fire runner, or the recorded pid + start time).
+        (the in-process worker or fire runner, or the recorded pid + start time). A planned
+        retry (``retry_wait``) or a buffered/backfilled occurrence (``waiting_dependency``)
+        has no process: cancelling it means it never starts (its start is guarded on the
+        waiting status).
         Raises :class:`RunNotFound`, or :class:`RunNotCancellable` for a terminal run.
         """
         now = self._clock()
@@ -217,7 +223,7 @@ class AdhocRunService:
             if row is None:
                 raise RunNotFound(run_id)
             status = row["status"]
-            if status not in ("queued", "running"):
+            if status not in CANCELLABLE:
                 raise RunNotCancellable(run_id, status)
             summary = f"cancelled by the operator while {status}"
             guards = {}

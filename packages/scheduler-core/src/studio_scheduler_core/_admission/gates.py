@@ -133,6 +133,17 @@ class Admission:
             lock = self._locks[schedule_id] = asyncio.Lock()
         return lock
 
+    def reserve_retry(self, schedule_id: str, *, now: float) -> Reservation | None:
+        """A global slot for a due retry, no other gate (its occurrence was admitted once);
+        ``None`` while the cap is reached."""
+        if not self.slot_free():
+            return None
+        token = next(self._tokens)
+        reservation = Reservation(self, schedule_id, token, "retry", now, False, True)
+        self.running.setdefault(schedule_id, {})[token] = reservation
+        self.slots[token] = reservation
+        return reservation
+
     def plain_capacity_deferral(self, row: Mapping[str, Any]) -> Decision | None:
         """The capacity deferral of a row no earlier gate can refuse, when no slot is free.
 
@@ -146,7 +157,7 @@ class Admission:
             return None
         if row["budget_usd"] is not None or row["budget_tokens"] is not None:
             return None
-        if row["overlap_policy"] == "skip" and self.in_flight(str(row["id"])):
+        if row["overlap_policy"] != "allow" and self.in_flight(str(row["id"])):
             return None
         return self._capacity()
 

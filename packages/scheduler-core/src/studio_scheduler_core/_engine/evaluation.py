@@ -21,6 +21,9 @@ from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_defer
 from .._fire.pipeline import StartFire, fire
 from .._observe.events import emit
 from .._observe.summary import coalesced_event
+from .._policies.jitter import catchup_expired, jitter_delay, jitter_until
+from .._policies.overlap import OverlapPolicies, Revoke
+from .._policies.retry import next_retry_at
 from .._rows import decode_schedule
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -44,7 +47,9 @@ class Evaluator:
         admission: Admission,
         registry: TriggerRegistry,
         start_fire: StartFire,
+        revoke: Revoke | None = None,
     ) -> None:
+        self._overlap = OverlapPolicies(env, admission, start_fire, revoke)
         self._env = env
         self._admission = admission
         self._registry = registry
@@ -90,7 +95,8 @@ class Evaluator:
                 break
         for until in self.backoff.values():
             target = min(target, until)
-        return target
+        retry_at = await next_retry_at(self._env.conn)
+        return target if retry_at is None else min(target, max(now, retry_at))
 
     async def due_backlog(self, now: float) -> tuple[int, float]:
         """How many enabled schedules are due now, and how many seconds the oldest of them is
@@ -104,6 +110,7 @@ class Evaluator:
         self.blocked = False
         self.more = False
         self.backoff = {k: v for k, v in self.backoff.items() if v > now}
+        counts.update(await self._overlap.start_waiting(now))
         seen = 0
         cursor = self.cursor
         while seen < MAX_DUE_PER_TICK:
@@ -132,6 +139,11 @@ class Evaluator:
         source = self._registry.get(str(row["trigger_type"]))
         if source is None:
             return "unhandled"
+        if row["jitter_sec"]:
+            until = await jitter_until(self._env.conn, row, now, timezone=self.timezone)
+            if until is not None:
+                self.backoff[sid] = until  # due, but its jittered start is still ahead
+                return "jitter"
         if isinstance(source, CadenceTrigger):
             # One occurrence per row: when no gate before the slot can refuse and the slot is
             # full, the decision is known without decoding the row (the 10k-due tick).
@@ -186,6 +198,11 @@ class Evaluator:
         """Admit one occurrence and act on the decision; returns the outcome name."""
         schedule = occ.schedule
         sid = str(schedule["id"])
+        decided = await self._overlap.intercept(
+            occ, lambda: self._claim(source, occ, now, advance=True), now
+        )
+        if decided is not None:  # buffered, or skipped with the buffer full
+            return decided
         decision = await self._admission.admit(schedule, now=now, path=kind)
         if decision.outcome != "defer":
             self._deferrals.pop(sid, None)
@@ -352,7 +369,10 @@ class Evaluator:
 
     async def _missed(self, source: TriggerSource, schedule: dict[str, Any], now: float) -> str:
         due = schedule.get("next_fire_at")
-        if schedule.get("missed_fire_policy") == "run_once":
+        if due is not None and due + jitter_delay(schedule, due, timezone=self.timezone) > now:
+            return "pending"  # not missed: its jittered start is still ahead
+        expired = catchup_expired(schedule, due, now)
+        if schedule.get("missed_fire_policy") == "run_once" and not expired:
             context = {"missed_recovery": True, "missed_fire_at": due, "fired_at": now}
             occ = Occurrence(schedule=schedule, due_at=due, trigger_context=context)
             return await self.handle(source, occ, now, kind="missed_fire")
@@ -367,10 +387,12 @@ class Evaluator:
             schedule_id=str(schedule["id"]),
             action_kind=str(schedule["action_kind"]),
             reason_code=MISSED_FIRE,
-            summary="the occurrence fell due while the scheduler was not running",
+            summary="the occurrence fell due while the scheduler was not running"
+            + (" (older than its catch-up window)" if expired else ""),
             context={"skipped_missed_fire": True, "missed_fire_at": due, "checked_at": now},
             now=now,
-            metadata={"missed_fire_policy": "skip", "missed_fire_at": due},
+            metadata={"missed_fire_policy": "skip", "missed_fire_at": due}
+            | ({"catchup_window_sec": schedule["catchup_window_sec"]} if expired else {}),
         )
         claim = self._claim(source, occ, now, advance=True)
         won = await write_skip(

@@ -83,7 +83,7 @@ def build(
         conn=conn,
         env=env,
         admission=admission,
-        evaluator=Evaluator(env, admission, registry, runner.start),
+        evaluator=Evaluator(env, admission, registry, runner.start, runner.revoke),
         runner=runner,
         service=ScheduleService(conn, settings=settings, clock=clock, on_change=wake),
         delivery=Delivery(conn, settings=settings, clock=clock, wake=wake),

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from studio_state import write_transaction
 
 from .._notify import notify_run
+from .._policies.retry import plan_retry
 from .._terminal import StatusChange, apply, clip
 from . import store
 from .env import FireEnv, Prepared
@@ -157,6 +158,16 @@ async def _finish_once(
         # changes last, right before the commit.
         _, run_won = await apply(env.conn, [invocation_change, run_change])
         if run_won:
+            # The retry first: a failure with a later attempt planned is not notified.
+            await plan_retry(
+                env.conn,
+                run_id=fire.run_id,
+                schedule=fire.schedule,
+                context=fire.trigger_context,
+                status=status,
+                chain_depth=fire.chain_depth,
+                now=now,
+            )
             await notify_run(env.conn, fire.run_id, now=now)
     env.committed.discard(fire.run_id)
     if on_commit is not None:

@@ -20,6 +20,7 @@ from studio_state import Transition, new_id, record_transitions, write_transacti
 
 from .._notify import notify_run
 from .._observe.events import emit
+from .._policies.buffer import drop_buffered
 from .._rows import TERMINAL_RUN_STATUSES, dumps
 from . import store
 
@@ -151,6 +152,7 @@ async def write_skip(
             if await store.disable_schedule(
                 conn, claim.schedule_id, reason_code=reason_code, now=now
             ):
+                await drop_buffered(conn, claim.schedule_id, now=now)
                 emit(
                     "disable",
                     f"schedule {claim.schedule_id} disabled [{reason_code}]: {summary}",

@@ -16,6 +16,7 @@ from typing import Any
 
 from .._admission.gates import MAX_RUNS, Reservation
 from .._observe.events import emit
+from .._policies.retry import pause_after_last_attempt, retry_planned
 from .._rows import decode_run
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
 from .._schedules.store import fired_run_count, load_schedule, set_enabled
@@ -133,6 +134,8 @@ class FireRunner:
             if outcome.applied:
                 await self._terminal(current)
             overlay = select_follow_up(current.schedule, outcome.status, current.chain_depth)
+            if overlay is not None and await retry_planned(self._env.conn, current.run_id):
+                overlay = None  # on_fail follows the last attempt only
             if not outcome.applied or overlay is None:
                 return
             context = child_context(
@@ -169,6 +172,10 @@ class FireRunner:
                             now=self._env.clock(),
                             metadata={"max_runs": max_runs, "fired": fired},
                         )
+            if fire.chain_depth == 0:
+                await pause_after_last_attempt(
+                    self._env.conn, fire.run_id, sid, now=self._env.clock()
+                )
             if self._on_terminal is not None:
                 row = await store.load_run(self._env.conn, fire.run_id)
                 if row is not None:

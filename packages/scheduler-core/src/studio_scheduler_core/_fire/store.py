@@ -194,3 +194,109 @@ async def record_child(
         return row is not None and row["status"] != "running"
 
     return await run_write_transaction(conn, write, synchronous="normal")
+
+
+async def run_status(conn: aiosqlite.Connection, run_id: str) -> str | None:
+    """The run's status, or ``None`` when there is no such run."""
+    row = await fetch_one(conn, "SELECT status FROM schedule_runs WHERE id = ?", (run_id,))
+    return None if row is None else str(row["status"])
+
+
+async def start_waiting_run(
+    conn: aiosqlite.Connection, run_id: str, *, previous: str, sets: Mapping[str, Any]
+) -> bool:
+    """A waiting run (a retry's ``retry_wait`` row or a buffered ``waiting_dependency`` row)
+    takes ``sets`` (its status, invocation, argv …), guarded on ``previous``; JSON columns are
+    encoded. Returns whether the guard held."""
+    values = {k: dumps(v) if k in _JSON_RUN_COLUMNS else v for k, v in sets.items()}
+    cursor = await conn.execute(
+        f"UPDATE schedule_runs SET {', '.join(f'{k} = ?' for k in values)} "
+        "WHERE id = ? AND status = ?",
+        (*values.values(), run_id, previous),
+    )
+    changed = cursor.rowcount == 1
+    await cursor.close()
+    return changed
+
+
+async def run_invocation(conn: aiosqlite.Connection, run_id: str) -> str | None:
+    """The invocation id of a run, or ``None``."""
+    row = await fetch_one(conn, "SELECT invocation_id FROM schedule_runs WHERE id = ?", (run_id,))
+    return None if row is None or row["invocation_id"] is None else str(row["invocation_id"])
+
+
+# The policies' run rows: a retry's planned attempt, buffered and backfilled occurrences.
+
+
+async def insert_run_row(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> None:
+    """Insert a ``schedule_runs`` row with exactly the given columns (JSON ones encoded)."""
+    values = {k: dumps(v) if k in _JSON_RUN_COLUMNS else v for k, v in run.items()}
+    await conn.execute(
+        f"INSERT INTO schedule_runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+        tuple(values.values()),
+    )
+
+
+async def retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
+    """Whether a later attempt of ``run_id`` is planned."""
+    row = await fetch_one(
+        conn, "SELECT 1 AS found FROM schedule_runs WHERE retry_of = ?", (run_id,)
+    )
+    return row is not None
+
+
+async def due_retries(conn: aiosqlite.Connection, now: float, limit: int) -> list[dict[str, Any]]:
+    """Raw ``retry_wait`` rows whose backoff has passed, oldest first."""
+    rows = await conn.execute_fetchall(
+        "SELECT * FROM schedule_runs WHERE status = 'retry_wait' AND queued_at <= ? "
+        "ORDER BY queued_at, id LIMIT ?",
+        (now, limit),
+    )
+    return [dict(row) for row in rows]
+
+
+async def next_retry_at(conn: aiosqlite.Connection) -> float | None:
+    """When the earliest planned retry falls due (``None``: none planned)."""
+    row = await fetch_one(
+        conn, "SELECT MIN(queued_at) AS at FROM schedule_runs WHERE status = 'retry_wait'"
+    )
+    return None if row is None or row["at"] is None else float(row["at"])
+
+
+async def waiting_runs(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
+    """Raw buffered (``waiting_dependency``) rows, oldest first."""
+    rows = await conn.execute_fetchall(
+        "SELECT * FROM schedule_runs WHERE status = 'waiting_dependency' "
+        "ORDER BY created_at, rowid LIMIT ?",
+        (limit,),
+    )
+    return [dict(row) for row in rows]
+
+
+async def buffered_ids(conn: aiosqlite.Connection, schedule_id: str) -> list[str]:
+    """The ids of the schedule's buffered (``waiting_dependency``) runs."""
+    rows = await conn.execute_fetchall(
+        "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'waiting_dependency'",
+        (schedule_id,),
+    )
+    return [str(row["id"]) for row in rows]
+
+
+async def backfilled_due_times(
+    conn: aiosqlite.Connection, schedule_id: str, first: float, last: float
+) -> set[float]:
+    """The due times in [first, last) the schedule already has a (not skipped) run for."""
+    rows = await conn.execute_fetchall(
+        "SELECT json_extract(trigger_context, '$.due_at') AS due FROM schedule_runs "
+        "WHERE schedule_id = ? AND json_extract(trigger_context, '$.due_at') >= ? "
+        "AND json_extract(trigger_context, '$.due_at') < ? AND status != 'skipped'",
+        (schedule_id, first, last),
+    )
+    return {float(row["due"]) for row in rows if row["due"] is not None}
+
+
+async def retry_lineage(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
+    """A run's status, chain depth and attempt, or ``None``."""
+    return await fetch_one(
+        conn, "SELECT status, chain_depth, attempt FROM schedule_runs WHERE id = ?", (run_id,)
+    )

@@ -160,6 +160,11 @@ def list_columns(record: type[Any]) -> tuple[str, ...]:
     return tuple(s.name for s in specs(record) if s.shape == "list")
 
 
+def bool_columns(record: type[Any]) -> tuple[str, ...]:
+    """Columns holding a boolean (stored as 0/1, NULL kept for a nullable one)."""
+    return tuple(s.name for s in specs(record) if s.shape == "bool")
+
+
 def create_fields(record: type[Any]) -> tuple[str, ...]:
     """Fields create input may set."""
     return tuple(s.name for s in specs(record) if s.meta.create)

@@ -48,6 +48,10 @@ class Run:
     notify: Mapping[str, Any] | None = field(
         default=None, metadata=column(create=True, json=True, own_check=True)
     )
+    retry_of: str | None = field(default=None, metadata=column())
+    """The run this one re-runs (a retry), or ``None``."""
+    attempt: int | None = field(default=None, metadata=column())
+    """The attempt number of a run under a retry policy (1 = the first)."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Run:

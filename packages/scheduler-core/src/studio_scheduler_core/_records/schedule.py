@@ -26,6 +26,8 @@ from .vocab import (
 
 _IN = column(create=True)
 """A plain input field."""
+_POLICY = column(create=True, own_check=True)
+"""A policy input field, checked by ``_policies.fields``."""
 _MODEL_KINDS = ("agent", "flow", "fanout", "engine")
 """The kinds that take a model (``engine`` is the launcher's own kind, reachable by follow-ups)."""
 
@@ -139,6 +141,17 @@ class Schedule(Action, _Trigger):
         default=None, metadata=column(create=True, json=True, own_check=True)
     )
     github_etag: str | None = field(default=None, metadata=column(public=False))
+    # The policies (migration 8); their checks are in ``_policies.fields`` (``own_check``).
+    catchup_window_sec: int | None = field(default=None, metadata=_POLICY)
+    """A missed occurrence older than this many seconds is skipped, even under run_once."""
+    jitter_sec: int | None = field(default=None, metadata=_POLICY)
+    """Each occurrence waits a deterministic delay in [0, jitter_sec) before it starts."""
+    pause_on_failure: bool | None = field(default=None, metadata=_POLICY)
+    """Disable the schedule when a run fails after its last attempt."""
+    retry: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True, own_check=True)
+    )
+    """``{"max_attempts", "backoff_sec", "backoff_factor", "max_backoff_sec"}``."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Schedule:

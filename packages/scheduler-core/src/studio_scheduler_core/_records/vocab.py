@@ -28,8 +28,9 @@ ACTION_KINDS: Final[tuple[str, ...]] = tuple(
 MissedFirePolicy = Literal["skip", "run_once"]
 MISSED_FIRE_POLICIES: Final[tuple[str, ...]] = get_args(MissedFirePolicy)
 
-OverlapPolicy = Literal["skip", "allow"]
+OverlapPolicy = Literal["skip", "allow", "buffer_one", "buffer_all", "cancel_other"]
 OVERLAP_POLICIES: Final[tuple[str, ...]] = get_args(OverlapPolicy)
+"""What an occurrence does while the schedule's last run still runs."""
 
 RunStatus = Literal[
     "queued",

@@ -22,6 +22,9 @@ from .._exceptions import (
     ScheduleNotFound,
     ScheduleValidationError,
 )
+from .._policies.backfill import backfill
+from .._policies.buffer import drop_buffered
+from .._policies.jitter import with_jitter
 from .._rows import encode_schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
@@ -160,6 +163,8 @@ class ScheduleService:
                 diff["updated_at"] = now
                 await store.update_schedule(self._conn, schedule_id, diff)
             if row["enabled"] != was_enabled:
+                if not row["enabled"]:
+                    await drop_buffered(self._conn, schedule_id, now=now)
                 await record_transition(
                     self._conn,
                     entity_type="schedule",
@@ -292,11 +297,23 @@ class ScheduleService:
         run["chain_children"] = await store.chain_runs(self._conn, run_id)
         return run
 
+    async def backfill(self, schedule_id: str, start: Any, end: Any) -> int:
+        """Queue every occurrence in [start, end) (ISO 8601 or epoch; ``start < end <= now``,
+        at most 1000) to run through the gates with ``trigger_context.backfill``; returns how
+        many runs were queued. :class:`FireRefused` when the schedule is disabled."""
+        schedule = await self.get(schedule_id)
+        queued = await backfill(
+            self._conn, schedule, start, end, now=self._clock(), timezone=self._settings.timezone
+        )
+        self._changed()
+        return queued
+
     async def preview(self, schedule_id: str, n: int = 5) -> Rows:
-        """The schedule's next ``n`` fire times (UTC and the schedule's zone)."""
+        """The schedule's next ``n`` fire times (UTC and the schedule's zone) with the jitter
+        delay of each (``jitter_sec``, 0 without jitter)."""
         schedule = await self.get(schedule_id)
         zone = schedule_zone(schedule, self._settings.timezone)
-        return preview_times(
+        times = preview_times(
             trigger_type=schedule["trigger_type"],
             cron_expr=schedule.get("cron_expr"),
             interval_sec=schedule.get("interval_sec"),
@@ -306,3 +323,4 @@ class ScheduleService:
             n=n,
             first=schedule.get("next_fire_at"),
         )
+        return with_jitter(schedule, times, timezone=self._settings.timezone)

@@ -19,6 +19,7 @@ from studio_state import fetch_all, fetch_one, fetch_value, record_transition, w
 from .._exceptions import ScheduleNameTaken, ScheduleValidationError
 from .._notify import notify_schedule_disabled
 from .._observe.events import emit
+from .._policies.buffer import drop_buffered
 from .._records.vocab import RUN_STATUSES
 from .._rows import SCHEDULE_COLUMNS, TERMINAL_RUN_STATUSES, decode_run, decode_schedule
 
@@ -181,7 +182,7 @@ async def fired_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
     value = await fetch_value(
         conn,
         "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
-        f"AND status IN ({_TERMINAL_SQL})",
+        f"AND status IN ({_TERMINAL_SQL}) AND retry_of IS NULL",
         (schedule_id,),
     )
     return int(value or 0)
@@ -234,6 +235,7 @@ async def set_enabled(
             now=now,
         )
         if not enabled:
+            await drop_buffered(conn, schedule_id, now=now)
             await notify_schedule_disabled(
                 conn, schedule_id, reason_code=reason_code, reason_summary=reason_summary, now=now
             )

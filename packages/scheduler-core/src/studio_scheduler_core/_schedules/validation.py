@@ -14,13 +14,13 @@ from typing import Any
 from zoneinfo import ZoneInfoNotFoundError
 
 from .._notify import check_notify
+from .._policies.fields import check_overlap_policy, check_policies
 from .._records.column import create_fields, maximum, not_null_fields, specs
 from .._records.schedule import Schedule
 from .._records.vocab import (
     ACTION_KIND_ALIASES,
     ACTION_KINDS,
     MISSED_FIRE_POLICIES,
-    OVERLAP_POLICIES,
     TRIGGER_TYPES,
 )
 from .._settings import SchedulerSettings
@@ -110,8 +110,7 @@ def _check_enums(row: dict[str, Any]) -> None:
         raise err("action_kind", f"must be one of {', '.join(ACTION_KINDS)} (or {aliases})")
     if row.get("missed_fire_policy") not in MISSED_FIRE_POLICIES:
         raise err("missed_fire_policy", _policy_message(MISSED_FIRE_POLICIES))
-    if row.get("overlap_policy") not in OVERLAP_POLICIES:
-        raise err("overlap_policy", _policy_message(OVERLAP_POLICIES))
+    row["overlap_policy"] = check_overlap_policy(row.get("overlap_policy"))
 
 
 def check_timezone(value: Any) -> str | None:
@@ -191,6 +190,7 @@ def normalize(
     row["timezone"] = check_timezone(row.get("timezone"))
     check_trigger(row, timezone=row["timezone"] or settings.timezone, now=now)
     _check_limits(row)
+    check_policies(row)
     if row.get("project") is not None and not row["project"].strip():
         raise err("project", "must not be blank")
     check_action(row, settings=settings)

@@ -1,0 +1,52 @@
+"""Buffered occurrences: an occurrence that arrives while a run of a ``buffer_one`` or
+``buffer_all`` schedule is in flight is kept as a ``waiting_dependency`` run row (durable, in
+the occurrence's own transaction) and started when no run of the schedule is in flight.
+"""
+
+from __future__ import annotations
+
+import aiosqlite
+
+from .._fire import store
+from .._terminal import StatusChange, apply
+
+BUFFER_BOUND = 100
+"""The most occurrences ``buffer_all`` keeps (``buffer_one`` keeps one)."""
+BUFFERED = "schedule.buffered.overlap"
+BUFFER_FULL = "schedule.skipped.buffer_full"
+DROPPED_DISABLED = "schedule.skipped.disabled"
+FIRED_BUFFERED = "schedule.fired.buffered"
+FIRED_BACKFILL = "schedule.fired.backfill"
+CANCELLED_OVERLAP = "run.cancelled.overlap"
+BUFFER_POLICIES = ("buffer_one", "buffer_all")
+
+
+def buffer_bound(policy: object) -> int:
+    """How many occurrences the policy buffers (0: it buffers none)."""
+    return {"buffer_one": 1, "buffer_all": BUFFER_BOUND}.get(str(policy), 0)
+
+
+async def buffered_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
+    """Occurrences of the schedule waiting in its buffer."""
+    return len(await store.buffered_ids(conn, schedule_id))
+
+
+async def drop_buffered(conn: aiosqlite.Connection, schedule_id: str, *, now: float) -> int:
+    """Skip every buffered occurrence of a schedule being disabled (in the caller's
+    transaction): ``schedule.skipped.disabled``. Returns how many were dropped."""
+    run_ids = await store.buffered_ids(conn, schedule_id)
+    changes = [
+        StatusChange(
+            "schedule_runs",
+            run_id,
+            "skipped",
+            DROPPED_DISABLED,
+            "the schedule was disabled while this occurrence waited in its buffer",
+            "scheduler",
+            now,
+            previous="waiting_dependency",
+            sets={"ended_at": now},
+        )
+        for run_id in run_ids
+    ]
+    return sum(await apply(conn, changes)) if changes else 0

@@ -1,0 +1,249 @@
+"""The overlap policies beyond skip/allow: ``buffer_one``, ``buffer_all``, ``cancel_other``.
+
+Evaluation asks :meth:`OverlapPolicies.intercept` first when a run of the schedule is in
+flight: a buffering schedule keeps the occurrence (or skips it, ``schedule.skipped.buffer_full``,
+once its buffer is full); ``cancel_other`` cancels the in-flight runs
+(``run.cancelled.overlap``) and lets the occurrence go on through the gates. Every tick,
+:meth:`OverlapPolicies.start_buffered` starts the oldest buffered occurrence of each schedule
+with nothing in flight, through the gates (budget, max_runs, the global slot).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+from studio_state import write_transaction
+
+from .._admission.gates import Admission
+from .._fire import store
+from .._fire.env import FireEnv
+from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
+from .._fire.pipeline import StartFire, fire_event
+from .._fire.prepare import prepare
+from .._notify import notify_run
+from .._rows import decode_run
+from .._schedules.store import load_schedule, set_enabled
+from .._terminal import StatusChange, apply
+from ..abc import Occurrence
+from .buffer import (
+    BUFFER_FULL,
+    BUFFERED,
+    CANCELLED_OVERLAP,
+    FIRED_BACKFILL,
+    FIRED_BUFFERED,
+    buffer_bound,
+    buffered_count,
+    drop_buffered,
+)
+from .retry_fire import commit_waiting, fire_due_retries
+
+logger = logging.getLogger("studio_scheduler_core")
+
+Revoke = Callable[[str], Awaitable[bool]]
+
+
+class OverlapPolicies:
+    """Buffering and cancel-other for one engine (its admission, fire runner and start)."""
+
+    def __init__(
+        self, env: FireEnv, admission: Admission, start: StartFire, revoke: Revoke | None
+    ) -> None:
+        self._env = env
+        self._admission = admission
+        self._start = start
+        self._revoke = revoke
+
+    async def intercept(
+        self, occ: Occurrence, claim: Callable[[], ScheduleClaim], now: float
+    ) -> str | None:
+        """The outcome when the policy decided the occurrence (``buffer``, ``skip``,
+        ``lost``); ``None``: admission decides (after cancel_other's cancels)."""
+        schedule = occ.schedule
+        sid = str(schedule["id"])
+        if not self._admission.in_flight(sid):
+            return None
+        policy = schedule.get("overlap_policy")
+        if policy == "cancel_other":
+            await self.cancel_in_flight(sid, now)
+            return None
+        bound = buffer_bound(policy)
+        if not bound:
+            return None
+        context = {**occ.trigger_context, "due_at": occ.due_at}
+        if await buffered_count(self._env.conn, sid) >= bound:
+            run, transition = skipped_run(
+                schedule_id=sid,
+                action_kind=str(schedule["action_kind"]),
+                reason_code=BUFFER_FULL,
+                summary=f"a run is in flight and the {policy} buffer is full ({bound})",
+                context={**context, "skipped": BUFFER_FULL},
+                now=now,
+                metadata={"overlap_policy": policy, "bound": bound},
+            )
+            won = await write_skip(
+                self._env.conn, claim=claim(), run=run, transitions=[transition], now=now
+            )
+            return "skip" if won else "lost"
+        run, transition = skipped_run(
+            schedule_id=sid,
+            action_kind=str(schedule["action_kind"]),
+            reason_code=BUFFERED,
+            summary="a run of this schedule is in flight; the occurrence waits in the buffer",
+            context=context,
+            now=now,
+            metadata={"overlap_policy": policy, "bound": bound},
+        )
+        run.update(status="waiting_dependency", ended_at=None)
+        transition = replace(transition, status="waiting_dependency")
+        won = await write_skip(
+            self._env.conn, claim=claim(), run=run, transitions=[transition], now=now
+        )
+        return "buffer" if won else "lost"
+
+    async def cancel_in_flight(self, schedule_id: str, now: float) -> int:
+        """Cancel the schedule's in-flight top-level runs (``run.cancelled.overlap``) and wait
+        for their children to stop; returns how many were cancelled."""
+        run_ids = [
+            r.run_id
+            for r in list(self._admission.running.get(schedule_id, {}).values())
+            if r.run_id
+        ]
+        cancelled = 0
+        for run_id in run_ids:
+            if await store.run_status(self._env.conn, run_id) is None:
+                continue
+            invocation_id = await store.run_invocation(self._env.conn, run_id)
+            summary = "a new occurrence arrived under overlap_policy cancel_other"
+            changes = [
+                StatusChange(
+                    "schedule_runs",
+                    run_id,
+                    "cancelled",
+                    CANCELLED_OVERLAP,
+                    summary,
+                    "scheduler",
+                    now,
+                    sets={"ended_at": now},
+                )
+            ]
+            if invocation_id is not None:
+                changes.append(
+                    StatusChange(
+                        "invocations",
+                        invocation_id,
+                        "cancelled",
+                        CANCELLED_OVERLAP,
+                        summary,
+                        "scheduler",
+                        now,
+                        sets={"ended_at": now},
+                    )
+                )
+            async with write_transaction(self._env.conn):
+                won = (await apply(self._env.conn, changes))[0]
+                if won:
+                    await notify_run(self._env.conn, run_id, now=now)
+            if won:
+                cancelled += 1
+                self._env.committed.discard(run_id)
+                if self._revoke is not None:
+                    await self._revoke(run_id)
+        return cancelled
+
+    async def start_waiting(self, now: float) -> dict[str, int]:
+        """Start the retries whose backoff has passed and the buffered occurrences whose turn
+        came; returns how many of each started (non-zero counts only)."""
+        counts = {
+            "retry": await fire_due_retries(self._env, self._admission, self._start, now),
+            "buffered": await self.start_buffered(now),
+        }
+        return {name: n for name, n in counts.items() if n}
+
+    async def start_buffered(self, now: float) -> int:
+        """Start the oldest buffered occurrence of each schedule with nothing in flight."""
+        rows = await store.waiting_runs(self._env.conn, 1000)
+        seen: set[str] = set()
+        started = 0
+        for raw in rows:
+            row = decode_run(raw)
+            sid = str(row["schedule_id"])
+            if sid in seen or self._admission.in_flight(sid):
+                continue
+            seen.add(sid)
+            if await self._start_one(sid, row, now):
+                started += 1
+        return started
+
+    async def _start_one(self, sid: str, row: dict[str, Any], now: float) -> bool:
+        conn = self._env.conn
+        schedule = await load_schedule(conn, sid)
+        if schedule is None:
+            return False
+        if not schedule["enabled"]:
+            async with write_transaction(conn):
+                await drop_buffered(conn, sid, now=now)
+            return False
+        decision = await self._admission.admit(schedule, now=now, path="buffered")
+        if decision.outcome == "defer":
+            return False
+        if decision.outcome != "fire" or decision.reservation is None:
+            async with write_transaction(conn):
+                await apply(
+                    conn,
+                    [
+                        StatusChange(
+                            "schedule_runs",
+                            str(row["id"]),
+                            "skipped",
+                            decision.reason_code,
+                            decision.message,
+                            "scheduler",
+                            now,
+                            previous="waiting_dependency",
+                            sets={"ended_at": now},
+                        )
+                    ],
+                )
+            if decision.outcome == "disable":
+                await set_enabled(
+                    conn,
+                    sid,
+                    enabled=False,
+                    reason_code=decision.reason_code,
+                    reason_summary=decision.message,
+                    now=now,
+                    metadata=decision.metadata,
+                )
+            return False
+        reservation = decision.reservation
+        try:
+            fire = prepare(
+                self._env,
+                schedule,
+                row["trigger_context"] or {},
+                kind="scheduled",
+                run_id=str(row["id"]),
+            )
+            reservation.run_id = fire.run_id
+            won = await commit_waiting(
+                self._env,
+                fire,
+                self._env.clock(),
+                previous="waiting_dependency",
+                fired=(FIRED_BACKFILL, "a backfill occurrence's turn came")
+                if fire.trigger_context.get("backfill")
+                else (FIRED_BUFFERED, "the in-flight run ended; the buffered occurrence starts"),
+            )
+        except BaseException:
+            reservation.release()
+            raise
+        if not won:
+            fire.discard()
+            reservation.release()
+            return False
+        fire_event(fire, 0.0)
+        self._start(fire, reservation)
+        return True

@@ -1,0 +1,158 @@
+"""Durable retries: a failed or timed-out top-level run plans its next attempt as a
+``retry_wait`` run row, written in the same transaction as the failure, so a restart keeps the
+plan; when it falls due the row itself becomes the running attempt (a guarded
+``retry_wait`` → ``running`` change: it runs once, whichever process gets there).
+
+A follow-up is never retried. ``on_fail`` follows only the last attempt, and
+``pause_on_failure`` disables the schedule only after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import aiosqlite
+
+from studio_state import Transition, new_id, record_transitions
+
+from .._fire import store
+from .._rows import decode_run
+from .._schedules.store import load_schedule, set_enabled
+from .._terminal import clip
+
+RETRY_SCHEDULED = "run.retry.scheduled"
+RETRY_FIRED = "schedule.fired.retry"
+DISABLED_FAILURE = "schedule.disabled.failure"
+RETRYABLE = ("failed", "timed_out")
+DUE_BATCH = 100
+
+
+def attempt_of(context: Mapping[str, Any]) -> int:
+    """The attempt number a run's trigger context carries (1: the first)."""
+    value = context.get("attempt")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def next_attempt(
+    schedule: Mapping[str, Any], context: Mapping[str, Any], status: str, chain_depth: int
+) -> int | None:
+    """The attempt that follows a run ending ``status``, or ``None`` (no retry)."""
+    retry = schedule.get("retry")
+    if not isinstance(retry, Mapping) or chain_depth != 0 or status not in RETRYABLE:
+        return None
+    if schedule.get("id") is None:
+        return None
+    attempt = attempt_of(context)
+    return attempt + 1 if attempt < int(retry.get("max_attempts", 1)) else None
+
+
+def backoff(retry: Mapping[str, Any], attempt_done: int) -> float:
+    """Seconds before the attempt after ``attempt_done``: backoff_sec × factor^(n-1), capped."""
+    base = float(retry.get("backoff_sec", 10))
+    factor = float(retry.get("backoff_factor", 2.0))
+    cap = float(retry.get("max_backoff_sec", 3600))
+    return min(cap, base * factor ** max(0, attempt_done - 1))
+
+
+async def plan_retry(
+    conn: aiosqlite.Connection,
+    *,
+    run_id: str,
+    schedule: Mapping[str, Any],
+    context: Mapping[str, Any],
+    status: str,
+    chain_depth: int,
+    now: float,
+) -> str | None:
+    """Write the next attempt's ``retry_wait`` row (in the caller's transaction, the one that
+    ended ``run_id``); return its id, or ``None`` when no retry is due."""
+    attempt = next_attempt(schedule, context, status, chain_depth)
+    if attempt is None:
+        return None
+    due = now + backoff(schedule["retry"], attempt - 1)
+    retry_id = new_id()
+    sid = str(schedule["id"])
+    limit = schedule["retry"]["max_attempts"]
+    summary = f"attempt {attempt} of {limit} after run {run_id} {status}"
+    trigger = {**context, "attempt": attempt, "retry_of": run_id, "retry_at": due}
+    await store.insert_run_row(
+        conn,
+        {
+            "id": retry_id,
+            "schedule_id": sid,
+            "trigger_context": trigger,
+            "action_kind": schedule.get("action_kind"),
+            "action_args": [],
+            "status": "retry_wait",
+            "chain_depth": 0,
+            "fired_at": due,
+            "created_at": now,
+            "updated_at": now,
+            "status_reason_code": RETRY_SCHEDULED,
+            "status_reason_summary": summary,
+            "status_evidence_refs": [{"kind": "schedule_run", "id": run_id}],
+            "queued_at": due,
+            "retry_of": run_id,
+            "attempt": attempt,
+        },
+    )
+    await record_transitions(
+        conn,
+        [
+            Transition(
+                entity_type="schedule_run",
+                entity_id=retry_id,
+                status="retry_wait",
+                reason_code=RETRY_SCHEDULED,
+                reason_summary=summary,
+                evidence_refs=[{"kind": "schedule_run", "id": run_id}],
+                actor="scheduler",
+                metadata={"retry_of": run_id, "attempt": attempt, "retry_at": due},
+                created_at=now,
+            )
+        ],
+    )
+    return retry_id
+
+
+async def retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
+    """Whether a later attempt of ``run_id`` was planned (its on_fail waits for the last)."""
+    return await store.retry_planned(conn, run_id)
+
+
+async def due_retries(conn: aiosqlite.Connection, now: float) -> list[dict[str, Any]]:
+    """``retry_wait`` rows whose backoff has passed, oldest first."""
+    rows = await store.due_retries(conn, now, DUE_BATCH)
+    return [decode_run(row) for row in rows]
+
+
+async def next_retry_at(conn: aiosqlite.Connection) -> float | None:
+    """When the earliest planned retry falls due (``None``: none planned)."""
+    return await store.next_retry_at(conn)
+
+
+async def pause_after_last_attempt(
+    conn: aiosqlite.Connection, run_id: str, schedule_id: str, *, now: float
+) -> bool:
+    """Disable the schedule (``schedule.disabled.failure``, notifying ``disabled``) when its
+    top-level run ``run_id`` failed or timed out with no attempt left and the schedule pauses
+    on failure. Returns whether it was disabled."""
+    run = await store.retry_lineage(conn, run_id)
+    if run is None or run["chain_depth"] != 0 or run["status"] not in RETRYABLE:
+        return False
+    schedule = await load_schedule(conn, schedule_id)
+    if schedule is None or not schedule.get("pause_on_failure") or not schedule["enabled"]:
+        return False
+    if await retry_planned(conn, run_id):
+        return False
+    attempts = run["attempt"] or 1
+    return await set_enabled(
+        conn,
+        schedule_id,
+        enabled=False,
+        reason_code=DISABLED_FAILURE,
+        reason_summary=clip(f"run {run_id} ended {run['status']} after {attempts} attempt(s)"),
+        now=now,
+        metadata={"run_id": run_id, "status": run["status"], "attempts": attempts},
+    )

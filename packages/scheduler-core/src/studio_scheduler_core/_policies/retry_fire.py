@@ -1,0 +1,139 @@
+"""Starting a due retry: its ``retry_wait`` row becomes the running attempt.
+
+The attempt takes a global slot like any fire (it waits while the cap is reached) but passes
+no other gate: the occurrence it retries was admitted once, and a retry counts toward neither
+``max_runs`` nor the overlap of a new occurrence's admission beyond holding the slot.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from studio_state import Transition, record_transitions, write_transaction
+
+from .._admission.gates import Admission
+from .._fire import store
+from .._fire.env import FireEnv, Prepared
+from .._fire.pipeline import StartFire, fire_event
+from .._fire.prepare import prepare
+from .._notify import notify_run
+from .._schedules.store import load_schedule
+from .._terminal import clip
+from .retry import RETRY_FIRED, due_retries
+
+logger = logging.getLogger("studio_scheduler_core")
+
+
+async def commit_waiting(
+    env: FireEnv, fire: Prepared, now: float, *, previous: str, fired: tuple[str, str]
+) -> bool:
+    """A waiting run row (``previous``: ``retry_wait`` or a buffered ``waiting_dependency``)
+    becomes ``running`` (``failed`` on a setup refusal) with its invocation, guarded on
+    ``previous``; ``fired`` is the (reason code, summary) of the start."""
+    failed = fire.setup_error is not None
+    status = "failed" if failed else "running"
+    reason, summary = fire.setup_error or fired
+    refs = [{"kind": "schedule", "id": str(fire.schedule["id"])}]
+    async with write_transaction(env.conn):
+        # Checked under the write lock: the invocation goes in before the run points at it.
+        if await store.run_status(env.conn, fire.run_id) != previous:
+            return False
+        invocation: Mapping[str, Any] = {
+            "id": fire.invocation_id,
+            "schedule_run_id": fire.run_id,
+            "skill": f"scheduled:{fire.schedule.get('name')}",
+            "status": status,
+            "prompt": fire.prompt,
+            "started_at": now,
+            "ended_at": now if failed else None,
+            "status_reason_code": reason if failed else "run.started.ok",
+            "status_reason_summary": clip(summary) if failed else None,
+            "created_at": now,
+            "updated_at": now,
+        }
+        await store.insert_invocation(env.conn, invocation)
+        await store.start_waiting_run(
+            env.conn,
+            fire.run_id,
+            previous=previous,
+            sets={
+                "status": status,
+                "invocation_id": fire.invocation_id,
+                "action_args": fire.argv,
+                "trigger_context": fire.trigger_context,
+                "fired_at": now,
+                "ended_at": now if failed else None,
+                "error_detail": clip(summary) if failed else None,
+                "updated_at": now,
+                "status_reason_code": reason,
+                "status_reason_summary": clip(summary),
+                "status_evidence_refs": refs,
+            },
+        )
+        transitions = [
+            Transition(
+                entity_type="schedule_run",
+                entity_id=fire.run_id,
+                previous_status=previous,
+                status=status,
+                reason_code=reason,
+                reason_summary=clip(summary),
+                evidence_refs=refs,
+                actor="scheduler",
+                metadata={"attempt": fire.trigger_context.get("attempt")},
+                created_at=now,
+            ),
+            Transition(
+                entity_type="invocation",
+                entity_id=fire.invocation_id,
+                status=status,
+                reason_code=reason if failed else "run.started.ok",
+                evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
+                actor="scheduler",
+                created_at=now,
+            ),
+        ]
+        await record_transitions(env.conn, transitions)
+        if failed:
+            await notify_run(env.conn, fire.run_id, now=now)
+    if not failed:
+        env.committed.add(fire.run_id)
+    return True
+
+
+async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire, now: float) -> int:
+    """Start every retry whose backoff has passed while a global slot is free; returns how
+    many started."""
+    started = 0
+    for row in await due_retries(env.conn, now):
+        schedule = await load_schedule(env.conn, str(row["schedule_id"]))
+        if schedule is None:
+            continue  # deleted meanwhile: its runs go with it
+        reservation = admission.reserve_retry(str(schedule["id"]), now=now)
+        if reservation is None:
+            break  # the global cap is reached: the retry waits for a slot
+        try:
+            fire = prepare(
+                env, schedule, row["trigger_context"] or {}, kind="retry", run_id=str(row["id"])
+            )
+            reservation.run_id = fire.run_id
+            won = await commit_waiting(
+                env,
+                fire,
+                env.clock(),
+                previous="retry_wait",
+                fired=(RETRY_FIRED, "the retry's backoff has passed"),
+            )
+        except BaseException:
+            reservation.release()
+            raise
+        if not won:
+            fire.discard()
+            reservation.release()
+            continue
+        fire_event(fire, max(0.0, now - float(row["queued_at"] or now)))
+        start(fire, reservation)
+        started += 1
+    return started
