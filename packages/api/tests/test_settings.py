@@ -23,6 +23,7 @@ ALL_VARS = {
     "LIONAGI_STUDIO_CHECKPOINT_INTERVAL_SECONDS",
     "LIONAGI_SCHEDULER_TZ",
     "LIONAGI_SCHEDULER_CWD",
+    "LIONAGI_SCHEDULER_PROJECTS",
     "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST",
     "LIONAGI_LI_EXECUTABLE",
     "LIONAGI_STUDIO_NOTIFY_TEMPLATE",
@@ -170,6 +171,11 @@ def test_unrelated_environment_names_are_not_read(monkeypatch: pytest.MonkeyPatc
         ("LIONAGI_STUDIO_GITHUB_API_URL", "ftp://x", "http(s) URL"),
         ("LIONAGI_STUDIO_GITHUB_API_URL", "not a url", "http(s) URL"),
         ("GITHUB_TOKEN", "tok\ten", "printable ASCII"),
+        ("LIONAGI_SCHEDULER_PROJECTS", "web=/srv/web", "JSON object"),
+        ("LIONAGI_SCHEDULER_PROJECTS", '["/srv/web"]', "JSON object"),
+        ("LIONAGI_SCHEDULER_PROJECTS", '{"web": "srv/web"}', "absolute directory path"),
+        ("LIONAGI_SCHEDULER_PROJECTS", '{"web": 1}', "absolute directory path"),
+        ("LIONAGI_SCHEDULER_PROJECTS", '{"": "/srv"}', "non-empty"),
     ],
 )
 def test_an_invalid_value_names_its_variable(variable: str, value: str, fragment: str) -> None:
@@ -287,3 +293,12 @@ def test_to_scheduler_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert sched.child_env["SOME_CHILD_VAR"] == "kept"
     assert "LIONAGI_STUDIO_AUTH_TOKEN" not in sched.child_env
     assert os.environ["LIONAGI_STUDIO_AUTH_TOKEN"] == "secret"
+
+
+def test_registered_projects_reach_the_scheduler(tmp_path: Path) -> None:
+    settings = StudioSettings.from_env(
+        {"LIONAGI_SCHEDULER_PROJECTS": json.dumps({"web": str(tmp_path), "api": "~/api"})}
+    )
+    projects = settings.to_scheduler_settings().project_paths
+    assert projects == {"web": str(tmp_path), "api": str(Path("~/api").expanduser())}
+    assert StudioSettings.from_env({}).to_scheduler_settings().project_paths == {}

@@ -132,6 +132,28 @@ def directory(value: str | None) -> str | None:
     return str(path)
 
 
+def project_paths(value: Any) -> Any:
+    """Registered projects: a JSON object of project name to absolute directory path (the
+    working directory of a schedule that names the project and no ``action_cwd``)."""
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise ValueError('must be a JSON object such as {"web": "/srv/web"}') from None
+    if not isinstance(value, dict):
+        raise ValueError('must be a JSON object such as {"web": "/srv/web"}')
+    projects: dict[str, str] = {}
+    for name, path in value.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("project names must be non-empty strings")
+        if not isinstance(path, str) or not Path(path).expanduser().is_absolute():
+            raise ValueError(f"project {name!r}: the path must be an absolute directory path")
+        projects[name] = str(Path(path).expanduser())
+    return projects
+
+
 def command_names(value: Any) -> Any:
     """The command allow-list: comma-separated bare command names."""
     if isinstance(value, str):

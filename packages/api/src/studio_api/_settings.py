@@ -26,6 +26,7 @@ from ._setting_values import (
     li_path,
     notify_template,
     printable_token,
+    project_paths,
     synchronous_level,
     webhook_secret,
     zone_name,
@@ -115,6 +116,9 @@ class StudioSettings(BaseSettings):
     )
     timezone: str = Field(default="", validation_alias="LIONAGI_SCHEDULER_TZ")
     default_cwd: str | None = _env("LIONAGI_SCHEDULER_CWD")
+    project_paths: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, validation_alias="LIONAGI_SCHEDULER_PROJECTS"
+    )
     command_allowlist: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), validation_alias="LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"
     )
@@ -247,6 +251,11 @@ class StudioSettings(BaseSettings):
     def _check_cwd(cls, value: str | None) -> str | None:
         return directory(value)
 
+    @field_validator("project_paths", mode="before")
+    @classmethod
+    def _check_projects(cls, value: Any) -> Any:
+        return project_paths(value)
+
     @field_validator("command_allowlist", mode="before")
     @classmethod
     def _split_allowlist(cls, value: Any) -> Any:
@@ -306,6 +315,7 @@ class StudioSettings(BaseSettings):
             checkpoint_interval_seconds=self.checkpoint_interval_seconds,
             timezone=self.timezone,
             default_cwd=self.default_cwd,
+            project_paths=dict(self.project_paths),
             command_allowlist=self.command_allowlist,
             li_executable=self.li_executable,
             notify_template=self.notify_template,
