@@ -149,6 +149,8 @@ def test_unrelated_environment_names_are_not_read(monkeypatch: pytest.MonkeyPatc
         ("LIONAGI_STUDIO_HOST", "a b", "host name"),
         ("LIONAGI_STUDIO_DB", "   ", "not empty"),
         ("LIONAGI_STUDIO_DB", ":memory:", "file path"),
+        ("LIONAGI_STUDIO_DB", "postgresql://studio@db/studio", "not run on PostgreSQL yet"),
+        ("LIONAGI_STUDIO_DB", "postgres://db/studio", "not run on PostgreSQL yet"),
         ("LIONAGI_STUDIO_AUTH_TOKEN", "has space", "printable ASCII"),
         ("LIONAGI_STUDIO_TICK_SECONDS", "0", "greater than 0"),
         ("LIONAGI_STUDIO_TICK_SECONDS", "nan", "finite"),

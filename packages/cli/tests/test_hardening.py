@@ -112,6 +112,20 @@ def test_read_commands_refuse_a_missing_database(studio: Studio, tmp_path: Path)
     assert not (tmp_path / "nonexistent").exists(), "nothing may be created"
 
 
+def test_a_postgresql_url_is_refused_naming_its_source(studio: Studio) -> None:
+    url = "postgresql://studio@127.0.0.1/studio"
+    by_flag, by_env = studio.run_many(
+        [
+            Call(("schedule", "list", "--db", url), {}),
+            Call(("schedule", "list"), {"env": {"LIONAGI_STUDIO_DB": url}}),
+        ],
+        expect=1,
+    )
+    assert by_flag.error_line.startswith("error: --db: must be a SQLite file path")
+    assert by_env.error_line.startswith("error: LIONAGI_STUDIO_DB: must be a SQLite file path")
+    assert "PostgreSQL" in by_flag.error_line and by_flag.stdout == ""
+
+
 def test_an_invalid_synchronous_setting_is_one_line_naming_the_variable(studio: Studio) -> None:
     bad = {"LIONAGI_STUDIO_SYNCHRONOUS": "sometimes"}
     listing, creating = studio.run_many(

@@ -73,6 +73,12 @@ def db_path(value: Any) -> Any:
             raise ValueError("must be a file path, not empty")
         if text == ":memory:":
             raise ValueError("must be a file path (an in-memory database cannot be shared)")
+        if text.lower().startswith(("postgres://", "postgresql://")):
+            # Only the outbox runs on PostgreSQL so far: a URL must not become a file path.
+            raise ValueError(
+                "must be a SQLite file path: the scheduler does not run on PostgreSQL yet "
+                "(the outbox alone does, through studio_outbox.postgres)"
+            )
         return Path(text).expanduser().absolute()
     return value
 

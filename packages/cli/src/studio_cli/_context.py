@@ -44,11 +44,16 @@ def resolve_db_path(option: str | None, *, existing: bool = False) -> Path:
     that would then report "nothing here".
     """
     if option:
-        path, source = Path(option).expanduser(), "--db"
+        text, source = option, "--db"
     elif os.environ.get(DB_ENV, "").strip():
-        path, source = Path(os.environ[DB_ENV].strip()).expanduser(), DB_ENV
+        text, source = os.environ[DB_ENV].strip(), DB_ENV
     else:
-        path, source = default_db_path(), "the default"
+        text, source = str(default_db_path()), "the default"
+    if text.lower().startswith(("postgres://", "postgresql://")):
+        raise CliError(
+            f"{source}: must be a SQLite file path: the scheduler does not run on PostgreSQL yet"
+        )
+    path = Path(text).expanduser()
     if path.is_dir():
         raise CliError(f"database path is a directory: {path} (from {source})")
     if existing and not path.is_file():
