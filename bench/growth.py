@@ -214,18 +214,13 @@ def hot_queries(schedule_id: str) -> list[HotQuery]:
                 ),
                 (
                     "SELECT * FROM schedule_runs WHERE schedule_id = ? "
-                    "ORDER BY fired_at DESC, created_at DESC LIMIT ? OFFSET ?",
+                    "ORDER BY fired_at DESC, created_at DESC, id DESC LIMIT ? OFFSET ?",
                     (schedule_id, 100, 0),
                 ),
             ],
-            "studio-scheduler-core: the total counts every run of the schedule (grows with "
-            "its history). Bound it like the outbox's (`SELECT count(*) FROM (SELECT 1 FROM "
-            "schedule_runs WHERE schedule_id = ? LIMIT 10001)`) or keep a per-schedule run "
-            "counter; make the page's ORDER BY fully indexed\n"
-            "      CREATE INDEX idx_schedule_runs_schedule_page ON schedule_runs(schedule_id, "
-            "fired_at DESC, created_at DESC);  -- replaces idx_schedule_runs_schedule\n"
-            "      and page on with keyset `AND (fired_at, created_at) < (?, ?)` instead of "
-            "OFFSET.",
+            "studio-scheduler-core: the total reads schedule_run_counts and the page "
+            "idx_schedule_runs_schedule_page; deeper pages pass the cursor (keyset, "
+            "`(fired_at, created_at, id) < (?, ?, ?)`) instead of OFFSET.",
         ),
     ]
 
@@ -443,6 +438,43 @@ def _fmt(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
+async def _deep_pages(conn: aiosqlite.Connection, size: int, reps: int) -> None:
+    """GET /api/dispatch page 1,000 (100 rows a page) by offset vs by cursor, beside page 1."""
+    pages = min(1000, size // 100)
+    if pages < 2:
+        return
+    offset = (pages - 1) * 100
+    before = await studio_state.fetch_value(
+        conn,
+        "SELECT rowid FROM dispatch_outbox ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+        (offset - 1,),
+    )
+
+    async def first() -> object:
+        return await studio_outbox.page_dispatches(conn, limit=100)
+
+    async def by_offset() -> object:
+        return await studio_outbox.page_dispatches(conn, limit=100, offset=offset)
+
+    async def by_cursor() -> object:
+        return await studio_outbox.page_dispatches(conn, limit=100, before=int(before))
+
+    assert (await by_offset())[0] == (await by_cursor())[0]
+    costs = {}
+    for name, call in (("page 1", first), ("offset", by_offset), ("cursor", by_cursor)):
+        await call()
+        times = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            await call()
+            times.append((time.perf_counter() - started) * 1000)
+        costs[name] = times
+    base = statistics.median(costs["page 1"])
+    print(f"  deep page: GET /api/dispatch page {pages:,} of 100 rows at {size:,} rows")
+    for name, times in costs.items():
+        print(f"    {name:8} {_fmt(times)} ms  ({statistics.median(times) / base:5.1f}x page 1)")
+
+
 async def _plans(conn: aiosqlite.Connection, q: HotQuery) -> list[str]:
     lines = []
     for sql, params in q.sql:
@@ -522,6 +554,8 @@ async def main() -> None:
                 }
                 for q in queries:
                     q.costs[size] = await _time(q, conn, ctx, args.reps)
+                if size == sizes[-1]:
+                    await _deep_pages(conn, size, args.reps)
         for q in _table("history rows", "{:,} rows", queries, sizes):
             async with studio_state.connect(path) as conn:
                 missed.append((q, "\n".join(await _plans(conn, q))))

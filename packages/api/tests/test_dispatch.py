@@ -65,7 +65,13 @@ def test_list_filters_and_pagination(studio: Any) -> None:
     pending = studio.client.get("/api/dispatch", params={"status": "pending", "kind": "a"}).json()
     assert pending["total"] == 5
     acked = studio.client.get("/api/dispatch", params={"status": "acked"}).json()
-    assert acked == {"dispatches": [], "total": 0, "limit": 100, "offset": 0}
+    assert acked == {
+        "dispatches": [],
+        "total": 0,
+        "limit": 100,
+        "offset": 0,
+        "next_cursor": None,
+    }
     for params, field in [
         ({"status": "lost"}, "status"),
         ({"limit": 0}, "limit"),

@@ -91,3 +91,50 @@ async def test_list_pages_use_an_index_and_totals_never_scan_the_table(
         assert "dispatch_outbox_counts" in backlog
     finally:
         raw.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"), [(None, None), ("pending", None), (None, "k1"), ("pending", "k1")]
+)
+async def test_keyset_pages_walk_every_row_once_and_seek_on_an_index(
+    db_path: Path,
+    conn: aiosqlite.Connection,
+    clock: studio_state.ManualClock,
+    status: str | None,
+    kind: str | None,
+) -> None:
+    await studio_outbox.enqueue_many(
+        conn, [{"kind": f"k{i % 2}", "deliver_to": "ok"} for i in range(45)], clock=clock
+    )
+    everything = await studio_outbox.list_dispatches(conn, status=status, kind=kind, limit=1000)
+    seen: list[str] = []
+    await conn.set_trace_callback(seen.append)
+    walked: list[str] = []
+    before = None
+    try:
+        while True:
+            rows, before = await studio_outbox.page_dispatches(
+                conn, status=status, kind=kind, limit=4, before=before
+            )
+            walked += [row["id"] for row in rows]
+            assert all("page_seq" not in row and "ack_token" not in row for row in rows)
+            if before is None:
+                break
+            await studio_outbox.enqueue_dispatch(conn, kind="k1", deliver_to="ok", clock=clock)
+    finally:
+        await conn.set_trace_callback(None)
+    assert walked == [row["id"] for row in everything]
+    raw = sqlite3.connect(db_path)
+    try:
+        seeks = [s for s in seen if "rowid < " in s and s.startswith("SELECT")]
+        assert seeks
+        for sql in seeks:
+            plan = _plan(raw, sql)
+            assert plan.startswith("SEARCH dispatch_outbox") and "rowid<?" in plan, plan
+            assert "TEMP B-TREE" not in plan, plan
+    finally:
+        raw.close()
+    for bad in ({"before": 0}, {"before": 3, "offset": 1}):
+        with pytest.raises(studio_outbox.InvalidArgument) as error:
+            await studio_outbox.page_dispatches(conn, **bad)  # type: ignore[arg-type]
+        assert error.value.field == "before"

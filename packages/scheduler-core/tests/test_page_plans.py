@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from studio_scheduler_core import ScheduleService
+import pytest
+
+from studio_scheduler_core import (
+    ADHOC_PAGE_KEY,
+    RUN_PAGE_KEY,
+    AdhocRunService,
+    SchedulerSettings,
+    ScheduleService,
+    ScheduleValidationError,
+)
 from studio_state import ManualClock, fetch_all
 
 RUNS = 300
@@ -95,3 +104,53 @@ async def test_the_schedules_page_reads_the_creation_index(
     plans = await _plans(conn, statements, "schedules")
     _assert_indexed(plans, "schedules")
     assert any("idx_schedules_created" in p for p in plans), plans
+
+
+async def test_a_runs_page_after_a_key_seeks_on_the_page_index(
+    conn: Any, service: ScheduleService, clock: ManualClock, h: Any
+) -> None:
+    created = await service.create(h.command_schedule("x.py"))
+    await _add_runs(conn, created["id"], clock, "run")
+    walked: list[str] = []
+    after = None
+    while True:
+        (runs, total), statements = await _statements(
+            conn, lambda key=after: service.list_runs(created["id"], limit=70, after=key)
+        )
+        walked += [r["id"] for r in runs]
+        plans = await _plans(conn, statements, "schedule_runs")
+        _assert_indexed(plans, "schedule_runs")
+        if after is not None:
+            seeks = [p for p in plans if "idx_schedule_runs_schedule_page" in p]
+            assert seeks and all("SEARCH" in p and "<" in p for p in seeks), plans
+        if len(runs) < 70:
+            break
+        after = [runs[-1][column] for column in RUN_PAGE_KEY]
+    everything, _ = await service.list_runs(created["id"], limit=1000)
+    assert walked == [r["id"] for r in everything] and len(set(walked)) == RUNS
+    with pytest.raises(ScheduleValidationError) as bad:
+        await service.list_runs(created["id"], offset=1, after=after)
+    assert bad.value.field == "cursor"
+    with pytest.raises(ScheduleValidationError):
+        await service.list_runs(created["id"], after=[1.0])
+
+
+async def test_the_adhoc_page_after_a_key_seeks_on_its_index(
+    conn: Any, settings: SchedulerSettings, clock: ManualClock
+) -> None:
+    adhoc = AdhocRunService(conn, settings=settings, clock=clock)
+    await conn.executemany(
+        "INSERT INTO schedule_runs (id, trigger_context, action_kind, action_args, status, "
+        "fired_at, created_at, queued_at) VALUES (?, '{}', 'command', '{}', 'completed', ?, ?, ?)",
+        [(f"q{i:03d}", clock() + i, clock() + i, clock() + i // 2) for i in range(60)],
+    )
+    await conn.commit()
+    first, _ = await adhoc.list(limit=25)
+    after = [first[-1][column] for column in ADHOC_PAGE_KEY]
+    (rest, total), statements = await _statements(conn, lambda: adhoc.list(limit=100, after=after))
+    assert total == 60
+    walked = [r["id"] for r in first + rest]
+    assert walked == [f"q{i:03d}" for i in reversed(range(60))]
+    plans = await _plans(conn, statements, "schedule_runs")
+    _assert_indexed(plans, "schedule_runs")
+    assert any("idx_schedule_runs_adhoc_page" in p and "<" in p for p in plans), plans

@@ -97,7 +97,7 @@ async def test_the_adhoc_run_list_reads_its_order_from_an_index(
     await conn.commit()
     sql = (
         "SELECT * FROM schedule_runs WHERE schedule_id IS NULL AND queued_at IS NOT NULL "
-        "ORDER BY queued_at DESC, rowid DESC LIMIT 10 OFFSET 0"
+        "ORDER BY queued_at DESC, id DESC LIMIT 10 OFFSET 0"
     )
     plan = " | ".join(r["detail"] for r in await fetch_all(conn, f"EXPLAIN QUERY PLAN {sql}"))
     assert "idx_schedule_runs_adhoc_page" in plan and "TEMP B-TREE" not in plan, plan

@@ -36,7 +36,14 @@ from ._exceptions import (
     OutboxError,
 )
 from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
-from ._queries import count_dispatches, dispatch_backlog, get_dispatch, list_dispatches, next_due_at
+from ._queries import (
+    count_dispatches,
+    dispatch_backlog,
+    get_dispatch,
+    list_dispatches,
+    next_due_at,
+    page_dispatches,
+)
 from ._record import Dispatch
 from ._schema import connect, ensure_schema
 from ._secret import InvalidWebhookSecret, parse_webhook_secret
@@ -90,6 +97,7 @@ __all__ = [
     "is_webhook_url",
     "list_dispatches",
     "next_due_at",
+    "page_dispatches",
     "parse_retry_after",
     "parse_webhook_secret",
     "purge_dispatch",

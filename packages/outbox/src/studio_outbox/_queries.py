@@ -82,6 +82,28 @@ def list_steps(
     return [public_row(row) for row in rows]
 
 
+def page_steps(
+    status: str | None, kind: str | None, limit: int, offset: int, before: int | None
+) -> Steps[tuple[list[dict[str, Any]], int | None]]:
+    where, params = _filters(status, kind)
+    limit = _count_arg("limit", limit, 1)
+    offset = _count_arg("offset", offset, 0)
+    if before is not None:
+        before = _count_arg("before", before, 1)
+        if offset:
+            raise InvalidArgument("before", "cannot be combined with a non-zero offset")
+        # The status/kind indexes end in the rowid, so this seeks on the index the order uses.
+        where = f"{where} AND rowid < ?" if where else " WHERE rowid < ?"
+        params = [*params, before]
+    rows = yield Fetch(
+        f"SELECT rowid AS page_seq, {_PUBLIC_COLUMNS} FROM dispatch_outbox{where} "
+        "ORDER BY rowid DESC LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    )
+    page = [public_row({k: v for k, v in row.items() if k != "page_seq"}) for row in rows]
+    return page, (int(rows[-1]["page_seq"]) if len(rows) == limit else None)
+
+
 def count_steps(status: str | None, kind: str | None) -> Steps[int]:
     # From the trigger-kept counts: the cost does not grow with the table's history.
     where, params = _filters(status, kind)
@@ -120,6 +142,26 @@ def next_due_steps() -> Steps[float | None]:
 async def get_dispatch(conn: aiosqlite.Connection, dispatch_id: str) -> dict[str, Any] | None:
     """Return one dispatch (payload decoded to a dict, no ack token), or None."""
     return await run_read(conn, get_steps(dispatch_id))
+
+
+async def page_dispatches(
+    conn: aiosqlite.Connection,
+    *,
+    status: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    before: int | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of :func:`list_dispatches` and the keyset to continue: ``(rows, next_before)``.
+
+    ``before`` is the previous page's ``next_before`` (``None``: start at the newest row, or
+    ``offset`` rows past it); the query seeks past it on the index its order uses, so a deep
+    page costs what the first does. ``next_before`` is ``None`` once a page comes back short.
+    A ``before`` below 1, or with a non-zero ``offset``, raises :class:`InvalidArgument`
+    naming ``before``.
+    """
+    return await run_read(conn, page_steps(status, kind, limit, offset, before))
 
 
 async def list_dispatches(

@@ -58,6 +58,7 @@ from ._recovery.orphans import OrphanReaper
 from ._runlog import read_run_log, run_log_dir, run_log_path
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
+from ._schedules.store import ADHOC_PAGE_KEY, RUN_PAGE_KEY
 from ._schema import ensure_schema
 from ._settings import SchedulerSettings
 from ._triggers.cadence import preview_fire_times
@@ -68,6 +69,7 @@ from ._usage import report_usage
 __all__ = [
     "ACTION_KINDS",
     "ACTION_KIND_ALIASES",
+    "ADHOC_PAGE_KEY",
     "Action",
     "ActionKindName",
     "AdhocRunService",
@@ -91,6 +93,7 @@ __all__ = [
     "OVERLAY_KEYS",
     "OrphanReaper",
     "OverlapPolicy",
+    "RUN_PAGE_KEY",
     "RUN_STATUSES",
     "Run",
     "RunNotCancellable",

@@ -318,6 +318,18 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_retry_wait
   ON schedule_runs(queued_at) WHERE status = 'retry_wait';
 """
 
+# Keyset paging: each runs page seeks past the previous page's last sort key, so page 1,000
+# costs what page 1 does. The sort keys end in the unique id (ties in time are common under an
+# injected clock); status trails the schedule page's key so a status filter reads the index.
+_V9_KEYSET = """
+DROP INDEX IF EXISTS idx_schedule_runs_schedule_page;
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_schedule_page
+  ON schedule_runs(schedule_id, fired_at, created_at, id, status);
+DROP INDEX IF EXISTS idx_schedule_runs_adhoc_page;
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_adhoc_page
+  ON schedule_runs(schedule_id, queued_at, id) WHERE queued_at IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
@@ -327,6 +339,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "indexes for the runs page and the schedules page order", _V6_PAGES),
     Migration(7, "run counts per schedule and status; ad-hoc list index", _V7_RUN_COUNTS),
     Migration(8, "schedule policies: overlap values, catch-up, jitter, retries", _V8_POLICIES),
+    Migration(9, "runs page indexes end in the id: keyset paging", _V9_KEYSET),
 )
 
 

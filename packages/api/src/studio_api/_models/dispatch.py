@@ -88,3 +88,6 @@ class DispatchList(ResponseModel):
     total: int
     limit: int
     offset: int
+    next_cursor: str | None = None
+    """Pass as ``?cursor=`` for the next page (keyset: a deep page costs what the first
+    does); ``None`` on the last page."""

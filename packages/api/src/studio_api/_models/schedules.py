@@ -129,6 +129,9 @@ class RunList(ResponseModel):
     total: int
     limit: int
     offset: int
+    next_cursor: str | None = None
+    """Pass as ``?cursor=`` for the next page (keyset: a deep page costs what the first
+    does); ``None`` on the last page."""
 
 
 class TriggerOut(ResponseModel):

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Response
 import studio_outbox
 from studio_state import fetch_value, write_transaction
 
+from .._cursor import cursor_error, decode_cursor, encode_cursor
 from .._deps import EngineDep, ReadsDep, responses
 from .._models import (
     SQLITE_INT_MAX,
@@ -38,10 +39,18 @@ async def list_dispatches(
     kind: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size (1-1000)")] = 100,
     offset: Annotated[int, Query(ge=0, le=SQLITE_INT_MAX, description="Rows to skip")] = 0,
+    cursor: Annotated[str | None, Query(description="A page's next_cursor")] = None,
 ) -> DispatchList:
-    """One page of outbox rows and the ``total`` that match ``status`` and ``kind``."""
-    rows = await studio_outbox.list_dispatches(
-        reads.conn, status=status, kind=kind, limit=limit, offset=offset
+    """One page of outbox rows (newest first) and the ``total`` that match ``status`` and
+    ``kind``; ``cursor`` (a page's ``next_cursor``) continues after that page at constant
+    cost."""
+    before = None
+    if cursor is not None:
+        (before,) = decode_cursor(cursor, (int,), offset=offset)
+        if before < 1:
+            raise cursor_error()
+    rows, following = await studio_outbox.page_dispatches(
+        reads.conn, status=status, kind=kind, limit=limit, offset=offset, before=before
     )
     total = await studio_outbox.count_dispatches(reads.conn, status=status, kind=kind)
     return DispatchList(
@@ -49,6 +58,7 @@ async def list_dispatches(
         total=total,
         limit=limit,
         offset=offset,
+        next_cursor=None if following is None else encode_cursor([following]),
     )
 
 

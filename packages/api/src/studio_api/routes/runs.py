@@ -6,6 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from studio_scheduler_core import ADHOC_PAGE_KEY
+
+from .._cursor import decode_cursor, next_cursor
 from .._deps import EngineDep, ReadsDep, responses
 from .._models import SQLITE_INT_MAX, RunCreate, RunList, RunOut, RunStatus, TriggerOut
 
@@ -35,10 +38,19 @@ async def list_runs(
     status: RunStatus | None = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Page size (1-1000)")] = 100,
     offset: Annotated[int, Query(ge=0, le=SQLITE_INT_MAX, description="Rows to skip")] = 0,
+    cursor: Annotated[str | None, Query(description="A page's next_cursor")] = None,
 ) -> RunList:
-    """One page of ad-hoc runs (newest first) and the ``total`` that match."""
-    rows, total = await reads.runs.list(status=status, limit=limit, offset=offset)
-    return RunList(runs=[RunOut.of(row) for row in rows], total=total, limit=limit, offset=offset)
+    """One page of ad-hoc runs (newest first) and the ``total`` that match; ``cursor`` (a
+    page's ``next_cursor``) continues after that page at constant cost."""
+    after = None if cursor is None else decode_cursor(cursor, (float, str), offset=offset)
+    rows, total = await reads.runs.list(status=status, limit=limit, offset=offset, after=after)
+    return RunList(
+        runs=[RunOut.of(row) for row in rows],
+        total=total,
+        limit=limit,
+        offset=offset,
+        next_cursor=next_cursor(rows, ADHOC_PAGE_KEY, limit),
+    )
 
 
 @router.get("/{run_id}", response_model=RunOut, responses=responses(404))

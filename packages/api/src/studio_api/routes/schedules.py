@@ -7,8 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 
-from studio_scheduler_core import RunNotCancellable, RunNotFound
+from studio_scheduler_core import RUN_PAGE_KEY, RunNotCancellable, RunNotFound
 
+from .._cursor import decode_cursor, next_cursor
 from .._deps import EngineDep, ReadsDep, ServiceDep, SettingsDep, responses
 from .._models import (
     SQLITE_INT_MAX,
@@ -165,12 +166,21 @@ async def list_runs(
     status: RunStatus | None = None,
     limit: Limit = 100,
     offset: Offset = 0,
+    cursor: Annotated[str | None, Query(description="A page's next_cursor")] = None,
 ) -> RunList:
-    """One page of a schedule's runs (newest first) and the ``total`` that match."""
+    """One page of a schedule's runs (newest first) and the ``total`` that match; ``cursor``
+    (a page's ``next_cursor``) continues after that page at constant cost."""
+    after = None if cursor is None else decode_cursor(cursor, (float, float, str), offset=offset)
     rows, total = await reads.schedules.list_runs(
-        schedule_id, status=status, limit=limit, offset=offset
+        schedule_id, status=status, limit=limit, offset=offset, after=after
     )
-    return RunList(runs=[RunOut.of(row) for row in rows], total=total, limit=limit, offset=offset)
+    return RunList(
+        runs=[RunOut.of(row) for row in rows],
+        total=total,
+        limit=limit,
+        offset=offset,
+        next_cursor=next_cursor(rows, RUN_PAGE_KEY, limit),
+    )
 
 
 @router.get("/{schedule_id}/preview", response_model=PreviewOut, responses=responses(404))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiosqlite
@@ -32,7 +32,7 @@ from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationErro
 from .._fire import store as fire_store
 from .._notify import check_notify, notify_run
 from .._rows import decode_run, dumps
-from .._schedules.store import page_runs
+from .._schedules.store import ADHOC_PAGE_KEY, page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize
 from .._settings import SchedulerSettings
 from .._terminal import StatusChange, apply
@@ -192,17 +192,25 @@ class AdhocRunService:
         return decode_run(await self._row(run_id))
 
     async def list(
-        self, *, status: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        after: Sequence[Any] | None = None,
     ) -> tuple[Rows, int]:
-        """``(runs, total)`` of ad-hoc runs, newest first, optionally of one status."""
+        """``(runs, total)`` of ad-hoc runs, newest first by :data:`ADHOC_PAGE_KEY`, optionally
+        of one status. ``after``, the key of the previous page's last run, seeks past it
+        instead of skipping ``offset`` rows."""
         return await page_runs(
             self._conn,
             store.ADHOC_WHERE,
             [],
-            order="queued_at DESC, rowid DESC",
+            key=ADHOC_PAGE_KEY,
             status=status,
             limit=limit,
             offset=offset,
+            after=after,
         )
 
     async def cancel(self, run_id: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiosqlite
@@ -30,7 +30,7 @@ from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
 from .._usage import schedule_spend
 from . import store
-from .store import fired_run_count, load_schedule, page_runs, set_enabled
+from .store import RUN_PAGE_KEY, fired_run_count, load_schedule, page_runs, set_enabled
 from .validation import CREATE_FIELDS, check_disable_reason, normalize
 
 Rows = list[dict[str, Any]]
@@ -274,18 +274,27 @@ class ScheduleService:
         self._changed()
 
     async def list_runs(
-        self, schedule_id: str, *, status: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        schedule_id: str,
+        *,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        after: Sequence[Any] | None = None,
     ) -> tuple[Rows, int]:
-        """``(runs, total)`` of one schedule, newest first (:class:`ScheduleNotFound`)."""
+        """``(runs, total)`` of one schedule, newest first by :data:`RUN_PAGE_KEY`
+        (:class:`ScheduleNotFound`). ``after``, the key of the previous page's last run, seeks
+        past it instead of skipping ``offset`` rows."""
         await self.get(schedule_id)
         return await page_runs(
             self._conn,
             "schedule_id = ?",
             [schedule_id],
-            order="fired_at DESC, created_at DESC",
+            key=RUN_PAGE_KEY,
             status=status,
             limit=limit,
             offset=offset,
+            after=after,
             counted=schedule_id,
         )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiosqlite
@@ -22,6 +22,12 @@ from .._observe.events import emit
 from .._policies.buffer import drop_buffered
 from .._records.vocab import RUN_STATUSES
 from .._rows import SCHEDULE_COLUMNS, TERMINAL_RUN_STATUSES, decode_run, decode_schedule
+
+RUN_PAGE_KEY = ("fired_at", "created_at", "id")
+"""A schedule's runs page order (each descending): the run fields a keyset cursor carries."""
+
+ADHOC_PAGE_KEY = ("queued_at", "id")
+"""The ad-hoc runs page order (each descending): the run fields a keyset cursor carries."""
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATUSES)
 
@@ -146,14 +152,18 @@ async def page_runs(
     where: str,
     params: list[Any],
     *,
-    order: str,
+    key: tuple[str, ...],
     status: str | None,
     limit: int,
     offset: int,
+    after: Sequence[Any] | None = None,
     counted: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """``(runs, total)`` of the ``schedule_runs`` matching ``where`` (fixed SQL from the caller,
-    values bound), optionally of one ``status``, one page in ``order``. With ``counted`` (a
+    values bound), optionally of one ``status``, one page newest first by the columns ``key``
+    (fixed SQL ending in a unique column; an index must hold them in this order). ``after``
+    (the ``key`` values of the previous page's last row) seeks past that row instead of
+    skipping ``offset`` rows, so a deep page costs what the first does. With ``counted`` (a
     schedule id, ``where`` selecting exactly that schedule's runs) the total is read from the
     trigger-kept ``schedule_run_counts``."""
     if status is not None:
@@ -169,10 +179,19 @@ async def page_runs(
         )
     else:
         total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params)
+    page_where, page_params = where, params
+    if after is not None:
+        if offset:
+            raise ScheduleValidationError("cursor", "cannot be combined with a non-zero offset")
+        if len(after) != len(key):
+            raise ScheduleValidationError("cursor", "does not belong to this list")
+        page_where = f"{where} AND ({', '.join(key)}) < ({', '.join('?' * len(key))})"
+        page_params = [*params, *after]
+    order = ", ".join(f"{column} DESC" for column in key)
     rows = await fetch_all(
         conn,
-        f"SELECT * FROM schedule_runs WHERE {where} ORDER BY {order} LIMIT ? OFFSET ?",
-        [*params, max(0, int(limit)), max(0, int(offset))],
+        f"SELECT * FROM schedule_runs WHERE {page_where} ORDER BY {order} LIMIT ? OFFSET ?",
+        [*page_params, max(0, int(limit)), max(0, int(offset))],
     )
     return [decode_run(r) for r in rows], int(total or 0)
 
