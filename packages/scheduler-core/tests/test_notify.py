@@ -25,7 +25,7 @@ RUN_BODY_KEYS = {
     "duration_seconds",
     "chain_depth",
     "chain_parent_id",
-    "attempt",
+    "run_attempt",
     "trigger_context",
     "log_url",
 }

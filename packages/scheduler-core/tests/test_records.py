@@ -61,7 +61,8 @@ def test_field_sets_come_from_the_metadata() -> None:
     }
     assert OVERLAY_KEYS["playbook"] == "action_playbook"
     assert OVERLAY_KEYS["kind"] == OVERLAY_KEYS["action_kind"] == "action_kind"
-    assert set(OVERLAY_KEYS.values()) - {"on_success", "on_fail"} <= set(columns(Action))
+    assert set(OVERLAY_KEYS.values()) - {"on_success", "on_fail", "retry"} <= set(columns(Action))
+    assert OVERLAY_KEYS["retry"] == "retry"
     public = [s.name for s in record_specs(Schedule) if s.meta.public]
     assert "github_etag" not in public and len(public) == len(columns(Schedule)) - 1
     assert "playbook" not in ACTION_KINDS

@@ -176,7 +176,7 @@ async def test_only_the_last_attempts_failure_is_notified_with_its_attempt_numbe
     runs = await _top_level(engine.conn, created["id"])
     assert [(r["status"], r["attempt"]) for r in runs] == [("failed", None), ("failed", 2)]
     [(kind, body)] = await _run_dispatches(engine.conn)
-    assert (kind, body["run_id"], body["attempt"]) == ("run.failed", runs[1]["id"], 2)
+    assert (kind, body["run_id"], body["run_attempt"]) == ("run.failed", runs[1]["id"], 2)
 
 
 async def test_a_run_that_succeeds_on_a_retry_is_not_a_recovery(
@@ -201,6 +201,6 @@ async def test_a_run_that_succeeds_on_a_retry_is_not_a_recovery(
     runs = await _top_level(engine.conn, created["id"])
     assert [r["status"] for r in runs] == ["failed", "completed"]
     dispatched = await _run_dispatches(engine.conn)
-    assert [(k, b["run_id"], b["attempt"]) for k, b in dispatched] == [
+    assert [(k, b["run_id"], b["run_attempt"]) for k, b in dispatched] == [
         ("run.completed", runs[1]["id"], 2)
     ]

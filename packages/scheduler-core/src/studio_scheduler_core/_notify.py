@@ -169,7 +169,7 @@ def run_body(run: Mapping[str, Any], schedule_name: str | None) -> dict[str, Any
         "duration_seconds": duration,
         "chain_depth": run.get("chain_depth"),
         "chain_parent_id": run.get("chain_parent_id"),
-        "attempt": run.get("attempt") or 1,
+        "run_attempt": run.get("attempt") or 1,
         "trigger_context": _loads(run.get("trigger_context")),
         "log_url": f"/api/runs/{run['id']}/log",
     }
@@ -182,7 +182,7 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
     dispatch joins that transaction. Returns the dispatch id, or ``None`` when the run's
     ``notify`` (its own, else its schedule's) does not ask for this status, or when the run
     failed or timed out with a later attempt already planned (only the last attempt's failure
-    is notified; its body's ``attempt`` says which attempt that was).
+    is notified; its body's ``run_attempt`` says which attempt that was).
     """
     run = await fetch_one(
         conn,

@@ -167,6 +167,7 @@ async def _finish_once(
                 status=status,
                 chain_depth=fire.chain_depth,
                 now=now,
+                chain_parent_id=fire.chain_parent_id,
             )
             await notify_run(env.conn, fire.run_id, now=now)
     env.committed.discard(fire.run_id)

@@ -300,3 +300,18 @@ async def retry_lineage(conn: aiosqlite.Connection, run_id: str) -> dict[str, An
     return await fetch_one(
         conn, "SELECT status, chain_depth, attempt FROM schedule_runs WHERE id = ?", (run_id,)
     )
+
+
+async def chain_statuses(conn: aiosqlite.Connection, parent_id: str | None) -> list[str]:
+    """The statuses of a run's chain ancestors, from ``parent_id`` up, top-level first."""
+    statuses: list[str] = []
+    while parent_id is not None:
+        row = await fetch_one(
+            conn, "SELECT status, chain_parent_id FROM schedule_runs WHERE id = ?", (parent_id,)
+        )
+        if row is None:
+            break
+        statuses.append(str(row["status"]))
+        parent_id = row["chain_parent_id"]
+    statuses.reverse()
+    return statuses

@@ -3,8 +3,9 @@
 plan; when it falls due the row itself becomes the running attempt (a guarded
 ``retry_wait`` → ``running`` change: it runs once, whichever process gets there).
 
-A follow-up is never retried. ``on_fail`` follows only the last attempt, and
-``pause_on_failure`` disables the schedule only after it.
+A follow-up is retried only under its overlay's own ``retry`` (it never inherits the
+schedule's); its attempts keep its chain parent and depth. ``on_fail`` follows only the last
+attempt, and ``pause_on_failure`` disables the schedule only after it (top-level runs only).
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ def attempt_of(context: Mapping[str, Any]) -> int:
 
 
 def next_attempt(
-    schedule: Mapping[str, Any], context: Mapping[str, Any], status: str, chain_depth: int
+    schedule: Mapping[str, Any], context: Mapping[str, Any], status: str
 ) -> int | None:
-    """The attempt that follows a run ending ``status``, or ``None`` (no retry)."""
+    """The attempt that follows a run ending ``status``, or ``None`` (no retry).
+
+    ``schedule`` is the action the run ran: for a follow-up, its overlay applied, which has a
+    ``retry`` only when the overlay set one."""
     retry = schedule.get("retry")
-    if not isinstance(retry, Mapping) or chain_depth != 0 or status not in RETRYABLE:
+    if not isinstance(retry, Mapping) or status not in RETRYABLE:
         return None
     if schedule.get("id") is None:
         return None
@@ -64,10 +68,11 @@ async def plan_retry(
     status: str,
     chain_depth: int,
     now: float,
+    chain_parent_id: str | None = None,
 ) -> str | None:
     """Write the next attempt's ``retry_wait`` row (in the caller's transaction, the one that
     ended ``run_id``); return its id, or ``None`` when no retry is due."""
-    attempt = next_attempt(schedule, context, status, chain_depth)
+    attempt = next_attempt(schedule, context, status)
     if attempt is None:
         return None
     due = now + backoff(schedule["retry"], attempt - 1)
@@ -85,7 +90,8 @@ async def plan_retry(
             "action_kind": schedule.get("action_kind"),
             "action_args": [],
             "status": "retry_wait",
-            "chain_depth": 0,
+            "chain_depth": chain_depth,
+            "chain_parent_id": chain_parent_id,
             "fired_at": due,
             "created_at": now,
             "updated_at": now,

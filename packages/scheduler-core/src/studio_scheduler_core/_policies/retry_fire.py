@@ -2,7 +2,9 @@
 
 The attempt takes a global slot like any fire (it waits while the cap is reached) but passes
 no other gate: the occurrence it retries was admitted once, and a retry counts toward neither
-``max_runs`` nor the overlap of a new occurrence's admission beyond holding the slot.
+``max_runs`` nor the overlap of a new occurrence's admission beyond holding the slot. A
+follow-up's attempt (it has a chain parent) takes a slot too, and runs the follow-up's action:
+the schedule's overlays applied along its chain, as its parents ended.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .._fire.env import FireEnv, Prepared
 from .._fire.pipeline import StartFire, fire_event
 from .._fire.prepare import prepare
 from .._notify import notify_run
+from .._schedules.followups import follow_up_action
 from .._schedules.store import load_schedule
 from .._terminal import clip
 from .retry import RETRY_FIRED, due_retries
@@ -115,9 +118,7 @@ async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire,
         if reservation is None:
             break  # the global cap is reached: the retry waits for a slot
         try:
-            fire = prepare(
-                env, schedule, row["trigger_context"] or {}, kind="retry", run_id=str(row["id"])
-            )
+            fire = await _prepare_attempt(env, schedule, row)
             reservation.run_id = fire.run_id
             won = await commit_waiting(
                 env,
@@ -137,3 +138,32 @@ async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire,
         start(fire, reservation)
         started += 1
     return started
+
+
+async def _prepare_attempt(
+    env: FireEnv, schedule: Mapping[str, Any], row: Mapping[str, Any]
+) -> Prepared:
+    """Prepare a due attempt: the schedule's action, or a follow-up's (its chain replayed)."""
+    context = row["trigger_context"] or {}
+    depth = int(row["chain_depth"] or 0)
+    if depth == 0:
+        return prepare(env, schedule, context, kind="retry", run_id=str(row["id"]))
+    parent = row["chain_parent_id"]
+    statuses = await store.chain_statuses(env.conn, parent)
+    action = follow_up_action(schedule, statuses) if len(statuses) == depth else None
+    fire = prepare(
+        env,
+        action or schedule,
+        context,
+        kind="retry",
+        run_id=str(row["id"]),
+        chain_depth=depth,
+        chain_parent_id=parent,
+    )
+    if action is None:
+        fire.discard()
+        fire.setup_error = (
+            "run.failed.invalid_action",
+            "the schedule no longer has the follow-up this attempt retries",
+        )
+    return fire

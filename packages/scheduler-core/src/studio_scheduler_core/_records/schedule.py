@@ -149,9 +149,10 @@ class Schedule(Action, _Trigger):
     pause_on_failure: bool | None = field(default=None, metadata=_POLICY)
     """Disable the schedule when a run fails after its last attempt."""
     retry: Mapping[str, Any] | None = field(
-        default=None, metadata=column(create=True, json=True, own_check=True)
+        default=None, metadata=column(create=True, json=True, own_check=True, overlay=("retry",))
     )
-    """``{"max_attempts", "backoff_sec", "backoff_factor", "max_backoff_sec"}``."""
+    """``{"max_attempts", "backoff_sec", "backoff_factor", "max_backoff_sec"}``; a follow-up's
+    overlay may set its own (a follow-up never inherits the schedule's)."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Schedule:

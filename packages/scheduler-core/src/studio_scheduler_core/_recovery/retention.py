@@ -18,7 +18,8 @@ the first row newer than the cut-off, so a pass reads only what it deletes plus 
 
 A run is deleted with its invocations, their sessions, the transition rows of all of them,
 and its log file ``runs/<run_id>.log`` beside the database. A run that is the chain parent
-of a run still live (queued or running) is kept until that run ends.
+of a run still live (queued or running), or the attempt a live run retries (``retry_of``: a
+planned ``retry_wait`` or a running retry), is kept until that run ends.
 """
 
 from __future__ import annotations
@@ -73,11 +74,15 @@ def _marks(values: Sequence[Any]) -> str:
 
 
 def _keep_live_parents(db: sqlite3.Connection, ids: list[str]) -> list[str]:
-    """Drop the runs that are the chain parent of a run still live."""
+    """Drop the runs that a run still live points to: its chain parent, or the attempt it
+    retries (a retry series stays together until it ends)."""
+    marks = _marks(ids)
     live = db.execute(
-        f"SELECT DISTINCT chain_parent_id AS p FROM schedule_runs "
-        f"WHERE chain_parent_id IN ({_marks(ids)}) AND status IN ({_marks(LIVE_RUN)})",
-        (*ids, *LIVE_RUN),
+        f"SELECT chain_parent_id AS p FROM schedule_runs "
+        f"WHERE chain_parent_id IN ({marks}) AND status IN ({_marks(LIVE_RUN)}) "
+        f"UNION SELECT retry_of AS p FROM schedule_runs "
+        f"WHERE retry_of IN ({marks}) AND status IN ({_marks(LIVE_RUN)})",
+        (*ids, *LIVE_RUN, *ids, *LIVE_RUN),
     ).fetchall()
     keep = {str(row["p"]) for row in live}
     return [i for i in ids if i not in keep]

@@ -10,6 +10,7 @@ import yaml
 
 from studio_launcher import InvalidAction, validate_action
 
+from .._policies.fields import check_retry
 from .._records.vocab import ACTION_KIND_ALIASES, ACTION_KINDS
 from .._settings import SchedulerSettings
 from .checks import err, str_list
@@ -61,6 +62,8 @@ def _check_overlay_values(out: dict[str, Any], field: str) -> None:
             raise err(f"{field}.{key}", f"unknown follow-up key (allowed: {allowed})")
         if key == "command_args":
             out[key] = str_list(f"{field}.{key}", value)
+        elif key == "retry":
+            out[key] = check_retry(value, f"{field}.{key}")
         elif key in CONTINUATION_KEYS:
             continue
         elif value is not None and not isinstance(value, str):

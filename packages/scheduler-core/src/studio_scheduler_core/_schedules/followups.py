@@ -18,6 +18,9 @@ OVERLAY_KEYS: Mapping[str, str] = overlay_keys(Schedule)
 CONTINUATION_KEYS = ("on_success", "on_fail")
 """Overlay keys that continue a chain; a follow-up never inherits them from its parent."""
 
+OWN_KEYS = (*CONTINUATION_KEYS, "retry")
+"""Columns a follow-up never inherits: it has them only when its own overlay sets them."""
+
 KIND_KEYS: Mapping[str, frozenset[str]] = kind_keys(Schedule)
 """The overlay keys each resulting kind can use (``project`` picks the working directory)."""
 
@@ -43,10 +46,11 @@ def apply_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict
     Only the allowed keys are applied (anything else was refused at creation); ``kind`` and
     ``action_kind`` set the kind (``playbook`` is normalised to ``play``). The parent's own
     ``on_success``/``on_fail`` are never inherited: the child continues only through the
-    overlay's own ``on_success``/``on_fail`` (nesting is how a chain is written).
+    overlay's own ``on_success``/``on_fail`` (nesting is how a chain is written). Nor is its
+    ``retry``: a follow-up is retried only under its overlay's own ``retry``.
     """
     child = dict(parent)
-    for key in CONTINUATION_KEYS:
+    for key in OWN_KEYS:
         child[key] = None
     for key, column in OVERLAY_KEYS.items():
         if key in overlay:
@@ -86,3 +90,15 @@ def child_context(
         "parent_exit_code": exit_code,
         "parent_status": status,
     }
+
+
+def follow_up_action(schedule: Mapping[str, Any], statuses: list[str]) -> dict[str, Any] | None:
+    """The action of the follow-up reached from ``schedule`` through runs that ended in
+    ``statuses`` (top-level first), or ``None`` when the schedule no longer has that chain."""
+    action = dict(schedule)
+    for depth, status in enumerate(statuses):
+        overlay = select_follow_up(action, status, depth)
+        if overlay is None:
+            return None
+        action = apply_overlay(action, overlay)
+    return action
