@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from studio_scheduler_core import ScheduleService, ensure_schema
-from studio_scheduler_core._policies.jitter import jitter_delay
+from studio_scheduler_core._schedules.jitter import jitter_delay
 from studio_state import connect
 
 

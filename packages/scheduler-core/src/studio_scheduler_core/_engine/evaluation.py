@@ -19,12 +19,12 @@ from .._admission.gates import Admission, Decision
 from .._fire.env import FireEnv
 from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
 from .._fire.pipeline import StartFire, fire
+from .._fire.retry import next_retry_at
 from .._observe.events import emit
 from .._observe.summary import coalesced_event
-from .._policies.jitter import catchup_expired, jitter_delay, jitter_until
 from .._policies.overlap import OverlapPolicies, Revoke
-from .._policies.retry import next_retry_at
 from .._rows import decode_schedule
+from .._schedules.jitter import catchup_expired, jitter_delay, jitter_until
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
 from . import store

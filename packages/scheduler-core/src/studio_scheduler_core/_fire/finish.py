@@ -15,10 +15,10 @@ from collections.abc import Callable
 from studio_state import write_transaction
 
 from .._notify import notify_run
-from .._policies.retry import plan_retry
 from .._terminal import StatusChange, apply, clip
 from . import store
 from .env import FireEnv, Prepared
+from .retry import plan_retry
 
 logger = logging.getLogger("studio_scheduler_core")
 

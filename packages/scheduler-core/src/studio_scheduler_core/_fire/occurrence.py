@@ -20,8 +20,8 @@ from studio_state import Transition, new_id, record_transitions, write_transacti
 
 from .._notify import notify_run
 from .._observe.events import emit
-from .._policies.buffer import drop_buffered
 from .._rows import TERMINAL_RUN_STATUSES, dumps
+from .._schedules.store import drop_buffered
 from . import store
 
 ClaimKind = Literal["occurrence", "manual", "follow_up"]

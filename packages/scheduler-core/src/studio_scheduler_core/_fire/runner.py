@@ -16,7 +16,6 @@ from typing import Any
 
 from .._admission.gates import MAX_RUNS, Reservation
 from .._observe.events import emit
-from .._policies.retry import pause_after_last_attempt, retry_planned
 from .._rows import decode_run
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
 from .._schedules.store import fired_run_count, load_schedule, set_enabled
@@ -28,6 +27,7 @@ from .execute import execute
 from .finish import finish
 from .occurrence import ScheduleClaim
 from .pipeline import fire
+from .retry import pause_after_last_attempt, retry_planned
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -18,6 +18,9 @@ import aiosqlite
 from studio_state import fetch_one, run_write_transaction
 
 from .._rows import dumps
+from .._schedules.store import (
+    INSERTED_JSON_COLUMNS,
+)
 
 _RUN_COLUMNS = (
     "id",
@@ -39,7 +42,6 @@ _RUN_COLUMNS = (
     "status_reason_summary",
     "status_evidence_refs",
 )
-_JSON_RUN_COLUMNS = frozenset({"trigger_context", "action_args", "status_evidence_refs"})
 _INSERT_RUN = (
     f"INSERT INTO schedule_runs ({', '.join(_RUN_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})"
@@ -87,7 +89,7 @@ Guard = tuple[str, Any]
 def run_params(run: Mapping[str, Any]) -> tuple[Any, ...]:
     """INSERT parameters of a run dict (JSON columns encoded)."""
     return tuple(
-        dumps(run.get(column)) if column in _JSON_RUN_COLUMNS else run.get(column)
+        dumps(run.get(column)) if column in INSERTED_JSON_COLUMNS else run.get(column)
         for column in _RUN_COLUMNS
     )
 
@@ -208,7 +210,7 @@ async def start_waiting_run(
     """A waiting run (a retry's ``retry_wait`` row or a buffered ``waiting_dependency`` row)
     takes ``sets`` (its status, invocation, argv …), guarded on ``previous``; JSON columns are
     encoded. Returns whether the guard held."""
-    values = {k: dumps(v) if k in _JSON_RUN_COLUMNS else v for k, v in sets.items()}
+    values = {k: dumps(v) if k in INSERTED_JSON_COLUMNS else v for k, v in sets.items()}
     cursor = await conn.execute(
         f"UPDATE schedule_runs SET {', '.join(f'{k} = ?' for k in values)} "
         "WHERE id = ? AND status = ?",
@@ -225,16 +227,8 @@ async def run_invocation(conn: aiosqlite.Connection, run_id: str) -> str | None:
     return None if row is None or row["invocation_id"] is None else str(row["invocation_id"])
 
 
-# The policies' run rows: a retry's planned attempt, buffered and backfilled occurrences.
-
-
-async def insert_run_row(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> None:
-    """Insert a ``schedule_runs`` row with exactly the given columns (JSON ones encoded)."""
-    values = {k: dumps(v) if k in _JSON_RUN_COLUMNS else v for k, v in run.items()}
-    await conn.execute(
-        f"INSERT INTO schedule_runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
-        tuple(values.values()),
-    )
+# A retry's planned attempt and buffered occurrences (their rows are inserted by the
+# schedules' store, re-exported here for the fire path).
 
 
 async def retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
@@ -271,28 +265,6 @@ async def waiting_runs(conn: aiosqlite.Connection, limit: int) -> list[dict[str,
         (limit,),
     )
     return [dict(row) for row in rows]
-
-
-async def buffered_ids(conn: aiosqlite.Connection, schedule_id: str) -> list[str]:
-    """The ids of the schedule's buffered (``waiting_dependency``) runs."""
-    rows = await conn.execute_fetchall(
-        "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'waiting_dependency'",
-        (schedule_id,),
-    )
-    return [str(row["id"]) for row in rows]
-
-
-async def backfilled_due_times(
-    conn: aiosqlite.Connection, schedule_id: str, first: float, last: float
-) -> set[float]:
-    """The due times in [first, last) the schedule already has a (not skipped) run for."""
-    rows = await conn.execute_fetchall(
-        "SELECT json_extract(trigger_context, '$.due_at') AS due FROM schedule_runs "
-        "WHERE schedule_id = ? AND json_extract(trigger_context, '$.due_at') >= ? "
-        "AND json_extract(trigger_context, '$.due_at') < ? AND status != 'skipped'",
-        (schedule_id, first, last),
-    )
-    return {float(row["due"]) for row in rows if row["due"] is not None}
 
 
 async def retry_lineage(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:

@@ -1,3 +1,5 @@
-"""Schedule policies: overlap buffering, catch-up window, jitter, pause on failure, retries,
-backfill. Each concern is a module; the engine, admission and fire paths call small hooks.
+"""Schedule policies that act on the engine's pass: overlap (buffer one or all occurrences,
+cancel the other run) and starting due retries and buffered occurrences. The rules they rest on
+live lower down: policy fields, jitter, buffers and backfill with the schedules, retry planning
+with the fire path.
 """

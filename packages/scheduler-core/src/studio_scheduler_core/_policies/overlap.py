@@ -25,10 +25,7 @@ from .._fire.pipeline import StartFire, fire_event
 from .._fire.prepare import prepare
 from .._notify import notify_run
 from .._rows import decode_run
-from .._schedules.store import load_schedule, set_enabled
-from .._terminal import StatusChange, apply
-from ..abc import Occurrence
-from .buffer import (
+from .._schedules.buffer import (
     BUFFER_FULL,
     BUFFERED,
     CANCELLED_OVERLAP,
@@ -36,8 +33,10 @@ from .buffer import (
     FIRED_BUFFERED,
     buffer_bound,
     buffered_count,
-    drop_buffered,
 )
+from .._schedules.store import drop_buffered, load_schedule, set_enabled
+from .._terminal import StatusChange, apply
+from ..abc import Occurrence
 from .retry_fire import commit_waiting, fire_due_retries
 
 logger = logging.getLogger("studio_scheduler_core")

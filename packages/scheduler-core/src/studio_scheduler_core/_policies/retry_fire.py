@@ -20,11 +20,11 @@ from .._fire import store
 from .._fire.env import FireEnv, Prepared
 from .._fire.pipeline import StartFire, fire_event
 from .._fire.prepare import prepare
+from .._fire.retry import RETRY_FIRED, due_retries
 from .._notify import notify_run
 from .._schedules.followups import follow_up_action
 from .._schedules.store import load_schedule
 from .._terminal import clip
-from .retry import RETRY_FIRED, due_retries
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -10,7 +10,6 @@ import yaml
 
 from studio_launcher import InvalidAction, validate_action
 
-from .._policies.fields import check_retry
 from .._records.vocab import ACTION_KIND_ALIASES, ACTION_KINDS
 from .._settings import SchedulerSettings
 from .checks import err, str_list
@@ -21,6 +20,7 @@ from .followups import (
     apply_overlay,
     unusable_keys,
 )
+from .policy_fields import check_retry
 
 
 def check_action(row: Mapping[str, Any], *, settings: SchedulerSettings, prefix: str = "") -> None:

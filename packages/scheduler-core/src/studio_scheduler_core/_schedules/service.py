@@ -22,15 +22,21 @@ from .._exceptions import (
     ScheduleNotFound,
     ScheduleValidationError,
 )
-from .._policies.backfill import backfill
-from .._policies.buffer import drop_buffered
-from .._policies.jitter import with_jitter
 from .._rows import encode_schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
 from .._usage import schedule_spend
 from . import store
-from .store import RUN_PAGE_KEY, fired_run_count, load_schedule, page_runs, set_enabled
+from .backfill import backfill
+from .jitter import with_jitter
+from .store import (
+    RUN_PAGE_KEY,
+    drop_buffered,
+    fired_run_count,
+    load_schedule,
+    page_runs,
+    set_enabled,
+)
 from .validation import CREATE_FIELDS, check_disable_reason, normalize
 
 Rows = list[dict[str, Any]]

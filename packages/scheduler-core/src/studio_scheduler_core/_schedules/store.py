@@ -19,9 +19,9 @@ from studio_state import fetch_all, fetch_one, fetch_value, record_transition, w
 from .._exceptions import ScheduleNameTaken, ScheduleValidationError
 from .._notify import notify_schedule_disabled
 from .._observe.events import emit
-from .._policies.buffer import drop_buffered
 from .._records.vocab import RUN_STATUSES
-from .._rows import SCHEDULE_COLUMNS, TERMINAL_RUN_STATUSES, decode_run, decode_schedule
+from .._rows import SCHEDULE_COLUMNS, TERMINAL_RUN_STATUSES, decode_run, decode_schedule, dumps
+from .._terminal import StatusChange, apply
 
 RUN_PAGE_KEY = ("fired_at", "created_at", "id")
 """A schedule's runs page order (each descending): the run fields a keyset cursor carries."""
@@ -269,3 +269,67 @@ async def set_enabled(
             actor=actor,
         )
     return True
+
+
+DROPPED_DISABLED = "schedule.skipped.disabled"
+"""A buffered occurrence skipped because its schedule was disabled."""
+
+INSERTED_JSON_COLUMNS = frozenset({"trigger_context", "action_args", "status_evidence_refs"})
+"""The run columns :func:`insert_run_row` and the fire path's row writes encode as JSON (the
+others arrive already encoded, copied from a stored row)."""
+
+
+# Run rows the schedule owns before they fire: buffered and backfilled occurrences, planned
+# retries.
+
+
+async def insert_run_row(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> None:
+    """Insert a ``schedule_runs`` row with exactly the given columns (JSON ones encoded)."""
+    values = {k: dumps(v) if k in INSERTED_JSON_COLUMNS else v for k, v in run.items()}
+    await conn.execute(
+        f"INSERT INTO schedule_runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+        tuple(values.values()),
+    )
+
+
+async def buffered_ids(conn: aiosqlite.Connection, schedule_id: str) -> list[str]:
+    """The ids of the schedule's buffered (``waiting_dependency``) runs."""
+    rows = await conn.execute_fetchall(
+        "SELECT id FROM schedule_runs WHERE schedule_id = ? AND status = 'waiting_dependency'",
+        (schedule_id,),
+    )
+    return [str(row["id"]) for row in rows]
+
+
+async def backfilled_due_times(
+    conn: aiosqlite.Connection, schedule_id: str, first: float, last: float
+) -> set[float]:
+    """The due times in [first, last) the schedule already has a (not skipped) run for."""
+    rows = await conn.execute_fetchall(
+        "SELECT json_extract(trigger_context, '$.due_at') AS due FROM schedule_runs "
+        "WHERE schedule_id = ? AND json_extract(trigger_context, '$.due_at') >= ? "
+        "AND json_extract(trigger_context, '$.due_at') < ? AND status != 'skipped'",
+        (schedule_id, first, last),
+    )
+    return {float(row["due"]) for row in rows if row["due"] is not None}
+
+
+async def drop_buffered(conn: aiosqlite.Connection, schedule_id: str, *, now: float) -> int:
+    """Skip every buffered occurrence of a schedule being disabled (in the caller's
+    transaction): ``schedule.skipped.disabled``. Returns how many were dropped."""
+    run_ids = await buffered_ids(conn, schedule_id)
+    changes = [
+        StatusChange(
+            "schedule_runs",
+            run_id,
+            "skipped",
+            DROPPED_DISABLED,
+            "the schedule was disabled while this occurrence waited in its buffer",
+            "scheduler",
+            now,
+            previous="waiting_dependency",
+            sets={"ended_at": now},
+        )
+        for run_id in run_ids
+    ]
+    return sum(await apply(conn, changes)) if changes else 0

@@ -14,7 +14,6 @@ from typing import Any
 from zoneinfo import ZoneInfoNotFoundError
 
 from .._notify import check_notify
-from .._policies.fields import check_overlap_policy, check_policies
 from .._records.column import create_fields, maximum, not_null_fields, specs
 from .._records.schedule import Schedule
 from .._records.vocab import (
@@ -27,6 +26,7 @@ from .._settings import SchedulerSettings
 from .._triggers.cron import zone
 from .action_rules import check_action, check_cwd, check_overlay
 from .checks import err, finite, positive_int, str_list
+from .policy_fields import check_overlap_policy, check_policies
 from .trigger_rules import TRIGGER_FIELDS, check_trigger
 
 CREATE_FIELDS = create_fields(Schedule)

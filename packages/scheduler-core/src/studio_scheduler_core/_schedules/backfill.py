@@ -19,9 +19,9 @@ import aiosqlite
 from studio_state import Transition, new_id, record_transitions, write_transaction
 
 from .._exceptions import FireRefused, ScheduleValidationError
-from .._fire import store
 from .._triggers.cadence import schedule_zone
 from .._triggers.cron import next_after, zone
+from . import store
 
 MAX_BACKFILL = 1000
 BACKFILL_QUEUED = "schedule.backfill.queued"

@@ -11,9 +11,9 @@ from typing import Any
 
 import aiosqlite
 
-from .._schedules.store import load_schedule
 from .._triggers.cadence import schedule_zone
 from .._triggers.cron import CronError, next_after
+from .store import load_schedule
 
 
 def _next_occurrence(schedule: Mapping[str, Any], due: float, timezone: str) -> float | None:

@@ -17,10 +17,10 @@ import aiosqlite
 
 from studio_state import Transition, new_id, record_transitions
 
-from .._fire import store
 from .._rows import decode_run
-from .._schedules.store import load_schedule, set_enabled
+from .._schedules.store import insert_run_row, load_schedule, set_enabled
 from .._terminal import clip
+from . import store
 
 RETRY_SCHEDULED = "run.retry.scheduled"
 RETRY_FIRED = "schedule.fired.retry"
@@ -81,7 +81,7 @@ async def plan_retry(
     limit = schedule["retry"]["max_attempts"]
     summary = f"attempt {attempt} of {limit} after run {run_id} {status}"
     trigger = {**context, "attempt": attempt, "retry_of": run_id, "retry_at": due}
-    await store.insert_run_row(
+    await insert_run_row(
         conn,
         {
             "id": retry_id,

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import aiosqlite
 
-from .._fire import store
-from .._terminal import StatusChange, apply
+from . import store
 
 BUFFER_BOUND = 100
 """The most occurrences ``buffer_all`` keeps (``buffer_one`` keeps one)."""
 BUFFERED = "schedule.buffered.overlap"
 BUFFER_FULL = "schedule.skipped.buffer_full"
-DROPPED_DISABLED = "schedule.skipped.disabled"
 FIRED_BUFFERED = "schedule.fired.buffered"
 FIRED_BACKFILL = "schedule.fired.backfill"
 CANCELLED_OVERLAP = "run.cancelled.overlap"
@@ -29,24 +27,3 @@ def buffer_bound(policy: object) -> int:
 async def buffered_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
     """Occurrences of the schedule waiting in its buffer."""
     return len(await store.buffered_ids(conn, schedule_id))
-
-
-async def drop_buffered(conn: aiosqlite.Connection, schedule_id: str, *, now: float) -> int:
-    """Skip every buffered occurrence of a schedule being disabled (in the caller's
-    transaction): ``schedule.skipped.disabled``. Returns how many were dropped."""
-    run_ids = await store.buffered_ids(conn, schedule_id)
-    changes = [
-        StatusChange(
-            "schedule_runs",
-            run_id,
-            "skipped",
-            DROPPED_DISABLED,
-            "the schedule was disabled while this occurrence waited in its buffer",
-            "scheduler",
-            now,
-            previous="waiting_dependency",
-            sets={"ended_at": now},
-        )
-        for run_id in run_ids
-    ]
-    return sum(await apply(conn, changes)) if changes else 0
