@@ -21,6 +21,7 @@ from studio_state.testing import (  # noqa: F401  (clean_environment: autouse fi
     clean_environment,
     db_rows,
     kill_quietly,
+    pid_alive,
     wait_for,
 )
 

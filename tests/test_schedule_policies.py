@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from conftest import StudioProcess, assert_consistent, pid_alive, wait_for, write_script
+from conftest import StudioProcess, assert_consistent, wait_for, write_script
+
+from studio_state.testing import pid_alive
 
 # Blocks until the flag file exists (writing its pid to <flag>.pids first), then exits 0.
 BLOCKER = textwrap.dedent(
