@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import aiosqlite
 from fastapi import APIRouter, Query, Response
@@ -62,7 +62,17 @@ async def list_dispatches(
     )
 
 
-@router.post("", status_code=201, response_model=DispatchCreated, responses=responses())
+_DEDUP_HIT: dict[int | str, dict[str, Any]] = {
+    200: {"model": DispatchCreated, "description": "dedup_key taken: the existing row's id"}
+}
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=DispatchCreated,
+    responses={**responses(), **_DEDUP_HIT},
+)
 async def enqueue_dispatch(
     engine: EngineDep, body: DispatchCreate, response: Response
 ) -> DispatchCreated:
