@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .__about__ import __version__
 from ._clock import Clock, ManualClock, system_clock
+from ._complete import run_to_completion
 from ._connection import (
     BUSY_TIMEOUT_MS,
     DEFAULT_SYNCHRONOUS,
@@ -73,6 +74,7 @@ __all__ = [
     "record_transition_sync",
     "record_transitions",
     "run_sync",
+    "run_to_completion",
     "run_write_transaction",
     "split_statements",
     "system_clock",

@@ -14,6 +14,7 @@ connection's thread; :func:`run_write_transaction` runs a plain function's state
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import weakref
@@ -24,6 +25,7 @@ from typing import TypeVar, cast
 
 import aiosqlite
 
+from ._complete import run_to_completion
 from ._connection import check_synchronous
 from ._exceptions import SynchronousInTransaction
 from ._hop import run_sync
@@ -101,6 +103,13 @@ async def write_transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqli
         state.owner = task
         try:
             await _begin_immediate(conn)
+        except asyncio.CancelledError:
+            # The thread may still run the BEGIN the caller gave up on: roll it back (queued
+            # after it) before another task could find the connection in a transaction and
+            # join it.
+            await _settle_rollback(conn)
+            state.owner = None
+            raise
         except BaseException:
             state.owner = None
             raise
@@ -113,6 +122,17 @@ async def write_transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqli
             raise
         finally:
             state.owner = None
+
+
+async def _settle_rollback(conn: aiosqlite.Connection) -> None:
+    """Roll back whatever the connection has open, absorbing cancellations meanwhile."""
+
+    async def rollback() -> None:
+        with contextlib.suppress(sqlite3.Error, ValueError):  # ValueError: conn closed
+            await conn.rollback()
+
+    with contextlib.suppress(asyncio.CancelledError):
+        await run_to_completion(rollback())
 
 
 class _BeginBusy(Exception):

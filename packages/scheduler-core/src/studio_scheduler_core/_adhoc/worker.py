@@ -25,7 +25,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock
+from studio_state import Clock, run_to_completion
 
 from .._dbfile import StorageHealth
 from .._exceptions import InvalidSettings
@@ -228,8 +228,8 @@ class AdhocWorker:
         def prepare_step() -> Prepared:
             return prepare(env, action, context, kind="adhoc", run_id=str(run["id"]))
 
-        async def commit_step(fire: Prepared) -> bool:
-            return await commit_claim(
+        async def claim_and_track(fire: Prepared) -> bool:
+            won = await commit_claim(
                 env.conn,
                 fire,
                 run,
@@ -237,14 +237,19 @@ class AdhocWorker:
                 lease_seconds=self.lease_seconds,
                 now=now,
             )
+            if won and fire.setup_error is None:
+                fire.run_guards = {"leased_by": self.worker_id, "lease_attempts": attempt}
+                self._open[fire.run_id] = (fire, attempt)
+            return won
+
+        async def commit_step(fire: Prepared) -> bool:
+            # A claim that lands as the tick is cancelled is still tracked: stop() then
+            # puts it back in the queue instead of leaving it leased by a worker that is gone.
+            return await run_to_completion(claim_and_track(fire))
 
         def start(fire: Prepared, slot: Slot | None) -> None:
-            if fire.setup_error is not None:
-                if slot is not None:
-                    slot.release()  # claimed straight to failed: nothing to run
-                return
-            fire.run_guards = {"leased_by": self.worker_id, "lease_attempts": attempt}
-            self._open[fire.run_id] = (fire, attempt)
+            if fire.setup_error is not None and slot is not None:
+                slot.release()  # claimed straight to failed: nothing to run
 
         fire = await run_steps(prepare_step, commit_step, Slot(), start)
         return None if fire is None or fire.setup_error is not None else fire

@@ -3,7 +3,7 @@ schedule claim, in the occurrence transaction."""
 
 from __future__ import annotations
 
-from studio_state import Transition
+from studio_state import Transition, run_to_completion
 
 from .._terminal import clip
 from .env import FireEnv, Prepared
@@ -97,11 +97,17 @@ async def commit(env: FireEnv, fire: Prepared, claim: ScheduleClaim) -> bool:
             )
             for t in transitions
         ]
-    won = await commit_fire(
-        env.conn, claim=claim, run=run, invocation=invocation, transitions=transitions, now=now
-    )
-    if not won:
-        fire.discard()
-    elif not failed:
-        env.committed.add(fire.run_id)
-    return won
+
+    async def commit_and_track() -> bool:
+        won = await commit_fire(
+            env.conn, claim=claim, run=run, invocation=invocation, transitions=transitions, now=now
+        )
+        if not won:
+            fire.discard()
+        elif not failed:
+            env.committed[fire.run_id] = fire
+        return won
+
+    # A caller cancelled while the commit lands must not forget the run it made: shutdown
+    # sweeps ``env.committed``, so the commit and its tracking happen together.
+    return await run_to_completion(commit_and_track())

@@ -27,8 +27,8 @@ class FireEnv:
     db_path: str
     live: dict[str, tuple[int, float | None]] = field(default_factory=dict)
     """run id → (child pid, start time) of children this process is running."""
-    committed: set[str] = field(default_factory=set)
-    """Runs committed ``running`` by this process and not yet terminal."""
+    committed: dict[str, Prepared] = field(default_factory=dict)
+    """Runs committed ``running`` by this process and not yet terminal (swept at shutdown)."""
     storage: StorageHealth = field(default_factory=StorageHealth)
     """Where a terminal write reports a storage fault (shared with the engine's health)."""
     closing: bool = False

@@ -12,7 +12,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 
-from studio_state import write_transaction
+from studio_state import run_to_completion, write_transaction
 
 from .._notify import notify_run
 from .._terminal import StatusChange, apply, clip
@@ -60,7 +60,36 @@ async def finish(
     (each attempt bounded by the busy timeout, no bound in total), every failure logged and a
     storage fault reported through ``env.storage`` until a write succeeds. At shutdown
     (``env.closing``) a failing write is given up and raised; start-up reconciles the row.
+
+    Cancelling the caller (shutdown, an operator's cancel) does not cancel the write: it runs
+    to its end first, since a rolled-back terminal write would leave the run ``running``
+    with no process; :class:`asyncio.CancelledError` is raised after it.
     """
+    return await run_to_completion(
+        _finish_retrying(
+            env,
+            fire,
+            status=status,
+            reason_code=reason_code,
+            summary=summary,
+            exit_code=exit_code,
+            error_detail=error_detail,
+            on_commit=on_commit,
+        )
+    )
+
+
+async def _finish_retrying(
+    env: FireEnv,
+    fire: Prepared,
+    *,
+    status: str,
+    reason_code: str,
+    summary: str,
+    exit_code: int | None,
+    error_detail: str | None,
+    on_commit: Callable[[], None] | None,
+) -> bool:
     delay = _RETRY_FIRST
     failures = 0
     while True:
@@ -170,7 +199,7 @@ async def _finish_once(
                 chain_parent_id=fire.chain_parent_id,
             )
             await notify_run(env.conn, fire.run_id, now=now)
-    env.committed.discard(fire.run_id)
+    env.committed.pop(fire.run_id, None)
     if on_commit is not None:
         on_commit()
     return run_won

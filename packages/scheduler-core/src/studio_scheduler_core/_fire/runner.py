@@ -46,7 +46,6 @@ class FireRunner:
         self._on_terminal = on_terminal
         self._wake = wake
         self._tasks: set[asyncio.Task[None]] = set()
-        self._open: dict[str, Prepared] = {}
         self._executing: dict[str, asyncio.Task[None]] = {}
         """run id → the chain task whose child runs it now (for an operator's cancel)."""
 
@@ -56,8 +55,6 @@ class FireRunner:
 
     def start(self, fire: Prepared, reservation: Reservation | None) -> None:
         """Run a committed fire (and its chain) as a tracked background task."""
-        if fire.setup_error is None:
-            self._open[fire.run_id] = fire
         task = asyncio.create_task(self._run(fire, reservation), name=f"fire-{fire.run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -69,21 +66,20 @@ class FireRunner:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        for run_id in list(self._env.committed):
-            fire = self._open.get(run_id)
-            if fire is None:
-                continue
+        # What is still committed and not terminal never started its child (a fire task
+        # cancelled first, or a commit that landed as its caller was cancelled).
+        for prepared in list(self._env.committed.values()):
+            prepared.discard()
             with contextlib.suppress(Exception):
                 await finish(
                     self._env,
-                    fire,
+                    prepared,
                     status="cancelled",
                     reason_code="run.cancelled.shutdown",
                     summary="cancelled by scheduler shutdown before its child started",
                     exit_code=None,
                     error_detail=None,
                 )
-        self._open.clear()
 
     async def revoke(self, run_id: str) -> bool:
         """Stop the child of a run this runner executes (its row is already terminal).
@@ -127,7 +123,6 @@ class FireRunner:
                 try:
                     outcome = await execute(self._env, current, on_commit=release)
                 finally:
-                    self._open.pop(current.run_id, None)
                     self._executing.pop(current.run_id, None)
                 if outcome.applied:
                     outcome_event(current, outcome, self._env.clock() - started)
@@ -149,8 +144,6 @@ class FireRunner:
             child = await fire_follow_up(self._env, current, overlay, outcome)
             if child is None:
                 return
-            if child.setup_error is None:
-                self._open[child.run_id] = child
             current = child
 
     async def _terminal(self, fire: Prepared) -> None:

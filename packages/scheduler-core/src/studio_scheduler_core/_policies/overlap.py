@@ -147,7 +147,7 @@ class OverlapPolicies:
                     await notify_run(self._env.conn, run_id, now=now)
             if won:
                 cancelled += 1
-                self._env.committed.discard(run_id)
+                self._env.committed.pop(run_id, None)
                 if self._revoke is not None:
                     await self._revoke(run_id)
         return cancelled

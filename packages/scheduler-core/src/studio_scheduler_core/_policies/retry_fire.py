@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from studio_state import Transition, record_transitions, write_transaction
+from studio_state import Transition, record_transitions, run_to_completion, write_transaction
 
 from .._admission.gates import Admission
 from .._fire import store
@@ -34,7 +34,16 @@ async def commit_waiting(
 ) -> bool:
     """A waiting run row (``previous``: ``retry_wait`` or a buffered ``waiting_dependency``)
     becomes ``running`` (``failed`` on a setup refusal) with its invocation, guarded on
-    ``previous``; ``fired`` is the (reason code, summary) of the start."""
+    ``previous``; ``fired`` is the (reason code, summary) of the start.
+
+    The commit and its tracking in ``env.committed`` complete even if the caller is
+    cancelled meanwhile (shutdown sweeps what is tracked)."""
+    return await run_to_completion(_commit_waiting(env, fire, now, previous=previous, fired=fired))
+
+
+async def _commit_waiting(
+    env: FireEnv, fire: Prepared, now: float, *, previous: str, fired: tuple[str, str]
+) -> bool:
     failed = fire.setup_error is not None
     status = "failed" if failed else "running"
     reason, summary = fire.setup_error or fired
@@ -102,7 +111,7 @@ async def commit_waiting(
         if failed:
             await notify_run(env.conn, fire.run_id, now=now)
     if not failed:
-        env.committed.add(fire.run_id)
+        env.committed[fire.run_id] = fire
     return True
 
 
