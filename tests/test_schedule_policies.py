@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from conftest import StudioProcess, assert_consistent, wait_for, write_script
 
+from studio_scheduler_core.testing import FLAKY
 from studio_state.testing import pid_alive
 
 # Blocks until the flag file exists (writing its pid to <flag>.pids first), then exits 0.
@@ -28,16 +29,6 @@ BLOCKER = textwrap.dedent(
         out.write(f"{os.getpid()}\\n")
     while not os.path.exists(flag):
         time.sleep(0.02)
-    """
-)
-# Fails until it has run N times (a counter file), then exits 0.
-FLAKY = textwrap.dedent(
-    """
-    import pathlib, sys
-    counter = pathlib.Path(sys.argv[1])
-    n = int(counter.read_text()) + 1 if counter.exists() else 1
-    counter.write_text(str(n))
-    sys.exit(0 if n >= int(sys.argv[2]) else 3)
     """
 )
 
@@ -79,19 +70,45 @@ def _disable(server: StudioProcess, sid: str) -> None:
     assert server.request("POST", f"/api/schedules/{sid}/disable").status_code == 200
 
 
+def _served(studio_process: Any) -> StudioProcess:
+    server: StudioProcess = studio_process()
+    server.start()
+    return server
+
+
+def _blocked(server: StudioProcess, tmp_path: Path, **fields: Any) -> tuple[dict[str, Any], Path]:
+    """A schedule whose children block until the returned flag file exists."""
+    blocker = write_script(tmp_path, "blocker.py", BLOCKER)
+    flag = tmp_path / "flag"
+    return _create(server, action_command_args=[str(blocker), str(flag)], **fields), flag
+
+
+def _failing(
+    server: StudioProcess, tmp_path: Path, succeeds_on: int, **fields: Any
+) -> tuple[str, Path]:
+    """A daily schedule, triggered now, whose child fails until its ``succeeds_on``-th run."""
+    flaky = write_script(tmp_path, "flaky.py", FLAKY)
+    counter = tmp_path / "count"
+    sid = _create(
+        server,
+        interval_sec=86400,
+        action_command_args=[str(flaky), str(counter), str(succeeds_on)],
+        **fields,
+    )["id"]
+    assert server.request("POST", f"/api/schedules/{sid}/trigger").status_code == 202
+    return sid, counter
+
+
+def _stop_consistent(server: StudioProcess) -> None:
+    server.stop()
+    assert_consistent(server.db)
+
+
 def test_buffer_one_starts_the_kept_occurrence_after_the_long_run(
     studio_process: Any, tmp_path: Path
 ) -> None:
-    server = studio_process()
-    server.start()
-    blocker = write_script(tmp_path, "blocker.py", BLOCKER)
-    flag = tmp_path / "flag"
-    schedule = _create(
-        server,
-        name="b1",
-        action_command_args=[str(blocker), str(flag)],
-        overlap_policy="buffer_one",
-    )
+    server = _served(studio_process)
+    schedule, flag = _blocked(server, tmp_path, name="b1", overlap_policy="buffer_one")
     sid = schedule["id"]
     wait_for(lambda: _with(server, sid, "skipped", "schedule.skipped.buffer_full"), what="full")
     assert len(_with(server, sid, "waiting_dependency", "schedule.buffered.overlap")) == 1
@@ -107,23 +124,15 @@ def test_buffer_one_starts_the_kept_occurrence_after_the_long_run(
     )
     assert json.loads(buffered[0]["trigger_context"])["due_at"] > schedule["next_fire_at"]
     _disable(server, sid)
-    server.stop()
-    assert_consistent(server.db)
+    _stop_consistent(server)
 
 
 def test_buffer_all_keeps_every_occurrence_and_disable_drops_them(
     studio_process: Any, tmp_path: Path
 ) -> None:
-    server = studio_process()
-    server.start()
-    blocker = write_script(tmp_path, "blocker.py", BLOCKER)
-    flag = tmp_path / "flag"
-    sid = _create(
-        server,
-        name="ball",
-        action_command_args=[str(blocker), str(flag)],
-        overlap_policy="buffer_all",
-    )["id"]
+    server = _served(studio_process)
+    schedule, flag = _blocked(server, tmp_path, name="ball", overlap_policy="buffer_all")
+    sid = schedule["id"]
     wait_for(lambda: len(_with(server, sid, "waiting_dependency")) >= 3, what="three buffered")
     assert _with(server, sid, "skipped") == []
     _disable(server, sid)
@@ -133,24 +142,17 @@ def test_buffer_all_keeps_every_occurrence_and_disable_drops_them(
     wait_for(lambda: _with(server, sid, "completed"), what="the long run ended")
     assert _with(server, sid, "waiting_dependency") == []
     assert len(_with(server, sid, "completed")) == 1  # nothing buffered ran after the disable
-    server.stop()
-    assert_consistent(server.db)
+    _stop_consistent(server)
 
 
 def test_cancel_other_stops_the_long_run_for_the_new_occurrence(
     studio_process: Any, tmp_path: Path
 ) -> None:
-    server = studio_process()
-    server.start()
-    blocker = write_script(tmp_path, "blocker.py", BLOCKER)
-    flag = tmp_path / "flag"
-    sid = _create(
-        server,
-        name="co",
-        interval_sec=2,
-        action_command_args=[str(blocker), str(flag)],
-        overlap_policy="cancel_other",
-    )["id"]
+    server = _served(studio_process)
+    schedule, flag = _blocked(
+        server, tmp_path, name="co", interval_sec=2, overlap_policy="cancel_other"
+    )
+    sid = schedule["id"]
     cancelled = wait_for(
         lambda: _with(server, sid, "cancelled", "run.cancelled.overlap"), what="a cancel"
     )
@@ -161,25 +163,16 @@ def test_cancel_other_stops_the_long_run_for_the_new_occurrence(
     _disable(server, sid)
     flag.write_text("go")
     wait_for(lambda: not _with(server, sid, "running"), what="the last run ended")
-    server.stop()
-    assert_consistent(server.db)
+    _stop_consistent(server)
 
 
 def test_kill_9_between_a_failure_and_its_retry_keeps_the_plan_and_runs_it_once(
     studio_process: Any, tmp_path: Path
 ) -> None:
-    server = studio_process()
-    server.start()
-    flaky = write_script(tmp_path, "flaky.py", FLAKY)
-    counter = tmp_path / "count"
-    sid = _create(
-        server,
-        name="retry",
-        interval_sec=86400,
-        action_command_args=[str(flaky), str(counter), "2"],
-        retry={"max_attempts": 3, "backoff_sec": 6},
-    )["id"]
-    assert server.request("POST", f"/api/schedules/{sid}/trigger").status_code == 202
+    server = _served(studio_process)
+    sid, counter = _failing(
+        server, tmp_path, 2, name="retry", retry={"max_attempts": 3, "backoff_sec": 6}
+    )
     planned = wait_for(lambda: _with(server, sid, "retry_wait"), what="a retry planned")[0]
     server.kill9()
     assert _with(server, sid, "retry_wait")[0]["id"] == planned["id"]  # the plan survived
@@ -196,20 +189,17 @@ def test_kill_9_between_a_failure_and_its_retry_keeps_the_plan_and_runs_it_once(
 def test_the_last_failed_attempt_runs_on_fail_and_pauses_the_schedule(
     studio_process: Any, tmp_path: Path
 ) -> None:
-    server = studio_process()
-    server.start()
-    flaky = write_script(tmp_path, "flaky.py", FLAKY)
+    server = _served(studio_process)
     ok = write_script(tmp_path, "ok.py", "pass\n")
-    sid = _create(
+    sid, _ = _failing(
         server,
+        tmp_path,
+        99,
         name="pause",
-        interval_sec=86400,
-        action_command_args=[str(flaky), str(tmp_path / "count"), "99"],
         retry={"max_attempts": 2, "backoff_sec": 1},
         on_fail={"command_args": [str(ok)]},
         pause_on_failure=True,
-    )["id"]
-    assert server.request("POST", f"/api/schedules/{sid}/trigger").status_code == 202
+    )
     wait_for(
         lambda: not server.request("GET", f"/api/schedules/{sid}").json()["enabled"],
         what="paused",
@@ -224,15 +214,13 @@ def test_the_last_failed_attempt_runs_on_fail_and_pauses_the_schedule(
     )
     follow_ups = server.rows("SELECT chain_parent_id FROM schedule_runs WHERE chain_depth = 1")
     assert [f["chain_parent_id"] for f in follow_ups] == [runs[1]["id"]]
-    server.stop()
-    assert_consistent(server.db)
+    _stop_consistent(server)
 
 
 def test_backfill_over_a_dst_change_runs_each_existing_hour_once(
     studio_process: Any, tmp_path: Path
 ) -> None:
-    server = studio_process()
-    server.start()
+    server = _served(studio_process)
     ok = write_script(tmp_path, "ok.py", "pass\n")
     schedule = _create(
         server,
@@ -269,15 +257,13 @@ def test_backfill_over_a_dst_change_runs_each_existing_hour_once(
     )
     assert refused.status_code == 409
     assert refused.json()["reason_code"] == "schedule.backfill.disabled"
-    server.stop()
-    assert_consistent(server.db)
+    _stop_consistent(server)
 
 
 def test_bad_policy_fields_are_422_naming_the_field_and_nothing_is_written(
     studio_process: Any, tmp_path: Path
 ) -> None:
-    server = studio_process()
-    server.start()
+    server = _served(studio_process)
     cases: list[tuple[dict[str, Any], str, str]] = [
         ({"overlap_policy": "buffer"}, "overlap_policy", "buffer_one"),
         ({"interval_sec": 60, "jitter_sec": 60}, "jitter_sec", "never fire on time"),
@@ -318,18 +304,10 @@ def _studio(server: StudioProcess, *args: str) -> subprocess.CompletedProcess[st
 
 
 def test_a_cancelled_retry_never_runs(studio_process: Any, tmp_path: Path) -> None:
-    server = studio_process()
-    server.start()
-    flaky = write_script(tmp_path, "flaky.py", FLAKY)
-    counter = tmp_path / "count"
-    sid = _create(
-        server,
-        name="retry-cancel",
-        interval_sec=86400,
-        action_command_args=[str(flaky), str(counter), "2"],
-        retry={"max_attempts": 3, "backoff_sec": 2},
-    )["id"]
-    assert server.request("POST", f"/api/schedules/{sid}/trigger").status_code == 202
+    server = _served(studio_process)
+    sid, counter = _failing(
+        server, tmp_path, 2, name="retry-cancel", retry={"max_attempts": 3, "backoff_sec": 2}
+    )
     planned = wait_for(lambda: _with(server, sid, "retry_wait"), what="a retry planned")[0]
     answer = server.request("POST", f"/api/schedules/runs/{planned['id']}/cancel")
     assert answer.status_code == 202, answer.text
@@ -344,22 +322,15 @@ def test_a_cancelled_retry_never_runs(studio_process: Any, tmp_path: Path) -> No
     assert not _with(server, sid, "running") and not _with(server, sid, "completed")
     again = server.request("POST", f"/api/schedules/runs/{planned['id']}/cancel")
     assert again.status_code == 409 and again.json()["reason_code"], again.text
-    server.stop()
-    assert_consistent(server.db)
+    _stop_consistent(server)
 
 
 def test_a_cancelled_buffered_occurrence_never_runs(studio_process: Any, tmp_path: Path) -> None:
-    server = studio_process()
-    server.start()
-    blocker = write_script(tmp_path, "blocker.py", BLOCKER)
-    flag = tmp_path / "flag"
-    sid = _create(
-        server,
-        name="buffer-cancel",
-        interval_sec=2,
-        action_command_args=[str(blocker), str(flag)],
-        overlap_policy="buffer_one",
-    )["id"]
+    server = _served(studio_process)
+    schedule, flag = _blocked(
+        server, tmp_path, name="buffer-cancel", interval_sec=2, overlap_policy="buffer_one"
+    )
+    sid = schedule["id"]
     kept = wait_for(
         lambda: _with(server, sid, "waiting_dependency", "schedule.buffered.overlap"),
         what="an occurrence buffered",
@@ -378,5 +349,4 @@ def test_a_cancelled_buffered_occurrence_never_runs(studio_process: Any, tmp_pat
         {"status": "cancelled"}
     ]
     assert not _with(server, sid, "waiting_dependency")
-    server.stop()
-    assert_consistent(server.db)
+    _stop_consistent(server)

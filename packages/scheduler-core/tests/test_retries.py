@@ -5,30 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from studio_scheduler_core.testing import FLAKY, fire_due, runs_at_depth
 from studio_state import fetch_all, fetch_one
-
-FLAKY = """
-import pathlib, sys
-counter = pathlib.Path(sys.argv[1])
-n = int(counter.read_text()) + 1 if counter.exists() else 1
-counter.write_text(str(n))
-sys.exit(0 if n >= int(sys.argv[2]) else 3)
-"""
-
-
-async def _top_level(conn: Any, schedule_id: str) -> list[dict[str, Any]]:
-    return await fetch_all(
-        conn,
-        "SELECT * FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
-        "ORDER BY created_at, rowid",
-        (schedule_id,),
-    )
-
-
-async def _fire_due(engine: Any, clock: Any, at: float) -> None:
-    clock.set(at)
-    await engine.tick_once()
-    await engine.wait_idle()
 
 
 async def test_a_failed_run_is_retried_with_backoff_then_on_fail_after_the_last(
@@ -47,8 +25,8 @@ async def test_a_failed_run_is_retried_with_backoff_then_on_fail_after_the_last(
             notify={"deliver_to": "http://127.0.0.1:9/hook", "on": ["disabled"]},
         )
     )
-    await _fire_due(engine, clock, float(created["next_fire_at"]))
-    first, planned = await _top_level(engine.conn, created["id"])
+    await fire_due(engine, clock, float(created["next_fire_at"]))
+    first, planned = await runs_at_depth(engine.conn, created["id"], 0)
     assert first["status"] == "failed" and first["attempt"] is None
     assert planned["status"] == "retry_wait"
     assert (planned["retry_of"], planned["attempt"]) == (first["id"], 2)
@@ -60,18 +38,18 @@ async def test_a_failed_run_is_retried_with_backoff_then_on_fail_after_the_last(
     # no follow-up yet: on_fail waits for the last attempt
     assert await fetch_all(engine.conn, "SELECT id FROM schedule_runs WHERE chain_depth = 1") == []
 
-    await _fire_due(engine, clock, planned["queued_at"] - 0.5)
-    assert (await _top_level(engine.conn, created["id"]))[1]["status"] == "retry_wait"
-    await _fire_due(engine, clock, planned["queued_at"])
-    runs = await _top_level(engine.conn, created["id"])
+    await fire_due(engine, clock, planned["queued_at"] - 0.5)
+    assert (await runs_at_depth(engine.conn, created["id"], 0))[1]["status"] == "retry_wait"
+    await fire_due(engine, clock, planned["queued_at"])
+    runs = await runs_at_depth(engine.conn, created["id"], 0)
     second, third = runs[1], runs[2]
     assert second["status"] == "failed" and second["invocation_id"] is not None
     assert json.loads(second["trigger_context"])["attempt"] == 2
     assert (third["status"], third["attempt"], third["retry_of"]) == ("retry_wait", 3, second["id"])
     assert third["queued_at"] == second["ended_at"] + 20  # backoff × factor
 
-    await _fire_due(engine, clock, third["queued_at"])
-    runs = await _top_level(engine.conn, created["id"])
+    await fire_due(engine, clock, third["queued_at"])
+    runs = await runs_at_depth(engine.conn, created["id"], 0)
     assert [r["status"] for r in runs] == ["failed", "failed", "failed"]
     follow_ups = await fetch_all(
         engine.conn, "SELECT chain_parent_id FROM schedule_runs WHERE chain_depth = 1"
@@ -98,10 +76,10 @@ async def test_a_retry_that_succeeds_ends_the_attempts(make_engine, clock, h, tm
             pause_on_failure=True,
         )
     )
-    await _fire_due(engine, clock, float(created["next_fire_at"]))
-    planned = (await _top_level(engine.conn, created["id"]))[1]
-    await _fire_due(engine, clock, planned["queued_at"])
-    runs = await _top_level(engine.conn, created["id"])
+    await fire_due(engine, clock, float(created["next_fire_at"]))
+    planned = (await runs_at_depth(engine.conn, created["id"], 0))[1]
+    await fire_due(engine, clock, planned["queued_at"])
+    runs = await runs_at_depth(engine.conn, created["id"], 0)
     assert [r["status"] for r in runs] == ["failed", "completed"]
     assert (await h.schedule_row(engine.conn, created["id"]))["enabled"] == 1
 
@@ -116,15 +94,16 @@ async def test_a_restart_between_failure_and_retry_keeps_the_plan_and_runs_it_on
             flaky, str(tmp_path / "count"), "2", retry={"max_attempts": 2, "backoff_sec": 30}
         )
     )
-    await _fire_due(engine, clock, float(created["next_fire_at"]))
-    planned = (await _top_level(engine.conn, created["id"]))[1]
+    await fire_due(engine, clock, float(created["next_fire_at"]))
+    planned = (await runs_at_depth(engine.conn, created["id"], 0))[1]
     await engine.stop()
     clock.set(planned["queued_at"] + 100)
     engine = await make_engine(clock=clock)
     for _ in range(3):
         await engine.tick_once()
         await engine.wait_idle()
-    runs = [r for r in await _top_level(engine.conn, created["id"]) if r["status"] != "skipped"]
+    top = await runs_at_depth(engine.conn, created["id"], 0)
+    runs = [r for r in top if r["status"] != "skipped"]
     assert [(r["status"], r["attempt"]) for r in runs] == [("failed", None), ("completed", 2)]
     assert (tmp_path / "count").read_text() == "2"  # the child ran twice in all
 
@@ -139,10 +118,10 @@ async def test_a_manual_trigger_is_retried_too(make_engine, clock, h, tmp_path) 
     )
     await engine.fire_now(created["id"])
     await engine.wait_idle()
-    planned = (await _top_level(engine.conn, created["id"]))[1]
+    planned = (await runs_at_depth(engine.conn, created["id"], 0))[1]
     assert json.loads(planned["trigger_context"])["manual"] is True
-    await _fire_due(engine, clock, planned["queued_at"])
-    runs = await _top_level(engine.conn, created["id"])
+    await fire_due(engine, clock, planned["queued_at"])
+    runs = await runs_at_depth(engine.conn, created["id"], 0)
     assert [r["status"] for r in runs] == ["failed", "completed"]
 
 
@@ -168,12 +147,12 @@ async def test_only_the_last_attempts_failure_is_notified_with_its_attempt_numbe
             notify={"deliver_to": "http://127.0.0.1:9/hook", "on": ["failed", "timed_out"]},
         )
     )
-    await _fire_due(engine, clock, float(created["next_fire_at"]))
-    first, planned = await _top_level(engine.conn, created["id"])
+    await fire_due(engine, clock, float(created["next_fire_at"]))
+    first, planned = await runs_at_depth(engine.conn, created["id"], 0)
     assert (first["status"], planned["status"]) == ("failed", "retry_wait")
     assert await _run_dispatches(engine.conn) == []  # a later attempt is planned
-    await _fire_due(engine, clock, planned["queued_at"])
-    runs = await _top_level(engine.conn, created["id"])
+    await fire_due(engine, clock, planned["queued_at"])
+    runs = await runs_at_depth(engine.conn, created["id"], 0)
     assert [(r["status"], r["attempt"]) for r in runs] == [("failed", None), ("failed", 2)]
     [(kind, body)] = await _run_dispatches(engine.conn)
     assert (kind, body["run_id"], body["run_attempt"]) == ("run.failed", runs[1]["id"], 2)
@@ -195,10 +174,10 @@ async def test_a_run_that_succeeds_on_a_retry_is_not_a_recovery(
             },
         )
     )
-    await _fire_due(engine, clock, float(created["next_fire_at"]))
-    _, planned = await _top_level(engine.conn, created["id"])
-    await _fire_due(engine, clock, planned["queued_at"])
-    runs = await _top_level(engine.conn, created["id"])
+    await fire_due(engine, clock, float(created["next_fire_at"]))
+    _, planned = await runs_at_depth(engine.conn, created["id"], 0)
+    await fire_due(engine, clock, planned["queued_at"])
+    runs = await runs_at_depth(engine.conn, created["id"], 0)
     assert [r["status"] for r in runs] == ["failed", "completed"]
     dispatched = await _run_dispatches(engine.conn)
     assert [(k, b["run_id"], b["run_attempt"]) for k, b in dispatched] == [

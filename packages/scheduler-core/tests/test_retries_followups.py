@@ -9,31 +9,10 @@ from typing import Any
 import pytest
 
 from studio_scheduler_core import ScheduleValidationError
+from studio_scheduler_core.testing import FLAKY, fire_due, runs_at_depth
 from studio_state import fetch_all
 
-FLAKY = """
-import pathlib, sys
-counter = pathlib.Path(sys.argv[1])
-n = int(counter.read_text()) + 1 if counter.exists() else 1
-counter.write_text(str(n))
-sys.exit(0 if n >= int(sys.argv[2]) else 3)
-"""
 FAIL = "import sys\nsys.exit(3)\n"
-
-
-async def _depth(conn: Any, schedule_id: str, depth: int) -> list[dict[str, Any]]:
-    return await fetch_all(
-        conn,
-        "SELECT * FROM schedule_runs WHERE schedule_id = ? AND chain_depth = ? "
-        "ORDER BY created_at, rowid",
-        (schedule_id, depth),
-    )
-
-
-async def _fire_due(engine: Any, clock: Any, at: float) -> None:
-    clock.set(at)
-    await engine.tick_once()
-    await engine.wait_idle()
 
 
 async def test_a_follow_up_with_its_own_retry_is_re_run_per_its_policy(
@@ -51,10 +30,10 @@ async def test_a_follow_up_with_its_own_retry_is_re_run_per_its_policy(
         )
     )
     assert created["on_fail"]["retry"]["backoff_factor"] == 2  # validated, defaults filled
-    await _fire_due(engine, clock, float(created["next_fire_at"]))
-    [top] = await _depth(engine.conn, created["id"], 0)
+    await fire_due(engine, clock, float(created["next_fire_at"]))
+    [top] = await runs_at_depth(engine.conn, created["id"], 0)
     assert top["status"] == "failed"  # the schedule has no retry: the top-level run is not
-    first, planned = await _depth(engine.conn, created["id"], 1)
+    first, planned = await runs_at_depth(engine.conn, created["id"], 1)
     assert first["status"] == "failed" and first["chain_parent_id"] == top["id"]
     assert (planned["status"], planned["status_reason_code"]) == (
         "retry_wait",
@@ -64,8 +43,8 @@ async def test_a_follow_up_with_its_own_retry_is_re_run_per_its_policy(
     assert planned["chain_parent_id"] == top["id"]
     assert planned["queued_at"] == first["ended_at"] + 5
 
-    await _fire_due(engine, clock, planned["queued_at"])
-    runs = await _depth(engine.conn, created["id"], 1)
+    await fire_due(engine, clock, planned["queued_at"])
+    runs = await runs_at_depth(engine.conn, created["id"], 1)
     assert [(r["status"], r["attempt"]) for r in runs] == [("failed", None), ("completed", 2)]
     assert json.loads(runs[1]["trigger_context"])["chain_from"] == top["id"]
     assert json.loads(runs[1]["action_args"])[1:] == [flaky, str(tmp_path / "count"), "2"]
@@ -84,13 +63,13 @@ async def test_a_follow_up_without_its_own_retry_is_never_retried(
             on_fail={"command_args": [fail]},
         )
     )
-    await _fire_due(engine, clock, float(created["next_fire_at"]))
-    _, planned = await _depth(engine.conn, created["id"], 0)
-    await _fire_due(engine, clock, planned["queued_at"])
-    await _fire_due(engine, clock, planned["queued_at"] + 30)
-    tops = await _depth(engine.conn, created["id"], 0)
+    await fire_due(engine, clock, float(created["next_fire_at"]))
+    _, planned = await runs_at_depth(engine.conn, created["id"], 0)
+    await fire_due(engine, clock, planned["queued_at"])
+    await fire_due(engine, clock, planned["queued_at"] + 30)
+    tops = await runs_at_depth(engine.conn, created["id"], 0)
     assert [(r["status"], r["attempt"]) for r in tops[:2]] == [("failed", None), ("failed", 2)]
-    [follow_up] = await _depth(engine.conn, created["id"], 1)
+    [follow_up] = await runs_at_depth(engine.conn, created["id"], 1)
     assert follow_up["status"] == "failed" and follow_up["chain_parent_id"] == tops[1]["id"]
     assert (
         await fetch_all(

@@ -15,16 +15,21 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_all, fetch_one
+from studio_state import ManualClock, fetch_all, fetch_one
 from studio_state.testing import eventually, group_has_live_member
+
+from ._engine.engine import SchedulerEngine
 
 __all__ = [
     "BLOCKER",
     "ENV_DUMP",
+    "FLAKY",
     "PY",
     "T0",
     "SchedulerTestKit",
     "command_schedule",
+    "fire_due",
+    "runs_at_depth",
     "runs_of",
     "schedule_row",
     "transitions_of",
@@ -58,6 +63,17 @@ sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
 """A command action that appends its Studio variables and cwd as a JSON line to ``argv[1]``."""
 
 
+FLAKY = """
+import pathlib, sys
+counter = pathlib.Path(sys.argv[1])
+n = int(counter.read_text()) + 1 if counter.exists() else 1
+counter.write_text(str(n))
+sys.exit(0 if n >= int(sys.argv[2]) else 3)
+"""
+"""A command action that fails (exit 3) until it has run ``argv[2]`` times, counting its runs
+in the file ``argv[1]``; then it exits 0."""
+
+
 def write_script(directory: Path, name: str, body: str) -> str:
     """Write a small Python script for a command action; return its absolute path."""
     path = directory / name
@@ -88,6 +104,26 @@ async def runs_of(conn: aiosqlite.Connection, schedule_id: str) -> list[dict[str
     )
 
 
+async def runs_at_depth(
+    conn: aiosqlite.Connection, schedule_id: str, depth: int
+) -> list[dict[str, Any]]:
+    """The schedule's runs at one chain depth (0: top-level, 1: their follow-ups), oldest
+    first."""
+    return await fetch_all(
+        conn,
+        "SELECT * FROM schedule_runs WHERE schedule_id = ? AND chain_depth = ? "
+        "ORDER BY created_at, rowid",
+        (schedule_id, depth),
+    )
+
+
+async def fire_due(engine: SchedulerEngine, clock: ManualClock, at: float) -> None:
+    """Set the manual ``clock`` to ``at``, run one tick and wait until what it started ended."""
+    clock.set(at)
+    await engine.tick_once()
+    await engine.wait_idle()
+
+
 async def transitions_of(conn: aiosqlite.Connection, entity_id: str) -> list[dict[str, Any]]:
     """The status transitions of one entity, oldest first."""
     return await fetch_all(
@@ -116,6 +152,8 @@ class SchedulerTestKit:
     eventually = staticmethod(eventually)
     group_has_live_member = staticmethod(group_has_live_member)
     command_schedule = staticmethod(command_schedule)
+    fire_due = staticmethod(fire_due)
+    runs_at_depth = staticmethod(runs_at_depth)
     runs_of = staticmethod(runs_of)
     transitions_of = staticmethod(transitions_of)
     schedule_row = staticmethod(schedule_row)

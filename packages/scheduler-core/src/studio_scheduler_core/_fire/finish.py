@@ -11,6 +11,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from studio_state import run_to_completion, write_transaction
 
@@ -42,6 +43,17 @@ def _resolve_invocation(session_statuses: list[str], fallback: str) -> tuple[str
     return fallback, False
 
 
+@dataclass(frozen=True)
+class _Ending:
+    """How the run ended, as the terminal write records it."""
+
+    status: str
+    reason_code: str
+    summary: str
+    exit_code: int | None
+    error_detail: str | None
+
+
 async def finish(
     env: FireEnv,
     fire: Prepared,
@@ -65,45 +77,18 @@ async def finish(
     to its end first, since a rolled-back terminal write would leave the run ``running``
     with no process; :class:`asyncio.CancelledError` is raised after it.
     """
-    return await run_to_completion(
-        _finish_retrying(
-            env,
-            fire,
-            status=status,
-            reason_code=reason_code,
-            summary=summary,
-            exit_code=exit_code,
-            error_detail=error_detail,
-            on_commit=on_commit,
-        )
-    )
+    ending = _Ending(status, reason_code, summary, exit_code, error_detail)
+    return await run_to_completion(_finish_retrying(env, fire, ending, on_commit))
 
 
 async def _finish_retrying(
-    env: FireEnv,
-    fire: Prepared,
-    *,
-    status: str,
-    reason_code: str,
-    summary: str,
-    exit_code: int | None,
-    error_detail: str | None,
-    on_commit: Callable[[], None] | None,
+    env: FireEnv, fire: Prepared, ending: _Ending, on_commit: Callable[[], None] | None
 ) -> bool:
     delay = _RETRY_FIRST
     failures = 0
     while True:
         try:
-            won = await _finish_once(
-                env,
-                fire,
-                status=status,
-                reason_code=reason_code,
-                summary=summary,
-                exit_code=exit_code,
-                error_detail=error_detail,
-                on_commit=on_commit,
-            )
+            won = await _finish_once(env, fire, ending, on_commit)
         except sqlite3.Error as exc:
             problem = env.storage.failed(exc)
             busy = getattr(exc, "sqlite_errorcode", None) in (5, 6)  # BUSY, LOCKED
@@ -113,7 +98,7 @@ async def _finish_retrying(
             logger.error(
                 "terminal write of run %s (%s) failed %d time(s): %s; retrying in %.2fs",
                 fire.run_id,
-                status,
+                ending.status,
                 failures,
                 problem or exc,
                 delay,
@@ -130,15 +115,7 @@ async def _finish_retrying(
 
 
 async def _finish_once(
-    env: FireEnv,
-    fire: Prepared,
-    *,
-    status: str,
-    reason_code: str,
-    summary: str,
-    exit_code: int | None,
-    error_detail: str | None,
-    on_commit: Callable[[], None] | None = None,
+    env: FireEnv, fire: Prepared, ending: _Ending, on_commit: Callable[[], None] | None
 ) -> bool:
     """One attempt of the terminal transaction (guarded on running).
 
@@ -146,6 +123,8 @@ async def _finish_once(
     cancelled > completed_empty > completed), else from the run's outcome. ``on_commit`` runs
     right after the commit, before any other task can run. Returns whether the run write won.
     """
+    status, reason_code, summary = ending.status, ending.reason_code, ending.summary
+    exit_code, error_detail = ending.exit_code, ending.error_detail
     now = env.clock()
     statuses = await store.session_statuses(env.conn, fire.invocation_id)
     inv_fallback = "completed" if status == "completed" else status
