@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import pydantic
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ._exceptions import SettingsError
@@ -56,6 +56,22 @@ _READ_OS_ENVIRON: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "studio_api_read_os_environ", default=True
 )
 
+# Each setting's own check (from ``_setting_values``), attached to its type: "before" checks
+# parse what the environment gives (a string), "after" checks see the typed value.
+_DbPath = Annotated[Path, BeforeValidator(db_path)]
+_Host = Annotated[str, AfterValidator(host_name)]
+_Token = Annotated[SecretStr | None, AfterValidator(printable_token)]
+_WebhookSecret = Annotated[SecretStr | None, AfterValidator(webhook_secret)]
+_Zone = Annotated[str, AfterValidator(zone_name)]
+_Directory = Annotated[str | None, AfterValidator(directory)]
+_ProjectPaths = Annotated[dict[str, str], NoDecode, BeforeValidator(project_paths)]
+_CommandNames = Annotated[tuple[str, ...], NoDecode, BeforeValidator(command_names)]
+_LiPath = Annotated[str | None, AfterValidator(li_path)]
+_Template = Annotated[tuple[str, ...] | None, NoDecode, BeforeValidator(notify_template)]
+_GithubUrl = Annotated[str, AfterValidator(github_url)]
+_Synchronous = Annotated[str, BeforeValidator(synchronous_level)]
+_EnvNames = Annotated[tuple[str, ...], NoDecode, BeforeValidator(env_names)]
+
 
 def _env(name: str) -> Any:
     return Field(default=None, validation_alias=name)
@@ -79,10 +95,10 @@ class StudioSettings(BaseSettings):
         validate_default=True,
     )
 
-    db: Path = Field(default=Path(DEFAULT_DB), validation_alias="LIONAGI_STUDIO_DB")
-    host: str = Field(default=DEFAULT_HOST, validation_alias="LIONAGI_STUDIO_HOST")
+    db: _DbPath = Field(default=Path(DEFAULT_DB), validation_alias="LIONAGI_STUDIO_DB")
+    host: _Host = Field(default=DEFAULT_HOST, validation_alias="LIONAGI_STUDIO_HOST")
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, validation_alias="LIONAGI_STUDIO_PORT")
-    auth_token: SecretStr | None = _env("LIONAGI_STUDIO_AUTH_TOKEN")
+    auth_token: _Token = _env("LIONAGI_STUDIO_AUTH_TOKEN")
     tick_seconds: float = Field(
         default=30.0,
         gt=0,
@@ -114,31 +130,29 @@ class StudioSettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="LIONAGI_STUDIO_CHECKPOINT_INTERVAL_SECONDS",
     )
-    timezone: str = Field(default="", validation_alias="LIONAGI_SCHEDULER_TZ")
-    default_cwd: str | None = _env("LIONAGI_SCHEDULER_CWD")
-    project_paths: Annotated[dict[str, str], NoDecode] = Field(
+    timezone: _Zone = Field(default="", validation_alias="LIONAGI_SCHEDULER_TZ")
+    default_cwd: _Directory = _env("LIONAGI_SCHEDULER_CWD")
+    project_paths: _ProjectPaths = Field(
         default_factory=dict, validation_alias="LIONAGI_SCHEDULER_PROJECTS"
     )
-    command_allowlist: Annotated[tuple[str, ...], NoDecode] = Field(
+    command_allowlist: _CommandNames = Field(
         default=(), validation_alias="LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"
     )
-    li_executable: str | None = _env("LIONAGI_LI_EXECUTABLE")
-    notify_template: Annotated[tuple[str, ...] | None, NoDecode] = _env(
-        "LIONAGI_STUDIO_NOTIFY_TEMPLATE"
-    )
-    github_api_url: str = Field(
+    li_executable: _LiPath = _env("LIONAGI_LI_EXECUTABLE")
+    notify_template: _Template = _env("LIONAGI_STUDIO_NOTIFY_TEMPLATE")
+    github_api_url: _GithubUrl = Field(
         default="https://api.github.com", validation_alias="LIONAGI_STUDIO_GITHUB_API_URL"
     )
-    github_token: SecretStr | None = _env("GITHUB_TOKEN")
-    webhook_secret: SecretStr | None = _env("LIONAGI_STUDIO_WEBHOOK_SECRET")
-    synchronous: str = Field(default="full", validation_alias="LIONAGI_STUDIO_SYNCHRONOUS")
+    github_token: _Token = _env("GITHUB_TOKEN")
+    webhook_secret: _WebhookSecret = _env("LIONAGI_STUDIO_WEBHOOK_SECRET")
+    synchronous: _Synchronous = Field(default="full", validation_alias="LIONAGI_STUDIO_SYNCHRONOUS")
     max_body_bytes: int = Field(
         default=DEFAULT_MAX_BODY_BYTES,
         ge=1,
         le=1024**3,
         validation_alias="LIONAGI_STUDIO_MAX_BODY_BYTES",
     )
-    child_env_pass: Annotated[tuple[str, ...], NoDecode] = Field(
+    child_env_pass: _EnvNames = Field(
         default=(), validation_alias="LIONAGI_SCHEDULER_CHILD_ENV_PASS"
     )
     run_log_dir: Path | None = Field(default=None, validation_alias="LIONAGI_STUDIO_RUN_LOG_DIR")
@@ -218,73 +232,6 @@ class StudioSettings(BaseSettings):
             return type(self)(**{**self.model_dump(), **given})
         finally:
             _READ_OS_ENVIRON.reset(token)
-
-    # -- validation -------------------------------------------------------------------------
-
-    @field_validator("db", mode="before")
-    @classmethod
-    def _check_db(cls, value: Any) -> Any:
-        return db_path(value)
-
-    @field_validator("host")
-    @classmethod
-    def _check_host(cls, value: str) -> str:
-        return host_name(value)
-
-    @field_validator("auth_token", "github_token")
-    @classmethod
-    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
-        return printable_token(value)
-
-    @field_validator("webhook_secret")
-    @classmethod
-    def _check_webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
-        return webhook_secret(value)
-
-    @field_validator("timezone")
-    @classmethod
-    def _check_timezone(cls, value: str) -> str:
-        return zone_name(value)
-
-    @field_validator("default_cwd")
-    @classmethod
-    def _check_cwd(cls, value: str | None) -> str | None:
-        return directory(value)
-
-    @field_validator("project_paths", mode="before")
-    @classmethod
-    def _check_projects(cls, value: Any) -> Any:
-        return project_paths(value)
-
-    @field_validator("command_allowlist", mode="before")
-    @classmethod
-    def _split_allowlist(cls, value: Any) -> Any:
-        return command_names(value)
-
-    @field_validator("synchronous", mode="before")
-    @classmethod
-    def _check_synchronous(cls, value: Any) -> Any:
-        return synchronous_level(value)
-
-    @field_validator("child_env_pass", mode="before")
-    @classmethod
-    def _split_env_pass(cls, value: Any) -> Any:
-        return env_names(value)
-
-    @field_validator("li_executable")
-    @classmethod
-    def _check_li(cls, value: str | None) -> str | None:
-        return li_path(value)
-
-    @field_validator("notify_template", mode="before")
-    @classmethod
-    def _parse_template(cls, value: Any) -> Any:
-        return notify_template(value)
-
-    @field_validator("github_api_url")
-    @classmethod
-    def _check_github_url(cls, value: str) -> str:
-        return github_url(value)
 
     # -- use --------------------------------------------------------------------------------
 
