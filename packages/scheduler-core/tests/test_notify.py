@@ -72,6 +72,28 @@ def test_notify_defaults() -> None:
     }
 
 
+async def test_the_duration_is_from_the_fire_to_the_end_on_the_real_clock(
+    make_engine: Any, h: Any
+) -> None:
+    """The child's recorded start comes from /proc with a boot time of whole seconds: it can
+    sit up to a second before the fire, so it is not what a duration is measured from."""
+    engine = await make_engine()  # the real clock
+    created = await engine.service.create(
+        h.command_schedule(
+            h.script("slow_fail.py", "import sys, time\ntime.sleep(0.3)\nsys.exit(3)\n"),
+            notify={"deliver_to": HOOK},
+        )
+    )
+    await engine.fire_now(created["id"])
+    await engine.wait_idle()
+    (run,) = await h.runs_of(engine.conn, created["id"])
+    (row,) = await _dispatches(engine.conn)
+    body = row["payload"]["body"]
+    assert run["child_started_at"] is not None
+    assert body["duration_seconds"] == round(run["ended_at"] - run["fired_at"], 3)
+    assert body["duration_seconds"] >= 0.3
+
+
 async def test_bad_notify_on_a_schedule_writes_nothing(service: Any, h: Any) -> None:
     with pytest.raises(ScheduleValidationError) as caught:
         await service.create(h.command_schedule(h.env_dump, notify={"deliver_to": HOOK, "on": []}))

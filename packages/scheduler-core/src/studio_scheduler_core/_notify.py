@@ -152,8 +152,9 @@ def _finite(value: Any) -> float | None:
 def run_body(run: Mapping[str, Any], schedule_name: str | None) -> dict[str, Any]:
     """The notification body of a terminal run row (also what the recipes document)."""
     fired, ended = _finite(run.get("fired_at")), _finite(run.get("ended_at"))
-    started = _finite(run.get("child_started_at")) or fired
-    duration = None if ended is None or started is None else round(max(0.0, ended - started), 3)
+    # From the fire, as everywhere else: the child's recorded start is only good enough to
+    # tell a process apart (its boot-time base has whole-second precision).
+    duration = None if ended is None or fired is None else round(max(0.0, ended - fired), 3)
     detail = run.get("error_detail")
     return {
         "run_id": run["id"],
