@@ -100,10 +100,9 @@ async def schedule_exists(conn: aiosqlite.Connection, schedule_id: str) -> bool:
     return bool(list(found))
 
 
-async def update_schedule(
-    conn: aiosqlite.Connection, schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
-) -> bool:
-    """``UPDATE schedules SET sets WHERE id = ? AND guards``; whether the row matched."""
+def _update_schedule_sql(
+    schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
+) -> tuple[str, list[Any]]:
     where = ["id = ?"]
     params: list[Any] = [schedule_id]
     for column, value in guards:
@@ -112,12 +111,43 @@ async def update_schedule(
         else:
             where.append(f"{column} = ?")
             params.append(value)
-    cursor = await conn.execute(
-        f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in sets)} WHERE {' AND '.join(where)}",
-        [*sets.values(), *params],
-    )
+    sql = f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in sets)} WHERE {' AND '.join(where)}"
+    return sql, [*sets.values(), *params]
+
+
+async def update_schedule(
+    conn: aiosqlite.Connection, schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
+) -> bool:
+    """``UPDATE schedules SET sets WHERE id = ? AND guards``; whether the row matched."""
+    cursor = await conn.execute(*_update_schedule_sql(schedule_id, sets, guards))
     # rowcount is read without a round trip; the cursor is left to the GC (closing costs one).
     return bool(cursor.rowcount == 1)
+
+
+# The same writes as statements of a function run by ``run_write_transaction`` (``db`` is the
+# connection's own ``sqlite3.Connection``): a batch of fires costs one trip, not one per row.
+
+
+def update_schedule_sync(
+    db: sqlite3.Connection, schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
+) -> bool:
+    """:func:`update_schedule` on ``db``."""
+    return bool(db.execute(*_update_schedule_sql(schedule_id, sets, guards)).rowcount == 1)
+
+
+def schedule_exists_sync(db: sqlite3.Connection, schedule_id: str) -> bool:
+    """:func:`schedule_exists` on ``db``."""
+    return db.execute("SELECT 1 FROM schedules WHERE id = ?", (schedule_id,)).fetchone() is not None
+
+
+def insert_invocation_sync(db: sqlite3.Connection, invocation: Mapping[str, Any]) -> None:
+    """:func:`insert_invocation` on ``db``."""
+    db.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
+
+
+def insert_run_sync(db: sqlite3.Connection, run: Mapping[str, Any]) -> None:
+    """:func:`insert_run` on ``db``."""
+    db.execute(_INSERT_RUN, run_params(run))
 
 
 async def disable_schedule(
