@@ -12,10 +12,10 @@ import logging
 import sqlite3
 from collections.abc import Callable
 
-from studio_state import run_to_completion, write_transaction
+from studio_state import run_to_completion, run_write_transaction, write_transaction
 
 from .._notify import notify_run
-from .._terminal import StatusChange, apply, clip
+from .._terminal import StatusChange, apply_sync, clip
 from . import store
 from .env import FireEnv, Prepared
 from .retry import plan_retry
@@ -147,7 +147,46 @@ async def _finish_once(
     right after the commit, before any other task can run. Returns whether the run write won.
     """
     now = env.clock()
-    statuses = await store.session_statuses(env.conn, fire.invocation_id)
+    outcome = (status, reason_code, summary, exit_code, error_detail)
+
+    def changes(db: sqlite3.Connection) -> tuple[list[str], bool]:
+        # The evidence read and both guarded updates with their transition rows: one trip.
+        statuses = store.session_statuses_sync(db, fire.invocation_id)
+        _, run_won = apply_sync(db, _terminal_changes(fire, statuses, now, outcome))
+        return statuses, run_won
+
+    async with write_transaction(env.conn):
+        # The invocation first: the run's status, which readers of this connection wait on,
+        # changes last, right before the commit.
+        _, run_won = await run_write_transaction(env.conn, changes)
+        if run_won:
+            # The retry first: a failure with a later attempt planned is not notified.
+            await plan_retry(
+                env.conn,
+                run_id=fire.run_id,
+                schedule=fire.schedule,
+                context=fire.trigger_context,
+                status=status,
+                chain_depth=fire.chain_depth,
+                now=now,
+                chain_parent_id=fire.chain_parent_id,
+            )
+            await notify_run(env.conn, fire.run_id, now=now)
+    env.committed.pop(fire.run_id, None)
+    if on_commit is not None:
+        on_commit()
+    return run_won
+
+
+def _terminal_changes(
+    fire: Prepared,
+    statuses: list[str],
+    now: float,
+    outcome: tuple[str, str, str, int | None, str | None],
+) -> list[StatusChange]:
+    """The invocation's change (its status from the sessions' evidence when there is any),
+    then the run's."""
+    status, reason_code, summary, exit_code, error_detail = outcome
     inv_fallback = "completed" if status == "completed" else status
     inv_status, from_sessions = _resolve_invocation(statuses, inv_fallback)
     inv_reason = f"run.{inv_status}.session_evidence" if from_sessions else reason_code
@@ -182,24 +221,4 @@ async def _finish_once(
         evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
         metadata={**meta, "session_statuses": statuses},
     )
-    async with write_transaction(env.conn):
-        # The invocation first: the run's status, which readers of this connection wait on,
-        # changes last, right before the commit.
-        _, run_won = await apply(env.conn, [invocation_change, run_change])
-        if run_won:
-            # The retry first: a failure with a later attempt planned is not notified.
-            await plan_retry(
-                env.conn,
-                run_id=fire.run_id,
-                schedule=fire.schedule,
-                context=fire.trigger_context,
-                status=status,
-                chain_depth=fire.chain_depth,
-                now=now,
-                chain_parent_id=fire.chain_parent_id,
-            )
-            await notify_run(env.conn, fire.run_id, now=now)
-    env.committed.pop(fire.run_id, None)
-    if on_commit is not None:
-        on_commit()
-    return run_won
+    return [invocation_change, run_change]

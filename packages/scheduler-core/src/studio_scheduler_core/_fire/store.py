@@ -202,6 +202,12 @@ async def session_statuses(conn: aiosqlite.Connection, invocation_id: str) -> li
     return [row["status"] for row in rows]
 
 
+def session_statuses_sync(db: sqlite3.Connection, invocation_id: str) -> list[str]:
+    """:func:`session_statuses` on ``db``."""
+    rows = db.execute("SELECT status FROM sessions WHERE invocation_id = ?", (invocation_id,))
+    return [row["status"] for row in rows.fetchall()]
+
+
 async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
     """The raw ``schedule_runs`` row, or ``None``."""
     return await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
