@@ -1,5 +1,6 @@
 """The fires of one evaluation pass commit in ONE occurrence transaction, each under its own
-claim: a lost claim or a refused setup costs only that fire."""
+claim: a lost claim or a refused setup costs only that fire. A terminal write with nothing to
+notify or retry is one trip."""
 
 from __future__ import annotations
 
@@ -7,8 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
+
+from studio_scheduler_core._fire.commit import commit
+from studio_scheduler_core._fire.env import FireEnv, Prepared
+from studio_scheduler_core._fire.finish import finish
 from studio_scheduler_core._fire.occurrence import ScheduleClaim
 from studio_scheduler_core._fire.pipeline import commit_fires, stage_fire
+from studio_scheduler_core._fire.prepare import prepare
 from studio_state import connect, fetch_all, fetch_one
 
 OK = "import sys\nsys.exit(0)\n"
@@ -158,3 +165,60 @@ async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no
         assert sched["next_fire_at"] == schedules[index]["next_fire_at"] + 60
     assert run.env.committed == {}
     assert run.admission.slots == {}
+
+
+async def _committed(env: FireEnv, created: dict[str, Any]) -> Prepared:
+    """A scheduled fire of ``created`` committed ``running`` (no child started)."""
+    fire = prepare(env, created, {"scheduled": True}, kind="scheduled")
+    claim = ScheduleClaim(
+        "occurrence",
+        created["id"],
+        due_at=created["next_fire_at"],
+        next_fire_at=created["next_fire_at"] + 60,
+    )
+    assert await commit(env, fire, claim)
+    return fire
+
+
+async def test_a_terminal_write_with_nothing_to_notify_is_one_trip_and_notifies_otherwise(
+    conn: Any, service: Any, settings: Any, clock: Any, h: Any, db_path: Path, monkeypatch: Any
+) -> None:
+    env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=str(db_path))
+    ok = h.script("ok.py", OK)
+    quiet = await _committed(env, await service.create(h.command_schedule(ok, name="quiet")))
+    loud = await _committed(
+        env,
+        await service.create(
+            h.command_schedule(ok, name="loud", notify={"deliver_to": "pg", "on": ["completed"]})
+        ),
+    )
+    hops = 0
+    original = aiosqlite.Connection._execute
+
+    async def counting(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return await original(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(aiosqlite.Connection, "_execute", counting)
+    ended = {"status": "completed", "reason_code": "run.completed.ok", "summary": "exit code 0"}
+    assert await finish(env, quiet, **ended, exit_code=0, error_detail=None)
+    assert hops == 1  # BEGIN IMMEDIATE, evidence read, both updates, transitions, COMMIT
+    assert await finish(env, loud, **ended, exit_code=0, error_detail=None)
+    monkeypatch.undo()
+    for fire in (quiet, loud):
+        row = await fetch_one(
+            conn, "SELECT status, exit_code FROM schedule_runs WHERE id = ?", (fire.run_id,)
+        )
+        assert row == {"status": "completed", "exit_code": 0}
+        invocation = await fetch_one(
+            conn, "SELECT status FROM invocations WHERE id = ?", (fire.invocation_id,)
+        )
+        assert invocation == {"status": "completed"}
+        steps = [t["status"] for t in await h.transitions_of(conn, fire.run_id)]
+        assert steps == ["running", "completed"]
+    dispatches = await fetch_all(conn, "SELECT dedup_key FROM dispatch_outbox")
+    assert dispatches == [{"dedup_key": f"run:{loud.run_id}:run.completed"}]
+    # A second terminal write of an ended run wins nothing and writes nothing.
+    assert not await finish(env, quiet, **ended, exit_code=0, error_detail=None)
+    assert len(await h.transitions_of(conn, quiet.run_id)) == 2

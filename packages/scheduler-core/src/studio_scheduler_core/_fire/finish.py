@@ -8,17 +8,23 @@ with the run's notification, in one transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable
 
-from studio_state import run_to_completion, run_write_transaction, write_transaction
+from studio_state import (
+    in_owned_transaction,
+    run_to_completion,
+    run_write_transaction,
+    write_transaction,
+)
 
 from .._notify import notify_run
 from .._terminal import StatusChange, apply_sync, clip
 from . import store
 from .env import FireEnv, Prepared
-from .retry import plan_retry
+from .retry import next_attempt, plan_retry
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -32,6 +38,10 @@ _SESSION_PRECEDENCE = (
 )
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 5.0
+
+
+class _Notifies(Exception):
+    """The run (or its schedule) has a ``notify``: its end is written with the notification."""
 
 
 def _resolve_invocation(session_statuses: list[str], fallback: str) -> tuple[str, bool]:
@@ -149,29 +159,42 @@ async def _finish_once(
     now = env.clock()
     outcome = (status, reason_code, summary, exit_code, error_detail)
 
-    def changes(db: sqlite3.Connection) -> tuple[list[str], bool]:
+    def changes(db: sqlite3.Connection) -> bool:
         # The evidence read and both guarded updates with their transition rows: one trip.
         statuses = store.session_statuses_sync(db, fire.invocation_id)
-        _, run_won = apply_sync(db, _terminal_changes(fire, statuses, now, outcome))
-        return statuses, run_won
+        return apply_sync(db, _terminal_changes(fire, statuses, now, outcome))[1]
 
-    async with write_transaction(env.conn):
-        # The invocation first: the run's status, which readers of this connection wait on,
-        # changes last, right before the commit.
-        _, run_won = await run_write_transaction(env.conn, changes)
-        if run_won:
-            # The retry first: a failure with a later attempt planned is not notified.
-            await plan_retry(
-                env.conn,
-                run_id=fire.run_id,
-                schedule=fire.schedule,
-                context=fire.trigger_context,
-                status=status,
-                chain_depth=fire.chain_depth,
-                now=now,
-                chain_parent_id=fire.chain_parent_id,
-            )
-            await notify_run(env.conn, fire.run_id, now=now)
+    def alone(db: sqlite3.Connection) -> bool:
+        run_won = changes(db)
+        if run_won and store.notify_configured_sync(db, fire.run_id):
+            raise _Notifies  # rolled back; the full transaction below enqueues it
+        return run_won
+
+    run_won: bool | None = None
+    retry = next_attempt(fire.schedule, fire.trigger_context, status) is not None
+    if not retry and not in_owned_transaction(env.conn):
+        # The common end (no retry to plan, nothing to notify): BEGIN, the writes and COMMIT
+        # in a single trip.
+        with contextlib.suppress(_Notifies):
+            run_won = await run_write_transaction(env.conn, alone)
+    if run_won is None:
+        async with write_transaction(env.conn):
+            # The invocation first: the run's status, which readers of this connection wait
+            # on, changes last, right before the commit.
+            run_won = await run_write_transaction(env.conn, changes)
+            if run_won:
+                # The retry first: a failure with a later attempt planned is not notified.
+                await plan_retry(
+                    env.conn,
+                    run_id=fire.run_id,
+                    schedule=fire.schedule,
+                    context=fire.trigger_context,
+                    status=status,
+                    chain_depth=fire.chain_depth,
+                    now=now,
+                    chain_parent_id=fire.chain_parent_id,
+                )
+                await notify_run(env.conn, fire.run_id, now=now)
     env.committed.pop(fire.run_id, None)
     if on_commit is not None:
         on_commit()

@@ -208,6 +208,16 @@ def session_statuses_sync(db: sqlite3.Connection, invocation_id: str) -> list[st
     return [row["status"] for row in rows.fetchall()]
 
 
+def notify_configured_sync(db: sqlite3.Connection, run_id: str) -> bool:
+    """Whether the run or its schedule has a ``notify`` (its end may enqueue a dispatch)."""
+    row = db.execute(
+        "SELECT 1 FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
+        "WHERE r.id = ? AND (r.notify IS NOT NULL OR s.notify IS NOT NULL)",
+        (run_id,),
+    ).fetchone()
+    return row is not None
+
+
 async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
     """The raw ``schedule_runs`` row, or ``None``."""
     return await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
