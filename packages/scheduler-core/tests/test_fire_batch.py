@@ -4,7 +4,9 @@ notify or retry is one trip."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ class _Transactions:
         for statement in self.statements:
             if statement.upper().startswith("BEGIN"):
                 current = []
-            elif statement.upper().startswith(("COMMIT", "ROLLBACK")):
+            elif statement.upper() in ("COMMIT", "ROLLBACK"):
                 if current is not None:
                     groups.append(current)
                 current = None
@@ -222,3 +224,51 @@ async def test_a_terminal_write_with_nothing_to_notify_is_one_trip_and_notifies_
     # A second terminal write of an ended run wins nothing and writes nothing.
     assert not await finish(env, quiet, **ended, exit_code=0, error_detail=None)
     assert len(await h.transitions_of(conn, quiet.run_id)) == 2
+
+
+async def test_terminal_writes_of_one_loop_turn_share_a_transaction_each_in_its_savepoint(
+    conn: Any, service: Any, settings: Any, clock: Any, h: Any, db_path: Path
+) -> None:
+    env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=str(db_path))
+    ok = h.script("ok.py", OK)
+    fires = [
+        await _committed(env, await service.create(h.command_schedule(ok, name=n)))
+        for n in ("a", "b", "c")
+    ]
+    trace = _Transactions()
+    await conn.set_trace_callback(trace)
+    released: list[str] = []
+    ended = {"status": "completed", "reason_code": "run.completed.ok", "summary": "exit code 0"}
+    won = await asyncio.gather(
+        *(
+            finish(
+                env,
+                fire,
+                **ended,
+                exit_code=0,
+                error_detail=None,
+                on_commit=lambda run_id=fire.run_id: released.append(run_id),
+            )
+            for fire in fires
+        ),
+        env.grouped().run(_raises_after_a_write),
+        return_exceptions=True,
+    )
+    await conn.set_trace_callback(None)
+    assert won[:3] == [True, True, True]
+    assert isinstance(won[3], RuntimeError)  # its own write rolled back, the others kept
+    assert sorted(released) == sorted(f.run_id for f in fires)
+    terminal = [g for g in trace.groups() if any(s.startswith("UPDATE schedule_runs") for s in g)]
+    assert len(terminal) == 1  # the three ends in one transaction
+    updates = [s for s in terminal[0] if s.startswith("UPDATE schedule_runs")]
+    assert all(any(f.run_id in s for s in updates) for f in fires)
+    for fire in fires:
+        steps = [t["status"] for t in await h.transitions_of(conn, fire.run_id)]
+        assert steps == ["running", "completed"]
+        assert fire.run_id not in env.committed
+    assert await fetch_all(conn, "SELECT id FROM schedules WHERE name = 'rolled back'") == []
+
+
+def _raises_after_a_write(db: sqlite3.Connection) -> None:
+    db.execute("UPDATE schedules SET name = 'rolled back' WHERE name = 'a'")
+    raise RuntimeError("after its write")

@@ -2,7 +2,8 @@
 
 The invocation's status comes from its sessions' evidence when there is any; the run's from
 how its child ended. Both are written through :func:`~studio_scheduler_core._terminal.apply`
-with the run's notification, in one transaction.
+with the run's notification, in one transaction; the terminal writes of fires that end in the
+same loop turn with nothing to notify or retry share one transaction (each in its savepoint).
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ async def _finish_once(
     The invocation's status is resolved from its sessions (timed_out > failed > aborted >
     cancelled > completed_empty > completed), else from the run's outcome. ``on_commit`` runs
     right after the commit, before any other task can run. Returns whether the run write won.
+
+    With no retry to plan and no ``notify`` on the run or its schedule, the write joins the
+    other terminal writes of this loop turn (one transaction, one trip, one fsync).
     """
     now = env.clock()
     outcome = (status, reason_code, summary, exit_code, error_detail)
@@ -170,34 +174,35 @@ async def _finish_once(
             raise _Notifies  # rolled back; the full transaction below enqueues it
         return run_won
 
-    run_won: bool | None = None
+    def committed() -> None:
+        env.committed.pop(fire.run_id, None)
+        if on_commit is not None:
+            on_commit()
+
     retry = next_attempt(fire.schedule, fire.trigger_context, status) is not None
     if not retry and not in_owned_transaction(env.conn):
-        # The common end (no retry to plan, nothing to notify): BEGIN, the writes and COMMIT
-        # in a single trip.
+        # The common end (no retry to plan, nothing to notify): the writes in a single trip,
+        # in one transaction with the other fires that end in this loop turn.
         with contextlib.suppress(_Notifies):
-            run_won = await run_write_transaction(env.conn, alone)
-    if run_won is None:
-        async with write_transaction(env.conn):
-            # The invocation first: the run's status, which readers of this connection wait
-            # on, changes last, right before the commit.
-            run_won = await run_write_transaction(env.conn, changes)
-            if run_won:
-                # The retry first: a failure with a later attempt planned is not notified.
-                await plan_retry(
-                    env.conn,
-                    run_id=fire.run_id,
-                    schedule=fire.schedule,
-                    context=fire.trigger_context,
-                    status=status,
-                    chain_depth=fire.chain_depth,
-                    now=now,
-                    chain_parent_id=fire.chain_parent_id,
-                )
-                await notify_run(env.conn, fire.run_id, now=now)
-    env.committed.pop(fire.run_id, None)
-    if on_commit is not None:
-        on_commit()
+            return await env.grouped().run(alone, committed)
+    async with write_transaction(env.conn):
+        # The invocation first: the run's status, which readers of this connection wait
+        # on, changes last, right before the commit.
+        run_won = await run_write_transaction(env.conn, changes)
+        if run_won:
+            # The retry first: a failure with a later attempt planned is not notified.
+            await plan_retry(
+                env.conn,
+                run_id=fire.run_id,
+                schedule=fire.schedule,
+                context=fire.trigger_context,
+                status=status,
+                chain_depth=fire.chain_depth,
+                now=now,
+                chain_parent_id=fire.chain_parent_id,
+            )
+            await notify_run(env.conn, fire.run_id, now=now)
+    committed()
     return run_won
 
 
