@@ -361,3 +361,42 @@ async def test_transition_sync_refuses_to_run_outside_a_transaction(
         )
     assert await fetch_all(conn, "SELECT status FROM items") == [{"status": "pending"}]
     assert await fetch_all(conn, "SELECT id FROM status_transitions") == []
+
+
+async def test_record_transitions_sync_writes_every_row_with_the_change_or_none(
+    conn: aiosqlite.Connection, fetch_all: Any
+) -> None:
+    rows = [
+        studio_state.Transition("dispatch", item, "pending", "dispatch.pending.new", 5.0)
+        for item in ("a", "b")
+    ]
+
+    def body(db: sqlite3.Connection) -> int:
+        _insert("a")(db)
+        _insert("b")(db)
+        return studio_state.record_transitions_sync(db, rows)
+
+    assert await studio_state.run_write_transaction(conn, body) == 2
+    audit = await fetch_all(
+        conn, "SELECT entity_id, status, created_at FROM status_transitions ORDER BY entity_id"
+    )
+    assert audit == [
+        {"entity_id": "a", "status": "pending", "created_at": 5.0},
+        {"entity_id": "b", "status": "pending", "created_at": 5.0},
+    ]
+    bad = [rows[0], studio_state.Transition("nonsense", "c", "x", "y", 6.0)]
+
+    def refused(db: sqlite3.Connection) -> int:
+        _insert("c")(db)
+        return studio_state.record_transitions_sync(db, bad)
+
+    with pytest.raises(InvalidTransition, match="entity_type"):
+        await studio_state.run_write_transaction(conn, refused)
+    assert await fetch_all(conn, "SELECT id FROM items ORDER BY id") == [{"id": "a"}, {"id": "b"}]
+    assert len(await fetch_all(conn, "SELECT id FROM status_transitions")) == 2
+    assert (
+        await studio_state.run_write_transaction(
+            conn, lambda db: studio_state.record_transitions_sync(db, [])
+        )
+        == 0
+    )

@@ -9,13 +9,14 @@ caller's write transaction. A change whose guard no longer holds writes nothing.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiosqlite
 
-from studio_state import Transition, record_transitions
+from studio_state import Transition, record_transitions, record_transitions_sync
 
 MAX_DETAIL = 2000
 """Summaries and error details keep their last this-many characters (the end says most)."""
@@ -116,4 +117,17 @@ async def apply(conn: aiosqlite.Connection, changes: Iterable[StatusChange]) -> 
         if won:
             rows.append(change.transition())
     await record_transitions(conn, rows)
+    return applied
+
+
+def apply_sync(db: sqlite3.Connection, changes: Iterable[StatusChange]) -> list[bool]:
+    """:func:`apply` as statements of a function run by ``run_write_transaction`` (one trip)."""
+    applied: list[bool] = []
+    rows: list[Transition] = []
+    for change in changes:
+        won = db.execute(*change.statement()).rowcount == 1
+        applied.append(won)
+        if won:
+            rows.append(change.transition())
+    record_transitions_sync(db, rows)
     return applied

@@ -36,7 +36,7 @@ from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_valu
 from ._schema import ENTITY_TYPES, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
 from ._transitions import Transition, record_transition, record_transitions, transition
-from ._transitions_sync import record_transition_sync, transition_sync
+from ._transitions_sync import record_transition_sync, record_transitions_sync, transition_sync
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -73,6 +73,7 @@ __all__ = [
     "record_transition",
     "record_transition_sync",
     "record_transitions",
+    "record_transitions_sync",
     "run_sync",
     "run_to_completion",
     "run_write_transaction",

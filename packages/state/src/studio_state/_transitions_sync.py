@@ -8,7 +8,7 @@ the function is given), so a guarded change and its audit row cost no extra trip
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._exceptions import InvalidTransition
@@ -43,6 +43,15 @@ def record_transition_sync(
         metadata=metadata,
     )
     db.execute(_INSERT, row.params())
+
+
+def record_transitions_sync(db: sqlite3.Connection, rows: Iterable[Transition]) -> int:
+    """Write many ``status_transitions`` rows on ``db`` in one ``executemany`` (as
+    :func:`record_transitions`); returns how many."""
+    params = [row.params() for row in rows]
+    if params:
+        db.executemany(_INSERT, params)
+    return len(params)
 
 
 def _first_column(row: object) -> Any:

@@ -7,20 +7,26 @@ where it stopped). Each row goes to the :class:`~studio_scheduler_core.abc.Trigg
 the 1st, 11th, 21st … consecutive deferral, batched into one transaction per batch; a fire
 that passes over missed interval slots (coalescing them) is counted and recorded the same way
 (``schedule.skipped.coalesced``).
+
+The fires admitted for cadence rows (one occurrence per row) are prepared as the pass goes
+and committed together, in ONE occurrence transaction at the end of each batch of due rows
+(each under its own claim on its schedule row), then started: one trip to the database
+thread and one fsync for the batch instead of one transaction per fire. Their reservations
+are taken at admission, so the gates see them while they wait.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from .._admission.gates import Admission, Decision
 from .._fire.env import FireEnv
-from .._fire.occurrence import Deferral, ScheduleClaim, skipped_run, write_deferrals, write_skip
-from .._fire.pipeline import StartFire, fire
+from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
+from .._fire.pipeline import StartFire, commit_fires, stage_fire
 from .._fire.retry import next_retry_at
-from .._observe.events import emit
 from .._observe.summary import coalesced_event
 from .._policies.overlap import OverlapPolicies, Revoke
 from .._rows import decode_schedule
@@ -28,14 +34,14 @@ from .._schedules.jitter import catchup_expired, jitter_delay, jitter_until
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
 from . import store
+from .firebatch import MAX_FIRE_BATCH, FireBatch
+from .records import PassRecords
 
 logger = logging.getLogger("studio_scheduler_core")
 
 BATCH = 1000
 MAX_DUE_PER_TICK = 10_000
-DEFERRAL_RECORD_EVERY = 10
 MISSED_FIRE = "schedule.skipped.missed_fire"
-COALESCED = "schedule.skipped.coalesced"
 
 
 class Evaluator:
@@ -54,16 +60,17 @@ class Evaluator:
         self._admission = admission
         self._registry = registry
         self._start_fire = start_fire
-        self._deferrals: dict[str, int] = {}
-        self._pending_records: list[Deferral] = []
-        self._summaries: dict[str, str] = {}
-        self._coalescing: dict[str, int] = {}
-        self.coalesced_total = 0
-        """Slots coalesced away since start (the health figure)."""
+        self._records = PassRecords()
         self.backoff: dict[str, float] = {}
         self.cursor: tuple[float, str] | None = None
         self.blocked = False
         self.more = False
+        self._staged = FireBatch(env, start_fire)
+
+    @property
+    def coalesced_total(self) -> int:
+        """Slots coalesced away since start (the health figure)."""
+        return self._records.coalesced_total
 
     @property
     def timezone(self) -> str:
@@ -120,17 +127,29 @@ class Evaluator:
                 break
             seen += len(rows)
             cursor = (rows[-1]["next_fire_at"], rows[-1]["id"])
-            for row in rows:
-                outcome = await self._evaluate_row(row, now)
-                counts[outcome] = counts.get(outcome, 0) + 1
+            try:
+                for row in rows:
+                    outcome = await self._evaluate_row(row, now)
+                    counts[outcome] = counts.get(outcome, 0) + 1
+                    if len(self._staged) >= MAX_FIRE_BATCH:
+                        await self._commit_staged(now, counts)
+                await self._commit_staged(now, counts)
+            finally:
+                self._staged.drop()  # cancelled before their commit: release, write nothing
             if len(rows) < BATCH:
                 cursor = None
                 break
         else:
             self.more = True
         self.cursor = cursor if self.more else None
-        await self._flush_records(now)
+        await self._records.flush(self._env.conn, now)
         return counts
+
+    async def _commit_staged(self, now: float, counts: dict[str, int]) -> None:
+        retry_at = now + self._env.settings.tick_seconds
+        for occ, next_at, run_id in await self._staged.commit(counts, self.backoff, retry_at):
+            slots = coalesced_event(occ.schedule, occ.due_at, next_at)
+            self._records.coalesce(occ, slots, next_at, run_id)
 
     async def _evaluate_row(self, row: Any, now: float) -> str:
         sid = str(row["id"])
@@ -149,7 +168,7 @@ class Evaluator:
             # full, the decision is known without decoding the row (the 10k-due tick).
             deferred = self._admission.plain_capacity_deferral(row)
             if deferred is not None:
-                self._defer(row, deferred, now)
+                self._defer(row, deferred)
                 return "defer"
         try:
             found = await store.due_schedule(self._env.conn, sid, row["next_fire_at"])
@@ -160,8 +179,9 @@ class Evaluator:
                 self._env.conn, schedule, now=now, timezone=self.timezone
             )
             outcome = "empty"
+            batch = isinstance(source, CadenceTrigger)
             for occurrence in occurrences:
-                outcome = await self.handle(source, occurrence, now)
+                outcome = await self.handle(source, occurrence, now, batch=batch)
                 if outcome in ("defer", "disable", "lost"):
                     break
             return outcome
@@ -193,9 +213,19 @@ class Evaluator:
         )
 
     async def handle(
-        self, source: TriggerSource, occ: Occurrence, now: float, *, kind: str = "scheduled"
+        self,
+        source: TriggerSource,
+        occ: Occurrence,
+        now: float,
+        *,
+        kind: str = "scheduled",
+        batch: bool = False,
     ) -> str:
-        """Admit one occurrence and act on the decision; returns the outcome name."""
+        """Admit one occurrence and act on the decision; returns the outcome name.
+
+        With ``batch`` an admitted fire is staged for the pass's shared commit (its outcome
+        becomes ``lost`` there if its claim is lost) instead of committed here.
+        """
         schedule = occ.schedule
         sid = str(schedule["id"])
         decided = await self._overlap.intercept(
@@ -205,11 +235,11 @@ class Evaluator:
             return decided
         decision = await self._admission.admit(schedule, now=now, path=kind)
         if decision.outcome != "defer":
-            self._deferrals.pop(sid, None)
+            self._records.admitted(sid)
         if decision.outcome == "fire":
-            return await self._fire(source, occ, decision, now, kind)
+            return await self._fire(source, occ, decision, now, kind, batch=batch)
         if decision.outcome == "defer":
-            self._defer(schedule, decision, now)
+            self._defer(schedule, decision)
             return "defer"
         if decision.outcome == "advance":
             claim = self._claim(source, occ, now, advance=True)
@@ -246,7 +276,14 @@ class Evaluator:
         return "disable" if won else "lost"
 
     async def _fire(
-        self, source: TriggerSource, occ: Occurrence, decision: Decision, now: float, kind: str
+        self,
+        source: TriggerSource,
+        occ: Occurrence,
+        decision: Decision,
+        now: float,
+        kind: str,
+        *,
+        batch: bool,
     ) -> str:
         claimed: list[ScheduleClaim] = []
 
@@ -256,89 +293,31 @@ class Evaluator:
             claimed.append(claim)
             return replace(claim, stamp_fired=True, updates=updates)
 
-        fired = await fire(
+        staged = stage_fire(
             self._env,
             occ.schedule,
             {**occ.trigger_context, **decision.context},
             kind=kind,
             claim=claim,
             reservation=decision.reservation,
-            start=self._start_fire,
         )
+        next_at = claimed[-1].next_fire_at
+        if batch and kind == "scheduled":
+            self._staged.add(staged, occ, next_at)
+            return "fire"
+        [fired] = await commit_fires(self._env, [staged], self._start_fire)
         if fired is None:
             return "lost"
-        if claimed:
-            slots = coalesced_event(occ.schedule, occ.due_at, claimed[-1].next_fire_at)
-            if kind == "scheduled":
-                # A missed-fire catch-up (run_once) is its policy's one run for the whole
-                # outage; coalescing records slots passed over while the scheduler runs.
-                self._coalesce(occ, slots, claimed[-1].next_fire_at, fired.run_id)
+        if kind == "scheduled":
+            # A missed-fire catch-up (run_once) is its policy's one run for the whole
+            # outage; coalescing records slots passed over while the scheduler runs.
+            slots = coalesced_event(occ.schedule, occ.due_at, next_at)
+            self._records.coalesce(occ, slots, next_at, fired.run_id)
         return "fire"
 
-    def _coalesce(self, occ: Occurrence, slots: int, next_at: float | None, run_id: str) -> None:
-        """Count the slots a fire passed over; record the 1st, 11th, 21st … consecutive
-        coalescing fire of a schedule in its run list (the deferral record rule)."""
-        schedule = occ.schedule
-        sid = str(schedule["id"])
-        if slots <= 0:
-            self._coalescing.pop(sid, None)
-            return
-        self.coalesced_total += slots
-        count = self._coalescing.get(sid, 0) + 1
-        self._coalescing[sid] = count
-        if count % DEFERRAL_RECORD_EVERY == 1:
-            self._pending_records.append(
-                Deferral(
-                    schedule_id=sid,
-                    action_kind=str(schedule["action_kind"]),
-                    reason_code=COALESCED,
-                    summary=f"{slots} slot(s) fell due while the schedule was late or busy; "
-                    f"coalesced into run {run_id}",
-                    metadata={
-                        "slots": slots,
-                        "due_at": occ.due_at,
-                        "next_fire_at": next_at,
-                        "run_id": run_id,
-                    },
-                    deferral_count=count,
-                    count_key="coalesced_count",
-                )
-            )
-
-    def _defer(self, schedule: dict[str, Any] | Any, decision: Decision, now: float) -> None:
-        sid = str(schedule["id"])
-        count = self._deferrals.get(sid, 0) + 1
-        self._deferrals[sid] = count
+    def _defer(self, schedule: Mapping[str, Any], decision: Decision) -> None:
         self.blocked = True
-        emit(
-            "deferral",
-            f"schedule {sid} deferred ({decision.reason_code}, deferral {count})",
-            level=logging.INFO if count == 1 else logging.DEBUG,
-            schedule_id=sid,
-            reason_code=decision.reason_code,
-            count=count,
-        )
-        if count % DEFERRAL_RECORD_EVERY == 1:
-            self._pending_records.append(
-                Deferral(
-                    schedule_id=sid,
-                    action_kind=str(schedule["action_kind"]),
-                    reason_code=decision.reason_code,
-                    summary=self._summary(decision.message),
-                    metadata=decision.metadata,
-                    deferral_count=count,
-                )
-            )
-
-    def _summary(self, message: str) -> str:
-        summary = self._summaries.get(message)
-        if summary is None:
-            summary = self._summaries[message] = f"{message}; still due, retried when a slot frees"
-        return summary
-
-    async def _flush_records(self, now: float) -> None:
-        records, self._pending_records = self._pending_records, []
-        await write_deferrals(self._env.conn, records, now=now)
+        self._records.defer(schedule, decision)
 
     async def missed_fires(self, now: float) -> dict[str, int]:
         """Startup: apply each due row's missed_fire_policy once (skip, or run_once)."""
@@ -364,7 +343,7 @@ class Evaluator:
                 counts[outcome] = counts.get(outcome, 0) + 1
             if len(rows) < BATCH:
                 break
-        await self._flush_records(now)
+        await self._records.flush(self._env.conn, now)
         return counts
 
     async def _missed(self, source: TriggerSource, schedule: dict[str, Any], now: float) -> str:

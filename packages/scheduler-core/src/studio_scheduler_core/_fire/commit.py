@@ -1,13 +1,15 @@
-"""Committing a prepared scheduled fire: its run, invocation and transition rows, with the
-schedule claim, in the occurrence transaction."""
+"""Committing prepared fires: each one's run, invocation and transition rows, with its
+schedule claim, in the occurrence transaction (one transaction for a batch of fires)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from studio_state import Transition, run_to_completion
 
 from .._terminal import clip
 from .env import FireEnv, Prepared
-from .occurrence import ScheduleClaim, commit_fire
+from .occurrence import FireWrite, ScheduleClaim, commit_fires
 
 FIRED_REASON = {
     "scheduled": "schedule.fired.due",
@@ -18,8 +20,37 @@ FIRED_REASON = {
 
 
 async def commit(env: FireEnv, fire: Prepared, claim: ScheduleClaim) -> bool:
-    """The occurrence transaction. ``False``: the guard was lost and nothing was written."""
+    """The occurrence transaction of one fire. ``False``: the guard was lost and nothing was
+    written."""
+    return (await commit_batch(env, [(fire, claim)]))[0]
+
+
+async def commit_batch(env: FireEnv, fires: Sequence[tuple[Prepared, ScheduleClaim]]) -> list[bool]:
+    """The occurrence transaction of many fires at once, each under its own claim: ``False``
+    at a fire's index when its guard was lost (nothing of it written, its temp file removed).
+
+    The commit and the tracking of what it committed in ``env.committed`` happen together:
+    a caller cancelled while the commit lands must not forget the runs it made (shutdown
+    sweeps ``env.committed``).
+    """
     now = env.clock()
+    writes = [fire_write(fire, claim, now) for fire, claim in fires]
+
+    async def commit_and_track() -> list[bool]:
+        won = await commit_fires(env.conn, writes, now=now)
+        for (fire, _), landed in zip(fires, won, strict=True):
+            if not landed:
+                fire.discard()
+            elif fire.setup_error is None:
+                env.committed[fire.run_id] = fire
+        return won
+
+    return await run_to_completion(commit_and_track())
+
+
+def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
+    """The rows a prepared fire writes: a ``running`` run and invocation (``failed`` when its
+    setup was refused) and their transition rows."""
     schedule = fire.schedule
     sid = str(schedule["id"])
     failed = fire.setup_error is not None
@@ -98,16 +129,4 @@ async def commit(env: FireEnv, fire: Prepared, claim: ScheduleClaim) -> bool:
             for t in transitions
         ]
 
-    async def commit_and_track() -> bool:
-        won = await commit_fire(
-            env.conn, claim=claim, run=run, invocation=invocation, transitions=transitions, now=now
-        )
-        if not won:
-            fire.discard()
-        elif not failed:
-            env.committed[fire.run_id] = fire
-        return won
-
-    # A caller cancelled while the commit lands must not forget the run it made: shutdown
-    # sweeps ``env.committed``, so the commit and its tracking happen together.
-    return await run_to_completion(commit_and_track())
+    return FireWrite(claim=claim, run=run, invocation=invocation, transitions=transitions)

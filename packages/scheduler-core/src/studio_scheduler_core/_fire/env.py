@@ -15,6 +15,7 @@ from studio_state import Clock
 
 from .._dbfile import StorageHealth
 from .._settings import SchedulerSettings
+from .grouped import WriteGroup
 
 
 @dataclass
@@ -31,8 +32,16 @@ class FireEnv:
     """Runs committed ``running`` by this process and not yet terminal (swept at shutdown)."""
     storage: StorageHealth = field(default_factory=StorageHealth)
     """Where a terminal write reports a storage fault (shared with the engine's health)."""
+    terminal_writes: WriteGroup | None = None
+    """The terminal writes of fires that end in the same loop turn, committed together."""
     closing: bool = False
     """Set at shutdown: a failing terminal write is then given up (start-up reconciles it)."""
+
+    def grouped(self) -> WriteGroup:
+        """The group the terminal writes on :attr:`conn` share (made on first use)."""
+        if self.terminal_writes is None:
+            self.terminal_writes = WriteGroup(self.conn)
+        return self.terminal_writes
 
     def child_env(self, invocation_id: str) -> dict[str, str]:
         """The child's environment: base env + LIONAGI_INVOCATION_ID + LIONAGI_STUDIO_DB."""

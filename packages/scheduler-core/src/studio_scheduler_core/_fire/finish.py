@@ -2,24 +2,31 @@
 
 The invocation's status comes from its sessions' evidence when there is any; the run's from
 how its child ended. Both are written through :func:`~studio_scheduler_core._terminal.apply`
-with the run's notification, in one transaction.
+with the run's notification, in one transaction; the terminal writes of fires that end in the
+same loop turn with nothing to notify or retry share one transaction (each in its savepoint).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from studio_state import run_to_completion, write_transaction
+from studio_state import (
+    in_owned_transaction,
+    run_to_completion,
+    run_write_transaction,
+    write_transaction,
+)
 
 from .._notify import notify_run
-from .._terminal import StatusChange, apply, clip
+from .._terminal import StatusChange, apply_sync, clip
 from . import store
 from .env import FireEnv, Prepared
-from .retry import plan_retry
+from .retry import next_attempt, plan_retry
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -33,6 +40,10 @@ _SESSION_PRECEDENCE = (
 )
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 5.0
+
+
+class _Notifies(Exception):
+    """The run (or its schedule) has a ``notify``: its end is written with the notification."""
 
 
 def _resolve_invocation(session_statuses: list[str], fallback: str) -> tuple[str, bool]:
@@ -122,11 +133,67 @@ async def _finish_once(
     The invocation's status is resolved from its sessions (timed_out > failed > aborted >
     cancelled > completed_empty > completed), else from the run's outcome. ``on_commit`` runs
     right after the commit, before any other task can run. Returns whether the run write won.
+
+    With no retry to plan and no ``notify`` on the run or its schedule, the write joins the
+    other terminal writes of this loop turn (one transaction, one trip, one fsync).
     """
     status, reason_code, summary = ending.status, ending.reason_code, ending.summary
     exit_code, error_detail = ending.exit_code, ending.error_detail
     now = env.clock()
-    statuses = await store.session_statuses(env.conn, fire.invocation_id)
+    outcome = (status, reason_code, summary, exit_code, error_detail)
+
+    def changes(db: sqlite3.Connection) -> bool:
+        # The evidence read and both guarded updates with their transition rows: one trip.
+        statuses = store.session_statuses_sync(db, fire.invocation_id)
+        return apply_sync(db, _terminal_changes(fire, statuses, now, outcome))[1]
+
+    def alone(db: sqlite3.Connection) -> bool:
+        run_won = changes(db)
+        if run_won and store.notify_configured_sync(db, fire.run_id):
+            raise _Notifies  # rolled back; the full transaction below enqueues it
+        return run_won
+
+    def committed() -> None:
+        env.committed.pop(fire.run_id, None)
+        if on_commit is not None:
+            on_commit()
+
+    retry = next_attempt(fire.schedule, fire.trigger_context, status) is not None
+    if not retry and not in_owned_transaction(env.conn):
+        # The common end (no retry to plan, nothing to notify): the writes in a single trip,
+        # in one transaction with the other fires that end in this loop turn.
+        with contextlib.suppress(_Notifies):
+            return await env.grouped().run(alone, committed)
+    async with write_transaction(env.conn):
+        # The invocation first: the run's status, which readers of this connection wait
+        # on, changes last, right before the commit.
+        run_won = await run_write_transaction(env.conn, changes)
+        if run_won:
+            # The retry first: a failure with a later attempt planned is not notified.
+            await plan_retry(
+                env.conn,
+                run_id=fire.run_id,
+                schedule=fire.schedule,
+                context=fire.trigger_context,
+                status=status,
+                chain_depth=fire.chain_depth,
+                now=now,
+                chain_parent_id=fire.chain_parent_id,
+            )
+            await notify_run(env.conn, fire.run_id, now=now)
+    committed()
+    return run_won
+
+
+def _terminal_changes(
+    fire: Prepared,
+    statuses: list[str],
+    now: float,
+    outcome: tuple[str, str, str, int | None, str | None],
+) -> list[StatusChange]:
+    """The invocation's change (its status from the sessions' evidence when there is any),
+    then the run's."""
+    status, reason_code, summary, exit_code, error_detail = outcome
     inv_fallback = "completed" if status == "completed" else status
     inv_status, from_sessions = _resolve_invocation(statuses, inv_fallback)
     inv_reason = f"run.{inv_status}.session_evidence" if from_sessions else reason_code
@@ -161,24 +228,4 @@ async def _finish_once(
         evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
         metadata={**meta, "session_statuses": statuses},
     )
-    async with write_transaction(env.conn):
-        # The invocation first: the run's status, which readers of this connection wait on,
-        # changes last, right before the commit.
-        _, run_won = await apply(env.conn, [invocation_change, run_change])
-        if run_won:
-            # The retry first: a failure with a later attempt planned is not notified.
-            await plan_retry(
-                env.conn,
-                run_id=fire.run_id,
-                schedule=fire.schedule,
-                context=fire.trigger_context,
-                status=status,
-                chain_depth=fire.chain_depth,
-                now=now,
-                chain_parent_id=fire.chain_parent_id,
-            )
-            await notify_run(env.conn, fire.run_id, now=now)
-    env.committed.pop(fire.run_id, None)
-    if on_commit is not None:
-        on_commit()
-    return run_won
+    return [invocation_change, run_change]

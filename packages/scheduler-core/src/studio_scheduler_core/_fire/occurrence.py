@@ -1,7 +1,8 @@
 """The writes of an occurrence: one guarded transaction each.
 
 A fire's invocation row, its run row, their transition rows and the cadence advance commit
-together, guarded on the schedule's ``next_fire_at``; a lost guard means someone else handled
+together, guarded on the schedule's ``next_fire_at`` (the fires of one evaluation pass commit
+in one transaction, each under its own guard); a lost guard means someone else handled
 this occurrence and nothing is written. Skips, threshold no-fires and deferral records use the
 same shape, so no path leaves half an occurrence behind.
 """
@@ -10,13 +11,21 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiosqlite
 
-from studio_state import Transition, new_id, record_transitions, write_transaction
+from studio_state import (
+    Transition,
+    new_id,
+    record_transitions,
+    record_transitions_sync,
+    run_write_transaction,
+    write_transaction,
+)
 
 from .._notify import notify_run
 from .._observe.events import emit
@@ -48,9 +57,7 @@ class ScheduleClaim:
     guards: Mapping[str, Any] = field(default_factory=dict)
 
 
-async def _apply_claim(conn: aiosqlite.Connection, claim: ScheduleClaim, now: float) -> bool:
-    if claim.kind == "follow_up":
-        return await store.schedule_exists(conn, claim.schedule_id)
+def _claim_sets(claim: ScheduleClaim, now: float) -> tuple[dict[str, Any], list[store.Guard]]:
     sets: dict[str, Any] = {"updated_at": now}
     if claim.stamp_fired:
         sets["last_fired_at"] = now
@@ -63,29 +70,68 @@ async def _apply_claim(conn: aiosqlite.Connection, claim: ScheduleClaim, now: fl
             guards.append(("next_fire_at", claim.due_at))
     sets.update(claim.updates)
     guards.extend(claim.guards.items())
-    return await store.update_schedule(conn, claim.schedule_id, sets, guards)
+    return sets, guards
 
 
-async def commit_fire(
-    conn: aiosqlite.Connection,
-    *,
-    claim: ScheduleClaim,
-    run: Mapping[str, Any],
-    invocation: Mapping[str, Any] | None,
-    transitions: Sequence[Transition],
-    now: float,
-) -> bool:
-    """The occurrence transaction: claim + invocation + run + transitions, or nothing."""
+async def _apply_claim(conn: aiosqlite.Connection, claim: ScheduleClaim, now: float) -> bool:
+    if claim.kind == "follow_up":
+        return await store.schedule_exists(conn, claim.schedule_id)
+    return await store.update_schedule(conn, claim.schedule_id, *_claim_sets(claim, now))
+
+
+def _apply_claim_sync(db: sqlite3.Connection, claim: ScheduleClaim, now: float) -> bool:
+    if claim.kind == "follow_up":
+        return store.schedule_exists_sync(db, claim.schedule_id)
+    return store.update_schedule_sync(db, claim.schedule_id, *_claim_sets(claim, now))
+
+
+@dataclass(frozen=True, slots=True)
+class FireWrite:
+    """The rows of one fire's occurrence transaction, written only if ``claim`` holds."""
+
+    claim: ScheduleClaim
+    run: Mapping[str, Any]
+    invocation: Mapping[str, Any] | None
+    transitions: Sequence[Transition]
+
+
+def _write_fires(db: sqlite3.Connection, writes: Sequence[FireWrite], now: float) -> list[bool]:
+    won: list[bool] = []
+    for write in writes:
+        # Each fire keeps its own guard: a lost claim writes nothing of that fire, and the
+        # others in the batch go on.
+        if not _apply_claim_sync(db, write.claim, now):
+            won.append(False)
+            continue
+        if write.invocation is not None:
+            store.insert_invocation_sync(db, write.invocation)
+        store.insert_run_sync(db, write.run)
+        record_transitions_sync(db, write.transitions)
+        won.append(True)
+    return won
+
+
+async def commit_fires(
+    conn: aiosqlite.Connection, writes: Sequence[FireWrite], *, now: float
+) -> list[bool]:
+    """The occurrence transaction of one or many fires: for each, claim + invocation + run +
+    transitions, or nothing of it when its claim's guard was lost (``False`` at its index).
+
+    All of them commit together in ONE transaction, one trip to the connection's thread (and
+    one more per fire refused at setup: its ``failed`` run's notification is enqueued in the
+    same transaction). An exception rolls back the whole batch.
+    """
+    if not writes:
+        return []
+    terminal = [w.run.get("status") in TERMINAL_RUN_STATUSES for w in writes]
+    if not any(terminal):
+        return await run_write_transaction(conn, lambda db: _write_fires(db, writes, now))
     async with write_transaction(conn):
-        if not await _apply_claim(conn, claim, now):
-            return False
-        if invocation is not None:
-            await store.insert_invocation(conn, invocation)
-        await store.insert_run(conn, run)
-        await record_transitions(conn, transitions)
-        if run.get("status") in TERMINAL_RUN_STATUSES:
-            await notify_run(conn, str(run["id"]), now=now)
-        return True
+        won = await run_write_transaction(conn, lambda db: _write_fires(db, writes, now))
+        for write, landed, ended in zip(writes, won, terminal, strict=True):
+            if landed and ended:
+                await notify_run(conn, str(write.run["id"]), now=now)
+        return won
 
 
 def skipped_run(

@@ -3,18 +3,20 @@
 A scheduled occurrence, a manual fire, a follow-up and a claimed ad-hoc run differ only in
 their hold (admission's reservation, the ad-hoc worker's slot, none for a follow-up), their
 commit (the occurrence transaction guarded on the schedule row, or the guarded claim of a
-queued row) and what starts the committed fire. :func:`run_steps` is the sequence;
-:func:`fire` is it for a schedule's fire.
+queued row) and what starts the committed fire. :func:`stage` and :func:`commit_steps` are
+the sequence (:func:`run_steps` for one fire); :func:`stage_fire` and :func:`commit_fires` are
+it for schedule fires, which an evaluation pass commits as one batch, and :func:`fire` for one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._admission.gates import Reservation
 from .._observe.events import emit
-from .commit import commit
+from .commit import commit_batch
 from .env import FireEnv, Prepared
 from .occurrence import ScheduleClaim
 from .prepare import prepare
@@ -34,34 +36,129 @@ H = TypeVar("H", bound=Hold)
 StartFire = Callable[[Prepared, Reservation | None], None]
 
 
+@dataclass
+class Staged(Generic[H]):
+    """A prepared fire under its hold, waiting for its commit (alone or in a batch)."""
+
+    prepared: Prepared
+    hold: H | None
+    claim: ScheduleClaim | None = None
+
+
+def stage(
+    prepare_step: Callable[[], Prepared],
+    hold: H | None,
+    claim_step: Callable[[], ScheduleClaim] | None = None,
+) -> Staged[H]:
+    """Prepare one fire under ``hold`` (and build its claim); ``hold`` is released if either
+    raises."""
+    try:
+        prepared = prepare_step()
+        if hold is not None:
+            hold.run_id = prepared.run_id
+        claim = None if claim_step is None else claim_step()
+    except BaseException:
+        if hold is not None:
+            hold.release()
+        raise
+    return Staged(prepared, hold, claim)
+
+
+async def commit_steps(
+    staged: Sequence[Staged[H]],
+    commit_step: Callable[[Sequence[Staged[H]]], Awaitable[Sequence[bool]]],
+    start: Callable[[Prepared, H | None], None] | None = None,
+) -> list[Prepared | None]:
+    """Commit staged fires (``commit_step`` says, per fire, whether its guard held) and start
+    the committed ones; ``None`` at the index of a fire whose guard was lost.
+
+    Every hold is released when the commit raises; a lost fire's hold is released; a committed
+    fire's hold passes with it to ``start`` (which then owns it). Without ``start`` the
+    committed fires are returned for the caller to run (a follow-up, inline).
+    """
+    try:
+        won = await commit_step(staged)
+    except BaseException:
+        for item in staged:
+            if item.hold is not None:
+                item.hold.release()
+        raise
+    fired: list[Prepared | None] = []
+    for item, landed in zip(staged, won, strict=True):
+        if not landed:
+            if item.hold is not None:
+                item.hold.release()
+            fired.append(None)
+            continue
+        if start is not None:
+            start(item.prepared, item.hold)
+        fired.append(item.prepared)
+    return fired
+
+
 async def run_steps(
     prepare_step: Callable[[], Prepared],
     commit_step: Callable[[Prepared], Awaitable[bool]],
     hold: H | None,
     start: Callable[[Prepared, H | None], None] | None = None,
 ) -> Prepared | None:
-    """Prepare and commit one fire under ``hold``; ``None`` when the commit's guard was lost.
+    """Prepare and commit one fire under ``hold``; ``None`` when the commit's guard was lost
+    (:func:`stage` then :func:`commit_steps` for a batch of one)."""
 
-    ``hold`` (if any) is released when preparing or committing raises or the guard is lost;
-    otherwise it passes with the fire to ``start`` (which then owns it). Without ``start`` the
-    committed fire is returned for the caller to run (a follow-up, inline).
+    async def commit_one(items: Sequence[Staged[H]]) -> list[bool]:
+        return [await commit_step(item.prepared) for item in items]
+
+    return (await commit_steps([stage(prepare_step, hold)], commit_one, start))[0]
+
+
+def stage_fire(
+    env: FireEnv,
+    schedule: Mapping[str, Any],
+    context: Mapping[str, Any],
+    *,
+    kind: str,
+    claim: Callable[[], ScheduleClaim],
+    reservation: Reservation | None,
+    chain_depth: int = 0,
+    chain_parent_id: str | None = None,
+) -> Staged[Reservation]:
+    """Prepare one fire of ``schedule`` under its reservation, for :func:`commit_fires`.
+
+    ``claim`` is built after preparing: computing it (the next cadence value) may raise, and
+    the reservation must be released then too.
     """
-    try:
-        prepared = prepare_step()
-        if hold is not None:
-            hold.run_id = prepared.run_id
-        won = await commit_step(prepared)
-    except BaseException:
-        if hold is not None:
-            hold.release()
-        raise
-    if not won:
-        if hold is not None:
-            hold.release()
-        return None
-    if start is not None:
-        start(prepared, hold)
-    return prepared
+
+    def prepare_step() -> Prepared:
+        return prepare(
+            env,
+            schedule,
+            context,
+            kind=kind,
+            chain_depth=chain_depth,
+            chain_parent_id=chain_parent_id,
+        )
+
+    return stage(prepare_step, reservation, claim)
+
+
+async def commit_fires(
+    env: FireEnv, staged: Sequence[Staged[Reservation]], start: StartFire | None = None
+) -> list[Prepared | None]:
+    """Commit staged schedule fires in ONE occurrence transaction (each under its own claim),
+    then start the committed ones; ``None`` at the index of a fire whose claim was lost."""
+
+    async def commit_step(items: Sequence[Staged[Reservation]]) -> list[bool]:
+        pairs = [(item.prepared, item.claim) for item in items if item.claim is not None]
+        if len(pairs) != len(items):
+            raise ValueError("a staged schedule fire has no claim")
+        won = await commit_batch(env, pairs)
+        for item, landed in zip(items, won, strict=True):
+            if landed:
+                kind = item.prepared.kind
+                fire_event(item.prepared, claim_due(env, item.prepared.trigger_context, kind))
+        return won
+
+    return await commit_steps(staged, commit_step, start)
 
 
 async def fire(
@@ -76,29 +173,19 @@ async def fire(
     chain_depth: int = 0,
     chain_parent_id: str | None = None,
 ) -> Prepared | None:
-    """One fire of ``schedule`` through :func:`run_steps`; ``None`` when the claim was lost.
-
-    ``claim`` is built after preparing, inside the pipeline: computing it (the next cadence
-    value) may raise, and the reservation must be released then too.
-    """
-
-    def prepare_step() -> Prepared:
-        return prepare(
-            env,
-            schedule,
-            context,
-            kind=kind,
-            chain_depth=chain_depth,
-            chain_parent_id=chain_parent_id,
-        )
-
-    async def commit_step(prepared: Prepared) -> bool:
-        won = await commit(env, prepared, claim())
-        if won:
-            fire_event(prepared, claim_due(env, context, kind))
-        return won
-
-    return await run_steps(prepare_step, commit_step, reservation, start)
+    """One fire of ``schedule``: :func:`stage_fire` then :func:`commit_fires` for a batch of
+    one; ``None`` when the claim was lost."""
+    staged = stage_fire(
+        env,
+        schedule,
+        context,
+        kind=kind,
+        claim=claim,
+        reservation=reservation,
+        chain_depth=chain_depth,
+        chain_parent_id=chain_parent_id,
+    )
+    return (await commit_fires(env, [staged], start))[0]
 
 
 def claim_due(env: FireEnv, context: Mapping[str, Any], kind: str) -> float:

@@ -27,7 +27,7 @@ from .execute import execute
 from .finish import finish
 from .occurrence import ScheduleClaim
 from .pipeline import fire
-from .retry import pause_after_last_attempt, retry_planned
+from .retry import RETRYABLE, pause_after_last_attempt, retry_planned
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -127,7 +127,7 @@ class FireRunner:
                 if outcome.applied:
                     outcome_event(current, outcome, self._env.clock() - started)
             if outcome.applied:
-                await self._terminal(current)
+                await self._terminal(current, outcome.status)
             overlay = select_follow_up(current.schedule, outcome.status, current.chain_depth)
             if overlay is not None and await retry_planned(self._env.conn, current.run_id):
                 overlay = None  # on_fail follows the last attempt only
@@ -146,8 +146,9 @@ class FireRunner:
                 return
             current = child
 
-    async def _terminal(self, fire: Prepared) -> None:
-        """Post-terminal bookkeeping: the max_runs disable and the notification hook."""
+    async def _terminal(self, fire: Prepared, status: str) -> None:
+        """Post-terminal bookkeeping: the max_runs disable, the pause after a last failed
+        attempt and the notification hook (``status``: what this fire's terminal write set)."""
         sid = child_sid(fire)
         try:
             if fire.chain_depth == 0 and fire.schedule.get("max_runs") is not None:
@@ -165,7 +166,7 @@ class FireRunner:
                             now=self._env.clock(),
                             metadata={"max_runs": max_runs, "fired": fired},
                         )
-            if fire.chain_depth == 0:
+            if fire.chain_depth == 0 and status in RETRYABLE:
                 await pause_after_last_attempt(
                     self._env.conn, fire.run_id, sid, now=self._env.clock()
                 )

@@ -100,10 +100,9 @@ async def schedule_exists(conn: aiosqlite.Connection, schedule_id: str) -> bool:
     return bool(list(found))
 
 
-async def update_schedule(
-    conn: aiosqlite.Connection, schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
-) -> bool:
-    """``UPDATE schedules SET sets WHERE id = ? AND guards``; whether the row matched."""
+def _update_schedule_sql(
+    schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
+) -> tuple[str, list[Any]]:
     where = ["id = ?"]
     params: list[Any] = [schedule_id]
     for column, value in guards:
@@ -112,12 +111,43 @@ async def update_schedule(
         else:
             where.append(f"{column} = ?")
             params.append(value)
-    cursor = await conn.execute(
-        f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in sets)} WHERE {' AND '.join(where)}",
-        [*sets.values(), *params],
-    )
+    sql = f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in sets)} WHERE {' AND '.join(where)}"
+    return sql, [*sets.values(), *params]
+
+
+async def update_schedule(
+    conn: aiosqlite.Connection, schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
+) -> bool:
+    """``UPDATE schedules SET sets WHERE id = ? AND guards``; whether the row matched."""
+    cursor = await conn.execute(*_update_schedule_sql(schedule_id, sets, guards))
     # rowcount is read without a round trip; the cursor is left to the GC (closing costs one).
     return bool(cursor.rowcount == 1)
+
+
+# The same writes as statements of a function run by ``run_write_transaction`` (``db`` is the
+# connection's own ``sqlite3.Connection``): a batch of fires costs one trip, not one per row.
+
+
+def update_schedule_sync(
+    db: sqlite3.Connection, schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
+) -> bool:
+    """:func:`update_schedule` on ``db``."""
+    return bool(db.execute(*_update_schedule_sql(schedule_id, sets, guards)).rowcount == 1)
+
+
+def schedule_exists_sync(db: sqlite3.Connection, schedule_id: str) -> bool:
+    """:func:`schedule_exists` on ``db``."""
+    return db.execute("SELECT 1 FROM schedules WHERE id = ?", (schedule_id,)).fetchone() is not None
+
+
+def insert_invocation_sync(db: sqlite3.Connection, invocation: Mapping[str, Any]) -> None:
+    """:func:`insert_invocation` on ``db``."""
+    db.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
+
+
+def insert_run_sync(db: sqlite3.Connection, run: Mapping[str, Any]) -> None:
+    """:func:`insert_run` on ``db``."""
+    db.execute(_INSERT_RUN, run_params(run))
 
 
 async def disable_schedule(
@@ -170,6 +200,22 @@ async def session_statuses(conn: aiosqlite.Connection, invocation_id: str) -> li
         "SELECT status FROM sessions WHERE invocation_id = ?", (invocation_id,)
     )
     return [row["status"] for row in rows]
+
+
+def session_statuses_sync(db: sqlite3.Connection, invocation_id: str) -> list[str]:
+    """:func:`session_statuses` on ``db``."""
+    rows = db.execute("SELECT status FROM sessions WHERE invocation_id = ?", (invocation_id,))
+    return [row["status"] for row in rows.fetchall()]
+
+
+def notify_configured_sync(db: sqlite3.Connection, run_id: str) -> bool:
+    """Whether the run or its schedule has a ``notify`` (its end may enqueue a dispatch)."""
+    row = db.execute(
+        "SELECT 1 FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
+        "WHERE r.id = ? AND (r.notify IS NOT NULL OR s.notify IS NOT NULL)",
+        (run_id,),
+    ).fetchone()
+    return row is not None
 
 
 async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
