@@ -29,7 +29,7 @@ from ._exceptions import (
     ScheduleValidationError,
 )
 from ._github.source import GithubPollSource
-from ._notify import (
+from ._notify.service import (
     DEFAULT_NOTIFY_ON,
     NOTIFY_EVENTS,
     check_notify,
@@ -64,7 +64,7 @@ from ._settings import SchedulerSettings
 from ._triggers.cadence import preview_fire_times
 from ._triggers.registry import CadenceTrigger, TriggerRegistry
 from ._triggers.threshold import MetricThreshold
-from ._usage import report_usage
+from ._usage.service import report_usage
 
 __all__ = [
     "ACTION_KINDS",

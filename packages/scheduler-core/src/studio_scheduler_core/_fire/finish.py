@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from studio_state import write_transaction
 
-from .._notify import notify_run
+from .._notify.service import notify_run
 from .._terminal import StatusChange, apply, clip
 from . import store
 from .env import FireEnv, Prepared

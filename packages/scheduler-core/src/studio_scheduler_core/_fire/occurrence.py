@@ -18,7 +18,7 @@ import aiosqlite
 
 from studio_state import Transition, new_id, record_transitions, write_transaction
 
-from .._notify import notify_run
+from .._notify.service import notify_run
 from .._observe.events import emit
 from .._rows import TERMINAL_RUN_STATUSES, dumps
 from .._schedules.store import drop_buffered
