@@ -46,6 +46,9 @@ async def test_ack_with_the_sent_token_and_views_without_it(pg_dsn: str, pg_rows
         assert await pg.count_dispatches(conn, status="acked") == 1
         assert await pg.count_dispatches(conn, kind="k") == 1
         assert await pg.get_dispatch(conn, "missing") is None
+        keyed = await pg.enqueue_dispatch(conn, kind="k2", deliver_to="x", dedup_key="d1")
+        assert await pg.dispatch_id_for_dedup_key(conn, "d1") == keyed
+        assert await pg.dispatch_id_for_dedup_key(conn, "d2") is None
         with pytest.raises(DispatchNotFound):
             await pg.ack_dispatch(conn, "missing", token)
         with pytest.raises(InvalidArgument):

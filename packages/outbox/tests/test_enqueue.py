@@ -104,6 +104,18 @@ async def test_dedup_holds_whatever_the_existing_rows_status(
     )
 
 
+async def test_dispatch_id_for_dedup_key_names_the_row_whatever_its_status(
+    conn: aiosqlite.Connection, probe: Any
+) -> None:
+    assert await studio_outbox.dispatch_id_for_dedup_key(conn, "k1") is None
+    first = await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="a", dedup_key="k1")
+    await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="a", dedup_key="k2")
+    assert await studio_outbox.dispatch_id_for_dedup_key(conn, "k1") == first
+    await probe.set(first, status="dead_letter")
+    assert await studio_outbox.dispatch_id_for_dedup_key(conn, "k1") == first
+    assert await studio_outbox.dispatch_id_for_dedup_key(conn, "k3") is None
+
+
 async def test_caller_transaction_commit_and_rollback(
     db_path: Path, conn: aiosqlite.Connection, probe: Any
 ) -> None:

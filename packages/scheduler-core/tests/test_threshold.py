@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from studio_outbox import enqueue_dispatch
-from studio_scheduler_core._triggers.metrics import SQL, measure
+from studio_scheduler_core._triggers.metrics import measure
+from studio_scheduler_core._triggers.store import SQL
 from studio_scheduler_core._triggers.threshold import MetricThreshold
 from studio_state import fetch_all, fetch_one, new_id, write_transaction
 

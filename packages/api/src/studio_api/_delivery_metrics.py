@@ -19,6 +19,7 @@ from typing import TypeVar
 from prometheus_client import Counter
 
 from studio_outbox import DispatchReason, is_webhook_url
+from studio_scheduler_core import latest_transition_seq, read_dispatch_outcomes
 
 logger = logging.getLogger("studio_api")
 
@@ -40,15 +41,6 @@ TRANSPORTS = ("argv", "webhook")
 UNKNOWN = "unknown"
 #: Transitions read per query (a scrape after a long pause reads in several batches).
 BATCH = 5000
-
-_NEW_OUTCOMES = (
-    "SELECT t.rowid AS seq, t.reason_code, d.deliver_to FROM status_transitions t "
-    "LEFT JOIN dispatch_outbox d ON d.id = t.entity_id "
-    "WHERE t.rowid > ? AND t.entity_type = 'dispatch' "
-    f"AND t.reason_code IN ({', '.join('?' * len(OUTCOME_OF))}) "
-    "ORDER BY t.rowid LIMIT ?"
-)
-_LATEST = "SELECT coalesce(max(rowid), 0) FROM status_transitions"
 
 
 def transport_of(deliver_to: str | None) -> str:
@@ -74,7 +66,7 @@ class DeliveryTally:
         """Count from now on (outcomes recorded before this process started are not its own)."""
         with self._lock:
             try:
-                self._seen = self._query(lambda db: int(db.execute(_LATEST).fetchone()[0]))
+                self._seen = self._query(latest_transition_seq)
             except (sqlite3.Error, OSError) as exc:
                 logger.warning("metrics: reading the delivery outcomes failed: %s", exc)
 
@@ -91,7 +83,9 @@ class DeliveryTally:
     def _count_new(self, db: sqlite3.Connection) -> None:
         assert self._seen is not None
         while True:
-            rows = db.execute(_NEW_OUTCOMES, (self._seen, *OUTCOME_OF, BATCH)).fetchall()
+            rows = read_dispatch_outcomes(
+                db, after=self._seen, reason_codes=tuple(OUTCOME_OF), limit=BATCH
+            )
             for seq, reason, deliver_to in rows:
                 self._counter.labels(
                     outcome=OUTCOME_OF[reason], transport=transport_of(deliver_to)

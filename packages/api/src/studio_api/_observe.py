@@ -21,7 +21,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from studio_scheduler_core import EVENTS_LOGGER, SchedulerEngine
+from studio_scheduler_core import (
+    EVENTS_LOGGER,
+    SchedulerEngine,
+    read_dispatch_counts,
+    read_github_polls,
+)
 
 from ._delivery_metrics import DeliveryTally
 
@@ -213,13 +218,6 @@ class _ScrapeGauges(Collector):
     def _read(self) -> tuple[dict[str, int], list[tuple[str, float | None, float]]]:
         db = sqlite3.connect(f"{self._db.as_uri()}?mode=ro", uri=True, timeout=1.0)
         try:
-            counts = db.execute(
-                "SELECT status, SUM(n) FROM dispatch_outbox_counts GROUP BY status"
-            ).fetchall()
-            polls = db.execute(
-                "SELECT id, last_healthy_poll_at, created_at FROM schedules "
-                "WHERE trigger_type = 'github_poll'"
-            ).fetchall()
+            return read_dispatch_counts(db), read_github_polls(db)
         finally:
             db.close()
-        return {str(s): int(n) for s, n in counts}, [(str(i), h, c) for i, h, c in polls]

@@ -39,6 +39,7 @@ from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
 from ._queries import (
     count_dispatches,
     dispatch_backlog,
+    dispatch_id_for_dedup_key,
     get_dispatch,
     list_dispatches,
     next_due_at,
@@ -90,6 +91,7 @@ __all__ = [
     "count_dispatches",
     "deliver_due_dispatches",
     "dispatch_backlog",
+    "dispatch_id_for_dedup_key",
     "enqueue_dispatch",
     "enqueue_many",
     "ensure_schema",

@@ -68,6 +68,11 @@ def get_steps(dispatch_id: str) -> Steps[dict[str, Any] | None]:
     return public_row(rows[0]) if rows else None
 
 
+def dedup_steps(dedup_key: str) -> Steps[str | None]:
+    rows = yield Fetch("SELECT id FROM dispatch_outbox WHERE dedup_key = ?", (dedup_key,))
+    return str(rows[0]["id"]) if rows else None
+
+
 def list_steps(
     status: str | None, kind: str | None, limit: int, offset: int
 ) -> Steps[list[dict[str, Any]]]:
@@ -142,6 +147,15 @@ def next_due_steps() -> Steps[float | None]:
 async def get_dispatch(conn: aiosqlite.Connection, dispatch_id: str) -> dict[str, Any] | None:
     """Return one dispatch (payload decoded to a dict, no ack token), or None."""
     return await run_read(conn, get_steps(dispatch_id))
+
+
+async def dispatch_id_for_dedup_key(conn: aiosqlite.Connection, dedup_key: str) -> str | None:
+    """Return the id of the dispatch enqueued under ``dedup_key`` (any status), or None.
+
+    Inside the caller's write transaction, followed by :func:`enqueue_dispatch`, it tells a
+    fresh row from a dedup hit.
+    """
+    return await run_read(conn, dedup_steps(dedup_key))
 
 
 async def page_dispatches(

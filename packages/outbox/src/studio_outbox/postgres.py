@@ -13,8 +13,8 @@ table without sending a dispatch twice. :func:`run_deliverer` runs passes until 
 sleeping on ``LISTEN`` between them.
 
 Operators and consumers: :func:`ack_dispatch`, :func:`retry_dispatch`, :func:`purge_dispatch`,
-:func:`get_dispatch`, :func:`count_dispatches` and :func:`dispatch_backlog`, with the SQLite
-functions' rules and errors.
+:func:`get_dispatch`, :func:`dispatch_id_for_dedup_key`, :func:`count_dispatches` and
+:func:`dispatch_backlog`, with the SQLite functions' rules and errors.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from ._pg._operations import (
     ack_dispatch,
     count_dispatches,
     dispatch_backlog,
+    dispatch_id_for_dedup_key,
     get_dispatch,
     purge_dispatch,
     retry_dispatch,
@@ -55,6 +56,7 @@ __all__ = [
     "count_dispatches",
     "deliver_due_dispatches",
     "dispatch_backlog",
+    "dispatch_id_for_dedup_key",
     "enqueue_dispatch",
     "enqueue_dispatch_sync",
     "enqueue_many",

@@ -5,7 +5,9 @@
 and CLI share; :func:`report_usage` writes a child's usage evidence; :func:`ensure_schema`
 migrates every table Studio needs. :class:`Schedule`, :class:`Action` and :class:`Run` are the
 records (their field metadata is :func:`record_specs`); ``TRIGGER_TYPES``, ``ACTION_KINDS``,
-``RUN_STATUSES`` and the policies are the vocabularies, defined once here.
+``RUN_STATUSES`` and the policies are the vocabularies, defined once here. The ``read_*``
+functions are the views the API and the CLI show (run status, slots, dashboard, metric figures):
+hosts read the database through them, never with SQL of their own.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ._exceptions import (
     ScheduleValidationError,
 )
 from ._github.source import GithubPollSource
-from ._notify import (
+from ._notify.service import (
     DEFAULT_NOTIFY_ON,
     NOTIFY_EVENTS,
     check_notify,
@@ -37,6 +39,17 @@ from ._notify import (
     notify_schedule_disabled,
 )
 from ._observe.events import EVENTS_LOGGER
+from ._observe.store import (
+    latest_transition_seq,
+    read_dispatch_counts,
+    read_dispatch_outcomes,
+    read_github_polls,
+    read_overview,
+    read_run_status,
+    read_runs_page,
+    read_slot_holders,
+    schedules_have_zones,
+)
 from ._records.column import Column, Spec, record_specs
 from ._records.run import Run
 from ._records.schedule import Action, Schedule
@@ -64,7 +77,7 @@ from ._settings import SchedulerSettings
 from ._triggers.cadence import preview_fire_times
 from ._triggers.registry import CadenceTrigger, TriggerRegistry
 from ._triggers.threshold import MetricThreshold
-from ._usage import report_usage
+from ._usage.service import report_usage
 
 __all__ = [
     "ACTION_KINDS",
@@ -115,13 +128,22 @@ __all__ = [
     "__version__",
     "check_notify",
     "ensure_schema",
+    "latest_transition_seq",
     "notify_run",
     "notify_schedule_disabled",
     "preview_fire_times",
+    "read_dispatch_counts",
+    "read_dispatch_outcomes",
+    "read_github_polls",
+    "read_overview",
     "read_run_log",
+    "read_run_status",
+    "read_runs_page",
+    "read_slot_holders",
     "record_specs",
     "report_usage",
     "run_log_dir",
     "run_log_path",
+    "schedules_have_zones",
     "storage_fault",
 ]

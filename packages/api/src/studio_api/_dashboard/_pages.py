@@ -13,9 +13,14 @@ from fastapi.responses import Response
 from markupsafe import Markup
 
 from studio_outbox import DISPATCH_STATUSES
-from studio_scheduler_core import FINAL_RUN_STATUSES, RUN_STATUSES
+from studio_scheduler_core import (
+    FINAL_RUN_STATUSES,
+    RUN_STATUSES,
+    read_overview,
+    read_runs_page,
+    schedules_have_zones,
+)
 
-from . import _queries
 from ._internal import ApiAnswer, call_api, has_route
 from ._render import PAGE_SIZE, Visitor, page_links, render, signer_of, to_login, visitor
 
@@ -49,7 +54,7 @@ def _offset(request: Request) -> int:
 async def _zones(request: Request) -> bool:
     state = request.app.state
     if getattr(state, "dashboard_zones", None) is None:
-        state.dashboard_zones = await _queries.schedule_zones(state.engine.conn)
+        state.dashboard_zones = await schedules_have_zones(state.engine.conn)
     return bool(state.dashboard_zones)
 
 
@@ -75,7 +80,7 @@ async def overview(request: Request) -> Response:
         return render(
             request, "error.html", who, status_code=503, title="Overview", message=problem
         )
-    data = await _queries.overview(request.app.state.engine.conn, zones=await _zones(request))
+    data = await read_overview(request.app.state.engine.conn, zones=await _zones(request))
     return render(
         request,
         "overview.html",
@@ -177,7 +182,7 @@ async def runs(request: Request) -> Response:
         message = f"status: must be one of {', '.join(RUN_STATUSES)}"
         return render(request, "error.html", who, status_code=422, title="Runs", message=message)
     offset = _offset(request)
-    rows, total = await _queries.runs_page(
+    rows, total = await read_runs_page(
         request.app.state.engine.conn,
         status=status or None,
         zones=await _zones(request),

@@ -8,7 +8,7 @@ import aiosqlite
 from fastapi import APIRouter, Query, Response
 
 import studio_outbox
-from studio_state import fetch_value, write_transaction
+from studio_state import write_transaction
 
 from .._cursor import cursor_error, decode_cursor, encode_cursor
 from .._deps import EngineDep, ReadsDep, responses
@@ -83,9 +83,7 @@ async def enqueue_dispatch(
     async with write_transaction(conn):
         existing = None
         if body.dedup_key is not None:
-            existing = await fetch_value(
-                conn, "SELECT id FROM dispatch_outbox WHERE dedup_key = ?", (body.dedup_key,)
-            )
+            existing = await studio_outbox.dispatch_id_for_dedup_key(conn, body.dedup_key)
         dispatch_id = await studio_outbox.enqueue_dispatch(
             conn, **body.model_dump(), clock=engine.clock, actor="api"
         )

@@ -16,8 +16,13 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from studio_launcher import RUN_LOG_HEAD_BYTES
-from studio_scheduler_core import RunNotFound, SchedulerEngine, read_run_log, run_log_path
-from studio_state import fetch_one
+from studio_scheduler_core import (
+    RunNotFound,
+    SchedulerEngine,
+    read_run_log,
+    read_run_status,
+    run_log_path,
+)
 
 from .._deps import EngineDep, responses
 from .._models import RunOut
@@ -32,11 +37,7 @@ MAX_PARTIAL = 8192
 
 
 async def _run_row(engine: SchedulerEngine, run_id: str) -> dict[str, Any]:
-    row = await fetch_one(
-        engine.conn,
-        "SELECT id, status, status_reason_code FROM schedule_runs WHERE id = ?",
-        (run_id,),
-    )
+    row = await read_run_status(engine.conn, run_id)
     if row is None:
         raise RunNotFound(run_id)
     return row
@@ -100,11 +101,7 @@ async def follow_log(engine: SchedulerEngine, run_id: str, path: str) -> AsyncIt
     offset = 0
     pending = b""
     while True:
-        row = await fetch_one(
-            engine.conn,
-            "SELECT status, status_reason_code FROM schedule_runs WHERE id = ?",
-            (run_id,),
-        )
+        row = await read_run_status(engine.conn, run_id)
         ended = row is None or row["status"] in TERMINAL
         data, offset = await asyncio.to_thread(_read_from, path, offset, head)
         pending += data

@@ -75,15 +75,13 @@ def enqueue(
     db_path = resolve_db_path(db)
 
     async def _enqueue() -> tuple[str, bool]:
-        from studio_outbox import enqueue_dispatch
-        from studio_state import fetch_value, write_transaction
+        from studio_outbox import dispatch_id_for_dedup_key, enqueue_dispatch
+        from studio_state import write_transaction
 
         async with open_db(db_path, outbox_only=True) as conn, write_transaction(conn):
             existing = None
             if dedup_key is not None:
-                existing = await fetch_value(
-                    conn, "SELECT id FROM dispatch_outbox WHERE dedup_key = ?", (dedup_key,)
-                )
+                existing = await dispatch_id_for_dedup_key(conn, dedup_key)
             dispatch_id = await enqueue_dispatch(
                 conn,
                 kind=kind,

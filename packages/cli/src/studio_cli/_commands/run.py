@@ -336,14 +336,16 @@ def cancel(run_id: str, db: str | None, as_json: bool) -> None:
     db_path = resolve_db_path(db, existing=True)
 
     async def _cancel() -> tuple[str, dict[str, Any]]:
-        from studio_scheduler_core import AdhocRunService, RunNotFound, SchedulerSettings
-        from studio_state import fetch_one
+        from studio_scheduler_core import (
+            AdhocRunService,
+            RunNotFound,
+            SchedulerSettings,
+            read_run_status,
+        )
 
         async with open_db(db_path) as conn:
             service = AdhocRunService(conn, settings=SchedulerSettings())
-            found = await fetch_one(
-                conn, "SELECT status FROM schedule_runs WHERE id = ?", (run_id,)
-            )
+            found = await read_run_status(conn, run_id)
             if found is None:
                 raise RunNotFound(run_id)
             return str(found["status"]), await service.cancel(run_id)

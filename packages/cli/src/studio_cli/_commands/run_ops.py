@@ -38,15 +38,10 @@ def log_file(db_path: Path, run_id: str) -> str:
 
 def _status(db_path: Path, run_id: str) -> dict[str, Any]:
     async def _get() -> dict[str, Any]:
-        from studio_state import fetch_one
+        from studio_scheduler_core import read_run_status
 
         async with open_db(db_path) as conn:
-            row = await fetch_one(
-                conn,
-                "SELECT id, status, status_reason_code, status_reason_summary "
-                "FROM schedule_runs WHERE id = ?",
-                (run_id,),
-            )
+            row = await read_run_status(conn, run_id)
         if row is None:
             raise CliError(f"run not found: {run_id}")
         return dict(row)

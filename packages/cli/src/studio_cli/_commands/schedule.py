@@ -334,17 +334,6 @@ def _is_zone(name: str) -> bool:
     return True
 
 
-_HOLDERS_SQL = (
-    "SELECT r.schedule_id, r.id AS run_id, r.fired_at AS since, s.name AS schedule_name "
-    "FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
-    "WHERE r.status = 'running' AND r.schedule_id IS NOT NULL AND r.chain_depth = 0 "
-    "ORDER BY r.fired_at"
-)
-_ADHOC_SQL = (
-    "SELECT COUNT(*) AS n FROM schedule_runs WHERE status = 'running' AND schedule_id IS NULL"
-)
-
-
 @schedule_group.command("limits")
 @db_option
 @json_option
@@ -354,17 +343,16 @@ def limits(db: str | None, as_json: bool) -> None:
     settings = scheduler_settings()
 
     async def _limits() -> dict[str, Any]:
+        from studio_scheduler_core import read_slot_holders
+
         async with open_db(db_path) as conn:
-            async with conn.execute(_HOLDERS_SQL) as cursor:
-                holders = [dict(row) for row in await cursor.fetchall()]
-            async with conn.execute(_ADHOC_SQL) as cursor:
-                adhoc = await cursor.fetchone()
+            holders, adhoc = await read_slot_holders(conn)
         return {
             "max_scheduled_concurrent": settings.max_scheduled_concurrent,
             "in_flight": len(holders),
             "holders": holders,
             "max_adhoc_concurrent": settings.max_adhoc_concurrent,
-            "adhoc_in_flight": int(adhoc["n"]) if adhoc else 0,
+            "adhoc_in_flight": adhoc,
         }
 
     result = run_async(_limits)

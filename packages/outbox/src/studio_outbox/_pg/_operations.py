@@ -14,7 +14,7 @@ from studio_state import Clock, system_clock
 
 from .._constants import DISPATCH_STATUSES
 from .._operations import ack_steps, check_dispatch_id, purge_steps, retry_steps
-from .._queries import count_steps, get_steps
+from .._queries import count_steps, dedup_steps, get_steps
 from ._drive import PgSteps, fetch, run_async, run_in_transaction_async
 
 
@@ -52,6 +52,11 @@ async def purge_dispatch(conn: Any, dispatch_id: str, *, clock: Clock = system_c
 async def get_dispatch(conn: Any, dispatch_id: str) -> dict[str, Any] | None:
     """:func:`studio_outbox.get_dispatch` on PostgreSQL: one row, no ack token, or None."""
     return await run_async(conn, get_steps(dispatch_id))
+
+
+async def dispatch_id_for_dedup_key(conn: Any, dedup_key: str) -> str | None:
+    """:func:`studio_outbox.dispatch_id_for_dedup_key` on PostgreSQL: the id a key names."""
+    return await run_async(conn, dedup_steps(dedup_key))
 
 
 async def count_dispatches(conn: Any, *, status: str | None = None, kind: str | None = None) -> int:

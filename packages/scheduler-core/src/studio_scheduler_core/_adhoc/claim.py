@@ -18,7 +18,7 @@ from studio_state import record_transitions, write_transaction
 
 from .._fire import store as fire_store
 from .._fire.env import Prepared
-from .._notify import notify_run
+from .._notify.service import notify_run
 from .._terminal import StatusChange, apply, clip
 from .lease import CLAIMED, lease_transition
 

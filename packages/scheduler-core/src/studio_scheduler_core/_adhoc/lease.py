@@ -27,7 +27,7 @@ import aiosqlite
 from studio_launcher import is_same_process, process_start_time
 from studio_state import Transition, write_transaction
 
-from .._notify import notify_run
+from .._notify.service import notify_run
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import DAEMON_RESTART, find_orphans, terminate_orphans
 from .._terminal import StatusChange, apply, clip

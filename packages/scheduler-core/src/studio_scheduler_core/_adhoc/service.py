@@ -30,7 +30,7 @@ from studio_state import Clock, new_id, record_transition, write_transaction
 
 from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
 from .._fire import store as fire_store
-from .._notify import check_notify, notify_run
+from .._notify.service import check_notify, notify_run
 from .._rows import decode_run, dumps
 from .._schedules.store import ADHOC_PAGE_KEY, page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize

@@ -17,7 +17,7 @@ import aiosqlite
 
 from .._schedules.store import fired_run_count
 from .._settings import SchedulerSettings
-from .._usage import schedule_spend
+from .._usage.store import schedule_spend
 from ..abc import ThresholdDecision, ThresholdGate
 
 Outcome = Literal["fire", "skip", "defer", "advance", "disable"]

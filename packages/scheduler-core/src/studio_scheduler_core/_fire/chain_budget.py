@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._schedules.followups import apply_overlay
-from .._usage import schedule_spend
+from .._usage.store import schedule_spend
 from .env import FireEnv, Prepared
 from .occurrence import ScheduleClaim, skipped_run, write_skip
 

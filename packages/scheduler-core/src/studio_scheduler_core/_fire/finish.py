@@ -22,7 +22,7 @@ from studio_state import (
     write_transaction,
 )
 
-from .._notify import notify_run
+from .._notify.service import notify_run
 from .._terminal import StatusChange, apply_sync, clip
 from . import store
 from .env import FireEnv, Prepared

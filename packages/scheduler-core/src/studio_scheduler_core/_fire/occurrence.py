@@ -27,7 +27,7 @@ from studio_state import (
     write_transaction,
 )
 
-from .._notify import notify_run
+from .._notify.service import notify_run
 from .._observe.events import emit
 from .._rows import TERMINAL_RUN_STATUSES, dumps
 from .._schedules.store import drop_buffered

@@ -17,6 +17,7 @@ import aiosqlite
 
 from studio_state import fetch_one, run_write_transaction
 
+from .._notify.store import retry_planned as retry_planned
 from .._rows import dumps
 from .._schedules.store import (
     INSERTED_JSON_COLUMNS,
@@ -274,15 +275,8 @@ async def run_invocation(conn: aiosqlite.Connection, run_id: str) -> str | None:
 
 
 # A retry's planned attempt and buffered occurrences (their rows are inserted by the
-# schedules' store, re-exported here for the fire path).
-
-
-async def retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
-    """Whether a later attempt of ``run_id`` is planned."""
-    row = await fetch_one(
-        conn, "SELECT 1 AS found FROM schedule_runs WHERE retry_of = ?", (run_id,)
-    )
-    return row is not None
+# schedules' store; whether a retry is planned is the notifications' read, re-exported here
+# for the fire path).
 
 
 async def due_retries(conn: aiosqlite.Connection, now: float, limit: int) -> list[dict[str, Any]]:

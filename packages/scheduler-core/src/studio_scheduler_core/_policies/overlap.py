@@ -23,7 +23,7 @@ from .._fire.env import FireEnv
 from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
 from .._fire.pipeline import StartFire, fire_event
 from .._fire.prepare import prepare
-from .._notify import notify_run
+from .._notify.service import notify_run
 from .._rows import decode_run
 from .._schedules.buffer import (
     BUFFER_FULL,

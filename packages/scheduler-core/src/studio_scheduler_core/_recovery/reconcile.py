@@ -25,7 +25,7 @@ from studio_launcher import (
 )
 from studio_state import write_transaction
 
-from .._notify import notify_run
+from .._notify.service import notify_run
 from .._terminal import StatusChange, apply
 from . import store
 from .orphans import OrphanReaper

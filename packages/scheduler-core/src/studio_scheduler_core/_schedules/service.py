@@ -25,7 +25,7 @@ from .._exceptions import (
 from .._rows import encode_schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
-from .._usage import schedule_spend
+from .._usage.store import schedule_spend
 from . import store
 from .backfill import backfill
 from .jitter import with_jitter

@@ -17,7 +17,7 @@ import aiosqlite
 from studio_state import fetch_all, fetch_one, fetch_value, record_transition, write_transaction
 
 from .._exceptions import ScheduleNameTaken, ScheduleValidationError
-from .._notify import notify_schedule_disabled
+from .._notify.service import notify_schedule_disabled
 from .._observe.events import emit
 from .._records.vocab import RUN_STATUSES
 from .._rows import SCHEDULE_COLUMNS, TERMINAL_RUN_STATUSES, decode_run, decode_schedule, dumps

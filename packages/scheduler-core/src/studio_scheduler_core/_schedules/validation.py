@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from zoneinfo import ZoneInfoNotFoundError
 
-from .._notify import check_notify
+from .._notify.service import check_notify
 from .._records.column import create_fields, maximum, not_null_fields, specs
 from .._records.schedule import Schedule
 from .._records.vocab import (

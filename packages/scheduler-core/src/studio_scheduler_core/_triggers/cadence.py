@@ -9,10 +9,9 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_all, write_transaction
-
 from .._exceptions import ScheduleValidationError
 from .._records.vocab import MAX_INTERVAL_SEC
+from . import store
 from .cron import CronError, check_expression, iso, next_after
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -43,15 +42,9 @@ async def rearm(conn: aiosqlite.Connection, *, now: float, timezone: str) -> int
     the values were written. Each update is guarded on the value read, so a concurrent change
     wins.
     """
-    rows = await fetch_all(
-        conn,
-        "SELECT id, trigger_type, cron_expr, interval_sec, poll_interval_sec, next_fire_at, "
-        "timezone FROM schedules WHERE enabled = 1 AND (next_fire_at IS NULL OR "
-        "(trigger_type = 'cron' AND next_fire_at > ?))",
-        (now,),
-    )
+    rows = await store.rows_to_rearm(conn, now)
     cache: dict[tuple[str, str], float | None] = {}
-    updates: list[tuple[Any, ...]] = []
+    moves: list[tuple[str, float | None, float]] = []
     for row in rows:
         try:
             if row["trigger_type"] == "cron":
@@ -66,15 +59,9 @@ async def rearm(conn: aiosqlite.Connection, *, now: float, timezone: str) -> int
             continue
         old = row["next_fire_at"]
         if value is not None and (old is None or abs(float(old) - value) >= 1e-6):
-            updates.append((value, now, row["id"], old, old))
-    if updates:
-        async with write_transaction(conn):
-            await conn.executemany(
-                "UPDATE schedules SET next_fire_at = ?, updated_at = ? WHERE id = ? "
-                "AND (next_fire_at = ? OR (next_fire_at IS NULL AND ? IS NULL))",
-                updates,
-            )
-    return len(updates)
+            moves.append((str(row["id"]), old, value))
+    await store.move_next_fire_times(conn, moves, now=now)
+    return len(moves)
 
 
 def poll_interval(schedule: Mapping[str, Any]) -> int:

@@ -1,4 +1,5 @@
-"""Threshold metrics: one indexed query (or two) per metric, studio-wide.
+"""Threshold metrics: one indexed query (or two) per metric, studio-wide (the statements are in
+:mod:`.store`).
 
 Every metric is studio-wide (they are health alerts), measured over the last
 ``window_minutes`` unless it is a point-in-time figure. The alert schedule's own runs (and
@@ -35,83 +36,28 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_one, fetch_value
+from . import store
 
 MetricResult = tuple[float, dict[str, Any]]
 Measure = Callable[[aiosqlite.Connection, float, float, str], Awaitable[MetricResult]]
-
-_GITHUB_ROWS = (
-    "FROM schedules WHERE trigger_type = 'github_poll' "
-    "AND (enabled = 1 OR disabled_reason = 'schedule.disabled.github_auth')"
-)
-
-SQL: dict[str, str] = {
-    "failed_runs": (
-        "SELECT COUNT(*) FROM schedule_runs WHERE status IN ('failed', 'timed_out') "
-        "AND ended_at >= ? AND (schedule_id IS NULL OR schedule_id != ?)"
-    ),
-    "failed_sessions": (
-        "SELECT COUNT(*) FROM (SELECT DISTINCT COALESCE('i:' || s.invocation_id, 's:' || s.id), "
-        "s.status FROM sessions s "
-        "LEFT JOIN invocations i ON i.id = s.invocation_id "
-        "LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
-        "WHERE s.status IN ('failed', 'timed_out') "
-        "AND COALESCE(s.ended_at, s.started_at, s.created_at) >= ? "
-        "AND (r.schedule_id IS NULL OR r.schedule_id != ?))"
-    ),
-    "total_cost_usd": (
-        "SELECT COALESCE(SUM(total_cost_usd), 0) AS cost, "
-        "COALESCE(SUM(total_cost_usd IS NULL AND status != 'running'), 0) AS unreported "
-        "FROM sessions WHERE COALESCE(ended_at, started_at, created_at) >= ?"
-    ),
-    "latency_rows": (
-        "FROM invocations i LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
-        "WHERE i.started_at >= ? AND i.ended_at IS NOT NULL AND i.ended_at >= i.started_at "
-        "AND i.status NOT IN ('running', 'cancelled') "
-        "AND COALESCE(i.status_reason_code, '') != 'run.failed.daemon_restart' "
-        "AND (r.schedule_id IS NULL OR r.schedule_id != ?)"
-    ),
-    "dead_letters": (
-        "SELECT COUNT(*) FROM dispatch_outbox WHERE status = 'dead_letter' "
-        "AND COALESCE(updated_at, created_at) >= ?"
-    ),
-    "pending_dispatch": (
-        "SELECT COUNT(*) FROM dispatch_outbox WHERE status IN ('pending', 'delivering')"
-    ),
-    "github_poll_healthy_age_minutes": (
-        "SELECT id, github_repo, COALESCE(last_healthy_poll_at, created_at) AS since "
-        f"{_GITHUB_ROWS} ORDER BY since LIMIT 1"
-    ),
-    "github_poll_consecutive_401": (
-        f"SELECT id, github_repo, poller_consecutive_401 AS n {_GITHUB_ROWS} "
-        "ORDER BY poller_consecutive_401 DESC LIMIT 1"
-    ),
-}
-"""The statements (exposed for the query-plan test)."""
-
-
-async def _count(conn: aiosqlite.Connection, sql: str, params: tuple[Any, ...]) -> float:
-    return float(await fetch_value(conn, sql, params) or 0)
 
 
 async def _failed_runs(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    return await _count(conn, SQL["failed_runs"], (start, own)), {}
+    return await store.count(conn, "failed_runs", (start, own)), {}
 
 
 async def _failed_sessions(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    return await _count(conn, SQL["failed_sessions"], (start, own)), {}
+    return await store.count(conn, "failed_sessions", (start, own)), {}
 
 
 async def _total_cost(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    row = await fetch_one(conn, SQL["total_cost_usd"], (start,))
-    cost = float(row["cost"]) if row else 0.0
-    unreported = int(row["unreported"]) if row else 0
+    cost, unreported = await store.session_cost(conn, start)
     extras: dict[str, Any] = {"unreported_sessions": unreported}
     if unreported:
         extras["spend_is_partial"] = True
@@ -119,35 +65,29 @@ async def _total_cost(
 
 
 async def _p95(conn: aiosqlite.Connection, now: float, start: float, own: str) -> MetricResult:
-    rows = SQL["latency_rows"]
-    n = int(await fetch_value(conn, f"SELECT COUNT(*) {rows}", (start, own)) or 0)
+    n = await store.latency_samples(conn, start, own)
     if n == 0:
         return 0.0, {"samples": 0}
     rank = math.ceil(0.95 * n) - 1
-    value = await fetch_value(
-        conn,
-        f"SELECT (i.ended_at - i.started_at) * 1000.0 AS ms {rows} ORDER BY ms LIMIT 1 OFFSET ?",
-        (start, own, rank),
-    )
-    return float(value or 0.0), {"samples": n}
+    return await store.latency_at_rank(conn, start, own, rank), {"samples": n}
 
 
 async def _dead_letters(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    return await _count(conn, SQL["dead_letters"], (start,)), {}
+    return await store.count(conn, "dead_letters", (start,)), {}
 
 
 async def _pending_dispatch(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    return await _count(conn, SQL["pending_dispatch"], ()), {}
+    return await store.count(conn, "pending_dispatch"), {}
 
 
 async def _healthy_age(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    row = await fetch_one(conn, SQL["github_poll_healthy_age_minutes"])
+    row = await store.stalest_github_poll(conn)
     if row is None or row["since"] is None:
         return 0.0, {}
     age = max(0.0, (now - float(row["since"])) / 60.0)
@@ -157,7 +97,7 @@ async def _healthy_age(
 async def _consecutive_401(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    row = await fetch_one(conn, SQL["github_poll_consecutive_401"])
+    row = await store.most_401_github_poll(conn)
     if row is None:
         return 0.0, {}
     return float(row["n"] or 0), {

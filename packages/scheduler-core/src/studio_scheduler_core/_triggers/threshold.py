@@ -21,9 +21,8 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import execute, fetch_value, write_transaction
-
 from ..abc import ThresholdDecision
+from . import store
 from .metrics import MEASURES, measure
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -81,10 +80,7 @@ class MetricThreshold:
     ) -> ThresholdDecision:
         """Measure, compare, check the cooldown and the reservation (see the module doc)."""
         sid = str(schedule["id"])
-        async with write_transaction(conn):
-            await execute(
-                conn, "UPDATE schedules SET last_evaluated_at = ? WHERE id = ?", (now, sid)
-            )
+        await store.stamp_evaluated(conn, sid, now)
         raw = schedule.get("threshold_config")
         try:
             metric, op, threshold, window = parse_config(raw)
@@ -98,12 +94,10 @@ class MetricThreshold:
         shown = f"{metric}={observed:g} {_SYMBOL[op]} {threshold:g}"
         if not OPS[op](observed, threshold):
             return ThresholdDecision(fire=False, reason=f"within bounds: not {shown}")
-        last_alert = await fetch_value(
-            conn, "SELECT last_alert_at FROM schedules WHERE id = ?", (sid,)
-        )
+        last_alert = await store.last_alert_at(conn, sid)
         cooldown = window * 60.0
-        if last_alert is not None and now - float(last_alert) < cooldown:
-            left = cooldown - (now - float(last_alert))
+        if last_alert is not None and now - last_alert < cooldown:
+            left = cooldown - (now - last_alert)
             return ThresholdDecision(fire=False, reason=f"{shown}, in cooldown for {left:.0f} s")
         # No await between this check and the add: two evaluations cannot both pass it.
         if sid in self._pending:

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 import aiosqlite
 
 from studio_outbox import enqueue_dispatch
-from studio_state import fetch_one, fetch_value
 
-from ._exceptions import ScheduleValidationError
-from ._rows import _loads
+from .._exceptions import ScheduleValidationError
+from .._rows import _loads
+from . import store
 
 NOTIFY_KEYS = ("deliver_to", "on", "ack_required", "max_attempts")
 NOTIFY_EVENTS = ("completed", "failed", "timed_out", "cancelled", "disabled", "recovered")
@@ -128,21 +128,8 @@ def _config(raw: Any) -> dict[str, Any] | None:
 async def _recovered(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> bool:
     """True when the latest earlier ended top-level run of the schedule failed or timed out
     (an attempt followed by a planned retry does not count: its series had not ended)."""
-    previous = await fetch_value(
-        conn,
-        "SELECT status FROM schedule_runs r WHERE schedule_id = ? AND chain_depth = 0 "
-        "AND id != ? AND status IN ('completed', 'failed', 'timed_out') "
-        "AND ended_at IS NOT NULL "
-        "AND NOT EXISTS (SELECT 1 FROM schedule_runs n WHERE n.retry_of = r.id) "
-        "ORDER BY ended_at DESC, rowid DESC LIMIT 1",
-        (run["schedule_id"], run["id"]),
-    )
+    previous = await store.previous_series_status(conn, run["schedule_id"], run["id"])
     return previous in ("failed", "timed_out")
-
-
-async def _retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
-    found = await fetch_value(conn, "SELECT 1 FROM schedule_runs WHERE retry_of = ?", (run_id,))
-    return found is not None
 
 
 def _finite(value: Any) -> float | None:
@@ -185,15 +172,10 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
     failed or timed out with a later attempt already planned (only the last attempt's failure
     is notified; its body's ``run_attempt`` says which attempt that was).
     """
-    run = await fetch_one(
-        conn,
-        "SELECT r.*, s.name AS _schedule_name, s.notify AS _schedule_notify "
-        "FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id WHERE r.id = ?",
-        (run_id,),
-    )
+    run = await store.run_with_schedule(conn, run_id)
     if run is None or run["status"] not in _RUN_EVENTS:
         return None
-    if run["status"] in ("failed", "timed_out") and await _retry_planned(conn, run_id):
+    if run["status"] in ("failed", "timed_out") and await store.retry_planned(conn, run_id):
         return None
     config = _config(run["notify"]) or _config(run["_schedule_notify"])
     if config is None:
@@ -241,18 +223,13 @@ async def notify_schedule_disabled(
     """
     if reason_code not in GATE_DISABLES:
         return None
-    row = await fetch_one(conn, "SELECT name, notify FROM schedules WHERE id = ?", (schedule_id,))
+    row = await store.schedule_notify(conn, schedule_id)
     config = None if row is None else _config(row["notify"])
     if row is None or config is None:
         return None
     if "disabled" not in set(config.get("on") or DEFAULT_NOTIFY_ON):
         return None
-    transition_id = await fetch_value(
-        conn,
-        "SELECT id FROM status_transitions WHERE entity_type = 'schedule' AND entity_id = ? "
-        "AND status = 'disabled' ORDER BY created_at DESC, rowid DESC LIMIT 1",
-        (schedule_id,),
-    )
+    transition_id = await store.latest_disable_transition(conn, schedule_id)
     return await enqueue_dispatch(
         conn,
         kind="schedule.disabled",

@@ -1,4 +1,4 @@
-"""Usage evidence: sessions rows written for an invocation, and budget sums."""
+"""Usage evidence: the ``sessions`` row a child reports for its invocation."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock, fetch_one, new_id, write_transaction
+from studio_state import Clock, new_id, write_transaction
 
-from ._exceptions import ScheduleValidationError
-from ._records.vocab import SESSION_STATUSES
+from .._exceptions import ScheduleValidationError
+from .._records.vocab import SESSION_STATUSES
+from . import store
 
 
 def _count(field: str, value: Any) -> int | None:
@@ -54,40 +55,21 @@ async def report_usage(
     now = clock()
     session_id = new_id()
     async with write_transaction(conn):
-        invocation = await fetch_one(
-            conn, "SELECT id, started_at FROM invocations WHERE id = ?", (invocation_id,)
-        )
+        invocation = await store.invocation_start(conn, invocation_id)
         if invocation is None:
             raise ScheduleValidationError(
                 "invocation_id", f"no invocation {invocation_id!r} in this database"
             )
-        await conn.execute(
-            "INSERT INTO sessions (id, invocation_id, status, input_tokens, output_tokens, "
-            "total_cost_usd, started_at, ended_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                session_id,
-                invocation_id,
-                status,
-                tokens_in,
-                tokens_out,
-                None if cost_usd is None else float(cost_usd),
-                invocation["started_at"],
-                None if status == "running" else now,
-                now,
-            ),
+        await store.insert_session(
+            conn,
+            session_id=session_id,
+            invocation_id=invocation_id,
+            status=status,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cost_usd=None if cost_usd is None else float(cost_usd),
+            started_at=invocation["started_at"],
+            ended_at=None if status == "running" else now,
+            now=now,
         )
     return session_id
-
-
-async def schedule_spend(conn: aiosqlite.Connection, schedule_id: str) -> tuple[float, int]:
-    """``(cost_usd, tokens)`` summed over the sessions of every run of the schedule."""
-    row = await fetch_one(
-        conn,
-        "SELECT COALESCE(SUM(s.total_cost_usd), 0) AS cost, "
-        "COALESCE(SUM(COALESCE(s.input_tokens, 0) + COALESCE(s.output_tokens, 0)), 0) AS tokens "
-        "FROM schedule_runs r JOIN sessions s ON s.invocation_id = r.invocation_id "
-        "WHERE r.schedule_id = ? AND r.invocation_id IS NOT NULL",
-        (schedule_id,),
-    )
-    assert row is not None
-    return float(row["cost"]), int(row["tokens"])

@@ -1,0 +1,163 @@
+"""The reads behind the operator surfaces: a run's status (log routes, ``studio run``), the
+slots held now (``studio schedule limits``), the dashboard's overview and runs list, and the
+figures the API's metrics collectors read.
+
+The asynchronous reads take whichever connection the caller chose (the API passes its read
+connection or the engine's, as it did before); the metric reads take a plain
+``sqlite3.Connection`` because a collector runs synchronously on a short-lived read-only file
+connection of its own. A second backend implements both sets.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import aiosqlite
+
+from studio_state import fetch_all, fetch_one, fetch_value
+
+_RUN_COLUMNS = (
+    "r.id, r.schedule_id, r.action_kind, r.status, r.exit_code, r.chain_depth, r.fired_at, "
+    "r.ended_at, r.created_at, r.status_reason_code, r.status_reason_summary, s.name AS "
+    "schedule_name"
+)
+
+
+async def read_run_status(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
+    """A run's ``id``, ``status``, ``status_reason_code`` and ``status_reason_summary`` (any
+    kind of run: scheduled, follow-up or ad-hoc), or ``None`` when there is no such run."""
+    return await fetch_one(
+        conn,
+        "SELECT id, status, status_reason_code, status_reason_summary "
+        "FROM schedule_runs WHERE id = ?",
+        (run_id,),
+    )
+
+
+async def read_slot_holders(conn: aiosqlite.Connection) -> tuple[list[dict[str, Any]], int]:
+    """The runs holding a scheduled slot now and how many ad-hoc runs are running.
+
+    A holder is a running top-level scheduled run: ``schedule_id``, ``run_id``, ``since``
+    (its fire time) and ``schedule_name``, oldest first.
+    """
+    holders = await fetch_all(
+        conn,
+        "SELECT r.schedule_id, r.id AS run_id, r.fired_at AS since, s.name AS schedule_name "
+        "FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
+        "WHERE r.status = 'running' AND r.schedule_id IS NOT NULL AND r.chain_depth = 0 "
+        "ORDER BY r.fired_at",
+    )
+    adhoc = await fetch_value(
+        conn,
+        "SELECT COUNT(*) AS n FROM schedule_runs WHERE status = 'running' AND schedule_id IS NULL",
+    )
+    return holders, int(adhoc or 0)
+
+
+async def schedules_have_zones(conn: aiosqlite.Connection) -> bool:
+    """Whether ``schedules`` has a per-schedule ``timezone`` column (newer schemas)."""
+    rows = await fetch_all(conn, "SELECT name FROM pragma_table_info('schedules')")
+    return any(row["name"] == "timezone" for row in rows)
+
+
+async def read_overview(
+    conn: aiosqlite.Connection, *, zones: bool, limit: int = 10
+) -> dict[str, Any]:
+    """In-flight runs, next fires, recent failures, the dispatch rows by status and the
+    enabled/disabled schedule counts (each one indexed statement). ``zones``: whether the
+    schedules carry ``timezone`` (:func:`schedules_have_zones`)."""
+    zone = "s.timezone" if zones else "NULL"
+    in_flight = await fetch_all(
+        conn,
+        f"SELECT {_RUN_COLUMNS}, {zone} AS timezone FROM schedule_runs r "
+        "LEFT JOIN schedules s ON s.id = r.schedule_id "
+        "WHERE r.status = 'running' ORDER BY r.fired_at DESC LIMIT ?",
+        (limit,),
+    )
+    next_fires = await fetch_all(
+        conn,
+        f"SELECT s.id, s.name, s.trigger_type, s.next_fire_at, {zone} AS timezone "
+        "FROM schedules s WHERE s.enabled = 1 AND s.next_fire_at IS NOT NULL "
+        "ORDER BY s.next_fire_at LIMIT ?",
+        (limit,),
+    )
+    failures = await fetch_all(
+        conn,
+        f"SELECT {_RUN_COLUMNS}, {zone} AS timezone FROM schedule_runs r "
+        "LEFT JOIN schedules s ON s.id = r.schedule_id "
+        "WHERE r.status IN ('failed', 'timed_out') ORDER BY r.ended_at DESC LIMIT ?",
+        (limit,),
+    )
+    by_status = await fetch_all(
+        conn, "SELECT status, COUNT(*) AS n FROM dispatch_outbox GROUP BY status ORDER BY status"
+    )
+    counts = await fetch_all(
+        conn, "SELECT enabled, COUNT(*) AS n FROM schedules GROUP BY enabled ORDER BY enabled"
+    )
+    enabled = {bool(row["enabled"]): int(row["n"]) for row in counts}
+    return {
+        "in_flight": in_flight,
+        "next_fires": next_fires,
+        "failures": failures,
+        "dispatch_by_status": {row["status"]: int(row["n"]) for row in by_status},
+        "schedules_enabled": enabled.get(True, 0),
+        "schedules_disabled": enabled.get(False, 0),
+    }
+
+
+async def read_runs_page(
+    conn: aiosqlite.Connection, *, status: str | None, zones: bool, limit: int, offset: int
+) -> tuple[list[dict[str, Any]], int]:
+    """One page of every run (scheduled, follow-up, ad-hoc), newest first, and the total."""
+    zone = "s.timezone" if zones else "NULL"
+    where, params = ("WHERE r.status = ?", [status]) if status else ("", [])
+    rows = await fetch_all(
+        conn,
+        f"SELECT {_RUN_COLUMNS}, {zone} AS timezone FROM schedule_runs r "
+        f"LEFT JOIN schedules s ON s.id = r.schedule_id {where} "
+        "ORDER BY r.rowid DESC LIMIT ? OFFSET ?",
+        [*params, limit, offset],
+    )
+    total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedule_runs r {where}", params)
+    return rows, int(total or 0)
+
+
+def read_dispatch_counts(db: sqlite3.Connection) -> dict[str, int]:
+    """Dispatch rows per status, from the trigger-kept counts (statuses with a counts row)."""
+    counts = db.execute(
+        "SELECT status, SUM(n) FROM dispatch_outbox_counts GROUP BY status"
+    ).fetchall()
+    return {str(s): int(n) for s, n in counts}
+
+
+def read_github_polls(db: sqlite3.Connection) -> list[tuple[str, float | None, float]]:
+    """Each github_poll schedule's ``(id, last_healthy_poll_at, created_at)``."""
+    polls = db.execute(
+        "SELECT id, last_healthy_poll_at, created_at FROM schedules "
+        "WHERE trigger_type = 'github_poll'"
+    ).fetchall()
+    return [(str(i), h, c) for i, h, c in polls]
+
+
+def latest_transition_seq(db: sqlite3.Connection) -> int:
+    """The position of the newest ``status_transitions`` row (0: none yet)."""
+    return int(db.execute("SELECT coalesce(max(rowid), 0) FROM status_transitions").fetchone()[0])
+
+
+def read_dispatch_outcomes(
+    db: sqlite3.Connection, *, after: int, reason_codes: Sequence[str], limit: int
+) -> list[tuple[int, str, str | None]]:
+    """Up to ``limit`` dispatch transitions with one of ``reason_codes`` written after position
+    ``after``, in order: ``(position, reason_code, deliver_to)``; ``deliver_to`` is ``None``
+    once the dispatch row is purged."""
+    marks = ", ".join("?" * len(reason_codes))
+    rows = db.execute(
+        "SELECT t.rowid AS seq, t.reason_code, d.deliver_to FROM status_transitions t "
+        "LEFT JOIN dispatch_outbox d ON d.id = t.entity_id "
+        "WHERE t.rowid > ? AND t.entity_type = 'dispatch' "
+        f"AND t.reason_code IN ({marks}) ORDER BY t.rowid LIMIT ?",
+        (after, *reason_codes, limit),
+    ).fetchall()
+    return [(int(seq), str(reason), deliver_to) for seq, reason, deliver_to in rows]
