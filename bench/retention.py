@@ -1,25 +1,25 @@
-"""Retention figures: how long each batch holds the writer, and what retention bounds.
+"""Retention figures: how long each batch holds the write lock, and what retention bounds.
 
 1. A retention pass over ROWS terminal rows (runs with their invocation and two transition
-   rows each, and dispatches with one transition row each; all older than the window): the
-   max / median / p99 time each batch held the writer (one write transaction, one trip to the
-   writer's thread), the pass's rows/s, and, running beside the pass, how long other writers
-   wait: a one-row write transaction every 10 ms on the same connection (any other writer of
-   the engine), one every 10 ms on a connection of its own in a thread (another process, e.g.
-   `studio dispatch`), and the anchor: a bare 4 KiB write + fsync every 10 ms on the same
-   disk (the disk's own tail, which any durable commit pays). The pass runs as it was before
-   (``before``: auto-checkpoints inside the batches' commits; ``full``: a passive checkpoint
-   between batches, batches committed at the connection's ``synchronous=FULL``) and as it is
-   now (``after``: the same, batches committed at ``synchronous=NORMAL``), on identical
-   copies of the rows. Target: the writer never blocked
-   > 50 ms per batch.
+   rows each, and dispatches with one transition row each; all older than the window; random
+   ids as ``new_id()`` makes): each batch's hold of the write lock, timed on the connection's
+   thread (``BEGIN IMMEDIATE`` returned → ``COMMIT`` returned), per table and per statement,
+   the commit, the thread's CPU time, and whether the commit restarted the WAL; medians with
+   min–max, p99 and max. Beside the pass, how long other writers wait: a one-row write
+   transaction every 10 ms on the same connection (any other writer of the engine), one every
+   10 ms on a connection of its own in a thread (another process, e.g. `studio dispatch`),
+   and the anchor: a bare 4 KiB write + fsync every 10 ms on the same disk (the disk's own
+   tail, which any durable commit pays). Variants (``--variants``) run on identical copies of
+   the rows: ``after`` (the code as it is), ``dispatches`` (the dispatch table alone),
+   ``scan`` (without the ``retry_of`` index), ``before``/``full`` (older checkpoint and
+   durability behaviour). Target: the writer never blocked > 50 ms per batch.
 2. Database and `runs/` size after N fires of a `true` command through the real engine (a
    manual clock stepping one hour per tick, 20 interval schedules), with retention on (1 day)
    and off. Each run gets a 4 KiB `runs/<run_id>.log` written beside it by this script,
    standing in for the launcher's run log.
 
-    python bench/retention.py [--rows 1000000] [--fires 2000] [--variants before,after]
-                              [--no-steady]
+    python bench/retention.py [--rows 1000000] [--fires 2000] [--variants after]
+                              [--budget SECONDS] [--db-cache PATH] [--no-steady]
 """
 
 from __future__ import annotations
@@ -181,10 +181,13 @@ def _breakdown(batches: list[dict[str, Any]]) -> None:
             for kind, seconds in batch["statements"]:
                 kinds.setdefault(kind, []).append(seconds)
             kinds.setdefault("COMMIT", []).append(batch["commit"])
+            if batch["restart"]:
+                kinds.setdefault("COMMIT that restarted the WAL", []).append(batch["commit"])
             spent = sum(seconds for _, seconds in batch["statements"]) + batch["commit"]
             kinds.setdefault("rest (fetch, Python)", []).append(batch["hold"] - spent)
         for kind, seconds in kinds.items():
             print("  " + _line(f"  {kind}", seconds))
+    print(_line("CPU time of the writer's thread in a batch", [b["cpu"] for b in batches]))
     slowest = sorted(range(len(batches)), key=lambda i: -batches[i]["hold"])[:8]
     print("  slowest batches (index in pass, table, rows asked, hold = statements + commit):")
     for i in slowest:
@@ -192,7 +195,8 @@ def _breakdown(batches: list[dict[str, Any]]) -> None:
         parts = ", ".join(f"{kind} {seconds * 1000:.1f}" for kind, seconds in b["statements"])
         print(
             f"    #{i} {b['table']} {b['size']} rows: {b['hold'] * 1000:.1f} ms = {parts}, "
-            f"COMMIT {b['commit'] * 1000:.1f} (load {b['load']:.1f})"
+            f"COMMIT {b['commit'] * 1000:.1f}{' (WAL restart)' if b['restart'] else ''}; "
+            f"thread CPU {b['cpu'] * 1000:.1f} (load {b['load']:.1f})"
         )
 
 
@@ -239,11 +243,21 @@ class _Traced:
     IMMEDIATE`` returned → ``COMMIT`` returned, on the connection's own thread: no queue or
     event-loop wait is in it), the ``COMMIT`` alone, and each statement's time."""
 
-    def __init__(self, real: sqlite3.Connection) -> None:
+    def __init__(self, real: sqlite3.Connection, path: Path) -> None:
         object.__setattr__(self, "_real", real)
         object.__setattr__(self, "batches", [])
         object.__setattr__(self, "_open", None)
         object.__setattr__(self, "_size", 0)
+        object.__setattr__(self, "_salt", b"")
+        object.__setattr__(self, "_cpu", 0.0)
+        object.__setattr__(self, "_wal", f"{path}-wal")
+
+    def _wal_salt(self) -> bytes:
+        try:
+            with open(self._wal, "rb") as file:
+                return file.read(24)[16:24]
+        except FileNotFoundError:
+            return b""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -256,7 +270,11 @@ class _Traced:
         cursor = self._real.execute(sql, params)
         ended = time.perf_counter()
         if sql == "BEGIN IMMEDIATE":
-            object.__setattr__(self, "_open", (ended, []))
+            # The WAL header's salt, read under the lock: a commit that changes it restarted
+            # the WAL, and SQLite syncs the new header in that commit (even at NORMAL).
+            object.__setattr__(self, "_salt", self._wal_salt())
+            object.__setattr__(self, "_cpu", time.thread_time())
+            object.__setattr__(self, "_open", (time.perf_counter(), []))
         elif self._open is not None:
             self._open[1].append((sql, ended - begun))
             if sql.startswith("SELECT rowid"):
@@ -267,6 +285,7 @@ class _Traced:
         begun = time.perf_counter()
         self._real.commit()
         ended = time.perf_counter()
+        cpu = time.thread_time() - self._cpu
         if self._open is None:
             return
         opened, statements = self._open
@@ -279,9 +298,11 @@ class _Traced:
                 "table": match.group(1),
                 "hold": ended - opened,
                 "commit": ended - begun,
+                "cpu": cpu,
                 "size": self._size,
                 "statements": [(_label(sql), seconds) for sql, seconds in statements],
                 "load": os.getloadavg()[0],
+                "restart": self._wal_salt() != self._salt,
             }
         )
 
@@ -318,7 +339,7 @@ async def _one_pass(path: Path, workdir: Path, label: str, budget: float) -> Non
         thread.start()
     began = time.perf_counter()
     load = os.getloadavg()[0]
-    traced = _Traced(conn._connection)  # type: ignore[arg-type]
+    traced = _Traced(conn._connection, path)  # type: ignore[arg-type]
     conn._connection = traced  # type: ignore[assignment]
     try:
         report = await retention_pass(
@@ -353,23 +374,45 @@ _LABELS = {
     "before": "before (auto-checkpoint inside batch commits)",
     "full": "full (batches commit at FULL, passive ckpt)",
     "after": "after (batches commit at NORMAL, passive ckpt)",
+    "dispatches": "after, dispatches only (the runs left in place)",
 }
 
 
-async def pass_over(rows: int, workdir: Path, variants: list[str], budget: float) -> None:
+@contextlib.contextmanager
+def _dispatches_only() -> Any:
+    """The pass over the dispatch table alone: with a time budget, a pass over 1M rows ends
+    inside the runs; this times the dispatches' batches against the same 1M-row database."""
+    saved = retention._TABLES
+    retention._TABLES = tuple(t for t in saved if t.name == "dispatch_outbox")
+    try:
+        yield
+    finally:
+        retention._TABLES = saved
+
+
+async def pass_over(
+    rows: int, workdir: Path, variants: list[str], budget: float, cache: Path | None
+) -> None:
     path = workdir / "retention.db"
-    conn = await open_connection(path)
-    await ensure_schema(conn)
-    await conn.execute("CREATE TABLE bench_probe (at REAL)")
-    await conn.commit()
-    await conn.close()
-    began = time.perf_counter()
-    runs, dispatches = _populate(path, rows)
-    print(
-        f"populated {runs:,} runs (+ {runs:,} invocations, {2 * runs:,} transitions) and "
-        f"{dispatches:,} dispatches (+ {dispatches:,} transitions) in "
-        f"{time.perf_counter() - began:.1f} s; file {path.stat().st_size / 2**20:,.0f} MiB"
-    )
+    runs, dispatches = rows * 6 // 10, rows - rows * 6 // 10
+    if cache is not None and cache.exists():
+        shutil.copyfile(cache, path)
+        print(f"rows copied from {cache} (written by an earlier run with --rows {rows:,})")
+    else:
+        conn = await open_connection(path)
+        await ensure_schema(conn)
+        await conn.execute("CREATE TABLE bench_probe (at REAL)")
+        await conn.commit()
+        await conn.close()
+        began = time.perf_counter()
+        _populate(path, rows)
+        print(
+            f"populated {runs:,} runs (+ {runs:,} invocations, {2 * runs:,} transitions) and "
+            f"{dispatches:,} dispatches (+ {dispatches:,} transitions) in "
+            f"{time.perf_counter() - began:.1f} s; file {path.stat().st_size / 2**20:,.0f} MiB"
+        )
+        if cache is not None:
+            shutil.copyfile(path, cache)
     pristine = workdir / "pristine.db"
     shutil.copyfile(path, pristine)
     for index, variant in enumerate(variants):
@@ -377,7 +420,10 @@ async def pass_over(rows: int, workdir: Path, variants: list[str], budget: float
             shutil.copyfile(pristine, path)  # the same rows for every variant
         for suffix in ("-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-        if variant == "scan":
+        if variant == "dispatches":
+            with _dispatches_only():
+                await _one_pass(path, workdir, _LABELS["dispatches"], budget)
+        elif variant == "scan":
             db = sqlite3.connect(path)
             db.execute("DROP INDEX idx_schedule_runs_retry_of")
             db.close()
@@ -474,6 +520,11 @@ async def main() -> None:
     parser.add_argument(
         "--budget", type=float, default=3600.0, help="each pass's time budget, seconds"
     )
+    parser.add_argument(
+        "--db-cache",
+        type=Path,
+        help="keep the populated database here and reuse it when it exists (same --rows)",
+    )
     parser.add_argument("--no-steady", action="store_true", help="skip the N-fires figures")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="studio-retention-"))
@@ -483,7 +534,7 @@ async def main() -> None:
             f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
         )
-        await pass_over(args.rows, workdir, args.variants.split(","), args.budget)
+        await pass_over(args.rows, workdir, args.variants.split(","), args.budget, args.db_cache)
         for days in () if args.no_steady else (0.0, 1.0):
             figures = await steady(args.fires, days, workdir)
             label = "off (0)" if days == 0 else f"on ({days:g} day)"
