@@ -330,17 +330,18 @@ async def _one_pass(path: Path, workdir: Path, label: str, budget: float) -> Non
     disk: list[float] = []
     stop = asyncio.Event()
     halt = threading.Event()
+    # Installed before anything starts: the probes must not outlive a pass that failed.
+    traced = _Traced(conn._connection, path)  # type: ignore[arg-type]
+    conn._connection = traced  # type: ignore[assignment]
     probe = asyncio.create_task(_probe(conn, same, stop))
     threads = [
-        threading.Thread(target=_other_writer, args=(path, other, halt)),
-        threading.Thread(target=_bare_fsync, args=(workdir, disk, halt)),
+        threading.Thread(target=_other_writer, args=(path, other, halt), daemon=True),
+        threading.Thread(target=_bare_fsync, args=(workdir, disk, halt), daemon=True),
     ]
     for thread in threads:
         thread.start()
     began = time.perf_counter()
     load = os.getloadavg()[0]
-    traced = _Traced(conn._connection, path)  # type: ignore[arg-type]
-    conn._connection = traced  # type: ignore[assignment]
     try:
         report = await retention_pass(
             conn, now=T0 + 31 * DAY, retention_days=30, runs_dir=workdir, time_budget=budget
