@@ -1,25 +1,25 @@
-"""Retention figures: how long each batch holds the writer, and what retention bounds.
+"""Retention figures: how long each batch holds the write lock, and what retention bounds.
 
 1. A retention pass over ROWS terminal rows (runs with their invocation and two transition
-   rows each, and dispatches with one transition row each; all older than the window): the
-   max / median / p99 time each batch held the writer (one write transaction, one trip to the
-   writer's thread), the pass's rows/s, and, running beside the pass, how long other writers
-   wait: a one-row write transaction every 10 ms on the same connection (any other writer of
-   the engine), one every 10 ms on a connection of its own in a thread (another process, e.g.
-   `studio dispatch`), and the anchor: a bare 4 KiB write + fsync every 10 ms on the same
-   disk (the disk's own tail, which any durable commit pays). The pass runs as it was before
-   (``before``: auto-checkpoints inside the batches' commits; ``full``: a passive checkpoint
-   between batches, batches committed at the connection's ``synchronous=FULL``) and as it is
-   now (``after``: the same, batches committed at ``synchronous=NORMAL``), on identical
-   copies of the rows. Target: the writer never blocked
-   > 50 ms per batch.
+   rows each, and dispatches with one transition row each; all older than the window; random
+   ids as ``new_id()`` makes): each batch's hold of the write lock, timed on the connection's
+   thread (``BEGIN IMMEDIATE`` returned → ``COMMIT`` returned), per table and per statement,
+   the commit, the thread's CPU time, and whether the commit restarted the WAL; medians with
+   min–max, p99 and max. Beside the pass, how long other writers wait: a one-row write
+   transaction every 10 ms on the same connection (any other writer of the engine), one every
+   10 ms on a connection of its own in a thread (another process, e.g. `studio dispatch`),
+   and the anchor: a bare 4 KiB write + fsync every 10 ms on the same disk (the disk's own
+   tail, which any durable commit pays). Variants (``--variants``) run on identical copies of
+   the rows: ``after`` (the code as it is), ``dispatches`` (the dispatch table alone),
+   ``scan`` (without the ``retry_of`` index), ``before``/``full`` (older checkpoint and
+   durability behaviour). Target: the writer never blocked > 50 ms per batch.
 2. Database and `runs/` size after N fires of a `true` command through the real engine (a
    manual clock stepping one hour per tick, 20 interval schedules), with retention on (1 day)
    and off. Each run gets a 4 KiB `runs/<run_id>.log` written beside it by this script,
    standing in for the launcher's run log.
 
-    python bench/retention.py [--rows 1000000] [--fires 2000] [--variants before,after]
-                              [--no-steady]
+    python bench/retention.py [--rows 1000000] [--fires 2000] [--variants after]
+                              [--budget SECONDS] [--db-cache PATH] [--no-steady]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
+import re
 import shutil
 import sqlite3
 import statistics
@@ -48,51 +50,59 @@ T0 = 1_700_000_000.0
 
 
 def _populate(path: Path, rows: int) -> tuple[int, int]:
-    """Write ``rows`` terminal rows: 60% runs (+ invocation, 2 transitions), 40% dispatches."""
+    """Write ``rows`` terminal rows: 60% runs (+ invocation, 2 transitions), 40% dispatches.
+
+    Ids are random 12-hex-digit strings like ``new_id()``'s, so a batch's deletions land all
+    over each id index (as in a real database), not on a few neighbouring pages."""
     runs = rows * 6 // 10
     dispatches = rows - runs
+    rng = random.Random(17)
+
+    def ids(n: int) -> list[str]:
+        return [f"{rng.getrandbits(48):012x}" for _ in range(n)]
+
     db = sqlite3.connect(path)
     db.execute("PRAGMA synchronous = OFF")
     chunk = 20_000
+    t = T0
     for start in range(0, runs, chunk):
         n = min(chunk, runs - start)
-        t = T0
+        run_ids, inv_ids, tr_ids = ids(n), ids(n), ids(2 * n)
         db.executemany(
             "INSERT INTO invocations (id, schedule_run_id, skill, status, started_at, ended_at, "
             "created_at, updated_at) VALUES (?, ?, 'command', 'completed', ?, ?, ?, ?)",
-            [(f"i{start + i}", f"r{start + i}", t, t, t, t) for i in range(n)],
+            [(inv_ids[i], run_ids[i], t, t, t, t) for i in range(n)],
         )
         db.executemany(
             "INSERT INTO schedule_runs (id, invocation_id, trigger_context, action_kind, "
             "action_args, status, exit_code, fired_at, ended_at, created_at, updated_at, "
             "status_reason_code) VALUES (?, ?, '{\"scheduled\": true}', 'command', "
             "'[\"true\"]', 'completed', 0, ?, ?, ?, ?, 'run.completed.ok')",
-            [(f"r{start + i}", f"i{start + i}", t, t, t, t) for i in range(n)],
+            [(run_ids[i], inv_ids[i], t, t, t, t) for i in range(n)],
         )
         db.executemany(
             "INSERT INTO status_transitions (id, entity_type, entity_id, status, reason_code, "
-            "actor, created_at) VALUES (?, ?, ?, ?, 'x', 'scheduler', ?)",
+            "actor, created_at) VALUES (?, 'schedule_run', ?, ?, 'x', 'scheduler', ?)",
             [
-                (f"t{start + i}-{k}", kind, f"r{start + i}", status, t)
+                (tr_ids[2 * i + k], run_ids[i], status, t)
                 for i in range(n)
-                for k, (kind, status) in enumerate(
-                    (("schedule_run", "running"), ("schedule_run", "completed"))
-                )
+                for k, status in enumerate(("running", "completed"))
             ],
         )
         db.commit()
     for start in range(0, dispatches, chunk):
         n = min(chunk, dispatches - start)
+        dispatch_ids, tr_ids = ids(n), ids(n)
         db.executemany(
             "INSERT INTO dispatch_outbox (id, kind, deliver_to, payload, status, attempt, "
             "next_attempt_at, created_at, updated_at) VALUES (?, 'run.failed', 'ops', '{}', "
             "'delivered', 1, ?, ?, ?)",
-            [(f"d{start + i}", T0, T0, T0) for i in range(n)],
+            [(dispatch_ids[i], t, t, t) for i in range(n)],
         )
         db.executemany(
             "INSERT INTO status_transitions (id, entity_type, entity_id, status, reason_code, "
             "actor, created_at) VALUES (?, 'dispatch', ?, 'delivered', 'x', 'outbox', ?)",
-            [(f"td{start + i}", f"d{start + i}", T0) for i in range(n)],
+            [(tr_ids[i], dispatch_ids[i], t) for i in range(n)],
         )
         db.commit()
     db.close()
@@ -148,12 +158,46 @@ def _pct(values: list[float], q: float) -> float:
 def _line(label: str, seconds: list[float], target: float | None = None) -> str:
     ms = [v * 1000 for v in seconds] or [float("nan")]
     text = (
-        f"  {label:<44} max {max(ms):7.1f}  p99 {_pct(ms, 0.99):6.1f}  "
-        f"median {statistics.median(ms):5.1f} ms  (n={len(seconds):,})"
+        f"  {label:<44} median {statistics.median(ms):5.1f} ({min(ms):.1f}–{max(ms):.1f})  "
+        f"p99 {_pct(ms, 0.99):6.1f}  max {max(ms):7.1f} ms  (n={len(seconds):,})"
     )
     if target is not None:
         text += f"  target ≤ {target:g} ms: {'met' if max(ms) <= target else 'NOT met'}"
     return text
+
+
+def _breakdown(batches: list[dict[str, Any]]) -> None:
+    """Per table: the batches' true holds; per statement kind: its time; the slowest batches."""
+    for table in dict.fromkeys(b["table"] for b in batches):
+        mine = [b for b in batches if b["table"] == table]
+        print(_line(f"lock held, {table} batches", [b["hold"] for b in mine], 50))
+        print(
+            f"    first batch {mine[0]['hold'] * 1000:.1f} ms ({mine[0]['size']} rows asked); "
+            f"batch size median {statistics.median(b['size'] for b in mine):,.0f} "
+            f"({min(b['size'] for b in mine)}–{max(b['size'] for b in mine)})"
+        )
+        kinds: dict[str, list[float]] = {}
+        for batch in mine:
+            for kind, seconds in batch["statements"]:
+                kinds.setdefault(kind, []).append(seconds)
+            kinds.setdefault("COMMIT", []).append(batch["commit"])
+            if batch["restart"]:
+                kinds.setdefault("COMMIT that restarted the WAL", []).append(batch["commit"])
+            spent = sum(seconds for _, seconds in batch["statements"]) + batch["commit"]
+            kinds.setdefault("rest (fetch, Python)", []).append(batch["hold"] - spent)
+        for kind, seconds in kinds.items():
+            print("  " + _line(f"  {kind}", seconds))
+    print(_line("CPU time of the writer's thread in a batch", [b["cpu"] for b in batches]))
+    slowest = sorted(range(len(batches)), key=lambda i: -batches[i]["hold"])[:8]
+    print("  slowest batches (index in pass, table, rows asked, hold = statements + commit):")
+    for i in slowest:
+        b = batches[i]
+        parts = ", ".join(f"{kind} {seconds * 1000:.1f}" for kind, seconds in b["statements"])
+        print(
+            f"    #{i} {b['table']} {b['size']} rows: {b['hold'] * 1000:.1f} ms = {parts}, "
+            f"COMMIT {b['commit'] * 1000:.1f}{' (WAL restart)' if b['restart'] else ''}; "
+            f"thread CPU {b['cpu'] * 1000:.1f} (load {b['load']:.1f})"
+        )
 
 
 @contextlib.contextmanager
@@ -190,17 +234,109 @@ def _at_full() -> Any:
         retention.run_write_transaction = saved  # type: ignore[assignment]
 
 
-async def _one_pass(path: Path, workdir: Path, label: str) -> None:
+_BATCH_SELECT = re.compile(r"^SELECT rowid AS r\b.* FROM (\w+) WHERE rowid > \?")
+
+
+class _Traced:
+    """The engine connection's ``sqlite3`` handle, timed: put in place of aiosqlite's handle
+    for one pass, it records for each retention batch the write lock's true hold (``BEGIN
+    IMMEDIATE`` returned → ``COMMIT`` returned, on the connection's own thread: no queue or
+    event-loop wait is in it), the ``COMMIT`` alone, and each statement's time."""
+
+    def __init__(self, real: sqlite3.Connection, path: Path) -> None:
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "batches", [])
+        object.__setattr__(self, "_open", None)
+        object.__setattr__(self, "_size", 0)
+        object.__setattr__(self, "_salt", b"")
+        object.__setattr__(self, "_cpu", 0.0)
+        object.__setattr__(self, "_wal", f"{path}-wal")
+
+    def _wal_salt(self) -> bytes:
+        try:
+            with open(self._wal, "rb") as file:
+                return file.read(24)[16:24]
+        except FileNotFoundError:
+            return b""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._real, name, value)
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        begun = time.perf_counter()
+        cursor = self._real.execute(sql, params)
+        ended = time.perf_counter()
+        if sql == "BEGIN IMMEDIATE":
+            # The WAL header's salt, read under the lock: a commit that changes it restarted
+            # the WAL, and SQLite syncs the new header in that commit (even at NORMAL).
+            object.__setattr__(self, "_salt", self._wal_salt())
+            object.__setattr__(self, "_cpu", time.thread_time())
+            object.__setattr__(self, "_open", (time.perf_counter(), []))
+        elif self._open is not None:
+            self._open[1].append((sql, ended - begun))
+            if sql.startswith("SELECT rowid"):
+                object.__setattr__(self, "_size", params[1])
+        return cursor
+
+    def commit(self) -> None:
+        begun = time.perf_counter()
+        self._real.commit()
+        ended = time.perf_counter()
+        cpu = time.thread_time() - self._cpu
+        if self._open is None:
+            return
+        opened, statements = self._open
+        object.__setattr__(self, "_open", None)
+        match = _BATCH_SELECT.match(statements[0][0]) if statements else None
+        if match is None:
+            return  # a probe's write, not a retention batch
+        self.batches.append(
+            {
+                "table": match.group(1),
+                "hold": ended - opened,
+                "commit": ended - begun,
+                "cpu": cpu,
+                "size": self._size,
+                "statements": [(_label(sql), seconds) for sql, seconds in statements],
+                "load": os.getloadavg()[0],
+                "restart": self._wal_salt() != self._salt,
+            }
+        )
+
+    def rollback(self) -> None:
+        object.__setattr__(self, "_open", None)
+        self._real.rollback()
+
+
+def _label(sql: str) -> str:
+    """A statement's kind: ``scan schedule_runs``, ``live check``, ``DELETE sessions``,
+    ``DELETE status_transitions (dispatch)`` …"""
+    if sql.startswith("SELECT rowid"):
+        return "scan " + (re.findall(r"FROM (\w+)", sql) or ["?"])[0]
+    if "chain_parent_id IN" in sql:
+        return "live check"
+    table = (re.findall(r"FROM (\w+)", sql) or ["?"])[0]
+    kind = re.search(r"entity_type = '(\w+)'", sql)
+    return f"{sql.split()[0]} {table}" + (f" ({kind.group(1)})" if kind else "")
+
+
+async def _one_pass(path: Path, workdir: Path, label: str, budget: float) -> None:
     conn = await open_connection(path)
     same: list[float] = []
     other: list[float] = []
     disk: list[float] = []
     stop = asyncio.Event()
     halt = threading.Event()
+    # Installed before anything starts: the probes must not outlive a pass that failed.
+    traced = _Traced(conn._connection, path)  # type: ignore[arg-type]
+    conn._connection = traced  # type: ignore[assignment]
     probe = asyncio.create_task(_probe(conn, same, stop))
     threads = [
-        threading.Thread(target=_other_writer, args=(path, other, halt)),
-        threading.Thread(target=_bare_fsync, args=(workdir, disk, halt)),
+        threading.Thread(target=_other_writer, args=(path, other, halt), daemon=True),
+        threading.Thread(target=_bare_fsync, args=(workdir, disk, halt), daemon=True),
     ]
     for thread in threads:
         thread.start()
@@ -208,10 +344,11 @@ async def _one_pass(path: Path, workdir: Path, label: str) -> None:
     load = os.getloadavg()[0]
     try:
         report = await retention_pass(
-            conn, now=T0 + 31 * DAY, retention_days=30, runs_dir=workdir, time_budget=3600
+            conn, now=T0 + 31 * DAY, retention_days=30, runs_dir=workdir, time_budget=budget
         )
     finally:
         elapsed = time.perf_counter() - began
+        conn._connection = traced._real
         stop.set()
         halt.set()
         await probe
@@ -224,26 +361,59 @@ async def _one_pass(path: Path, workdir: Path, label: str) -> None:
         f"{elapsed:.1f} s ({deleted / elapsed:,.0f} rows/s), {len(report.holds):,} batches, "
         f"done={report.done}; load {load:.1f} → {os.getloadavg()[0]:.1f}"
     )
-    print(_line("batch holds the writer", report.holds, 50))
+    holds = [b["hold"] for b in traced.batches]
+    print(_line("batch holds the write lock (BEGIN→COMMIT)", holds, 50))
+    print(_line("batch statements, as the pass times them", report.holds))
     print(_line("another engine writer waits (same conn.)", same, 50))
     print(_line("another process's writer waits (own conn.)", other, 50))
     print(_line("anchor: bare 4 KiB write + fsync, same disk", disk))
+    _breakdown(traced.batches)
 
 
-async def pass_over(rows: int, workdir: Path, variants: list[str]) -> None:
+_LABELS = {
+    "scan": "scan (no retry_of index: live check scans the runs)",
+    "before": "before (auto-checkpoint inside batch commits)",
+    "full": "full (batches commit at FULL, passive ckpt)",
+    "after": "after (batches commit at NORMAL, passive ckpt)",
+    "dispatches": "after, dispatches only (the runs left in place)",
+}
+
+
+@contextlib.contextmanager
+def _dispatches_only() -> Any:
+    """The pass over the dispatch table alone: with a time budget, a pass over 1M rows ends
+    inside the runs; this times the dispatches' batches against the same 1M-row database."""
+    saved = retention._TABLES
+    retention._TABLES = tuple(t for t in saved if t.name == "dispatch_outbox")
+    try:
+        yield
+    finally:
+        retention._TABLES = saved
+
+
+async def pass_over(
+    rows: int, workdir: Path, variants: list[str], budget: float, cache: Path | None
+) -> None:
     path = workdir / "retention.db"
-    conn = await open_connection(path)
-    await ensure_schema(conn)
-    await conn.execute("CREATE TABLE bench_probe (at REAL)")
-    await conn.commit()
-    await conn.close()
-    began = time.perf_counter()
-    runs, dispatches = _populate(path, rows)
-    print(
-        f"populated {runs:,} runs (+ {runs:,} invocations, {2 * runs:,} transitions) and "
-        f"{dispatches:,} dispatches (+ {dispatches:,} transitions) in "
-        f"{time.perf_counter() - began:.1f} s; file {path.stat().st_size / 2**20:,.0f} MiB"
-    )
+    runs, dispatches = rows * 6 // 10, rows - rows * 6 // 10
+    if cache is not None and cache.exists():
+        shutil.copyfile(cache, path)
+        print(f"rows copied from {cache} (written by an earlier run with --rows {rows:,})")
+    else:
+        conn = await open_connection(path)
+        await ensure_schema(conn)
+        await conn.execute("CREATE TABLE bench_probe (at REAL)")
+        await conn.commit()
+        await conn.close()
+        began = time.perf_counter()
+        _populate(path, rows)
+        print(
+            f"populated {runs:,} runs (+ {runs:,} invocations, {2 * runs:,} transitions) and "
+            f"{dispatches:,} dispatches (+ {dispatches:,} transitions) in "
+            f"{time.perf_counter() - began:.1f} s; file {path.stat().st_size / 2**20:,.0f} MiB"
+        )
+        if cache is not None:
+            shutil.copyfile(path, cache)
     pristine = workdir / "pristine.db"
     shutil.copyfile(path, pristine)
     for index, variant in enumerate(variants):
@@ -251,14 +421,22 @@ async def pass_over(rows: int, workdir: Path, variants: list[str]) -> None:
             shutil.copyfile(pristine, path)  # the same rows for every variant
         for suffix in ("-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-        if variant == "before":
+        if variant == "dispatches":
+            with _dispatches_only():
+                await _one_pass(path, workdir, _LABELS["dispatches"], budget)
+        elif variant == "scan":
+            db = sqlite3.connect(path)
+            db.execute("DROP INDEX idx_schedule_runs_retry_of")
+            db.close()
+            await _one_pass(path, workdir, _LABELS["scan"], budget)
+        elif variant == "before":
             with _as_before(), _at_full():
-                await _one_pass(path, workdir, "before (auto-checkpoint inside batch commits)")
+                await _one_pass(path, workdir, _LABELS["before"], budget)
         elif variant == "full":
             with _at_full():
-                await _one_pass(path, workdir, "full (batches commit at FULL, passive ckpt)")
+                await _one_pass(path, workdir, _LABELS["full"], budget)
         else:
-            await _one_pass(path, workdir, "after (batches commit at NORMAL, passive ckpt)")
+            await _one_pass(path, workdir, _LABELS["after"], budget)
     pristine.unlink()
 
 
@@ -336,9 +514,17 @@ async def main() -> None:
     parser.add_argument("--fires", type=int, default=2000)
     parser.add_argument(
         "--variants",
-        default="before,after",
+        default="after",
         help="passes over identical copies of the rows, in this order (before: auto-checkpoint "
         "in the commits; full: passive checkpoint, batches at FULL; after: batches at NORMAL)",
+    )
+    parser.add_argument(
+        "--budget", type=float, default=3600.0, help="each pass's time budget, seconds"
+    )
+    parser.add_argument(
+        "--db-cache",
+        type=Path,
+        help="keep the populated database here and reuse it when it exists (same --rows)",
     )
     parser.add_argument("--no-steady", action="store_true", help="skip the N-fires figures")
     args = parser.parse_args()
@@ -349,7 +535,7 @@ async def main() -> None:
             f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
         )
-        await pass_over(args.rows, workdir, args.variants.split(","))
+        await pass_over(args.rows, workdir, args.variants.split(","), args.budget, args.db_cache)
         for days in () if args.no_steady else (0.0, 1.0):
             figures = await steady(args.fires, days, workdir)
             label = "off (0)" if days == 0 else f"on ({days:g} day)"

@@ -330,6 +330,14 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_adhoc_page
   ON schedule_runs(schedule_id, queued_at, id) WHERE queued_at IS NOT NULL;
 """
 
+# The attempt a retry retries: retention keeps a run a live retry points to, and asks per batch
+# of old runs; without this that question reads the whole table (a full scan per batch). Only
+# retry rows carry ``retry_of``, so the index is small.
+_V10_RETRY_OF = """
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_retry_of
+  ON schedule_runs(retry_of) WHERE retry_of IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
@@ -340,6 +348,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "run counts per schedule and status; ad-hoc list index", _V7_RUN_COUNTS),
     Migration(8, "schedule policies: overlap values, catch-up, jitter, retries", _V8_POLICIES),
     Migration(9, "runs page indexes end in the id: keyset paging", _V9_KEYSET),
+    Migration(10, "retry_of index: a retry's attempt found without a scan", _V10_RETRY_OF),
 )
 
 

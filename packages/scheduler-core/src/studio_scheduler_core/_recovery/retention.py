@@ -1,8 +1,12 @@
 """Retention: delete terminal runs and dispatches older than the retention window.
 
-Each batch is one write transaction run in a single trip to the writer's thread, and its
-size follows the time the previous batch held the writer, so no batch holds it much longer
-than :data:`TARGET_HOLD` (the bound is ~50 ms; the target leaves room for a slow disk).
+Each batch is one write transaction run in a single trip to the writer's thread. Its size
+follows what the previous batch of the same table cost, timed on that thread from just after
+``BEGIN`` to the last statement (waiting for the lock, the trip and the event loop are not
+in it, so a busy engine does not make batches shrink for nothing): it starts small, grows
+while batches stay well under :data:`TARGET_HOLD`, and halves at least on an overshoot, so no
+batch holds the writer much longer than the target (the bound is ~50 ms; the target leaves
+room for the thread being descheduled on a loaded machine).
 Commits are where the writer stalls: an auto-checkpoint that lands in a batch's commit copies
 and syncs up to a thousand pages while the write lock is held. So during a pass the engine
 connection's auto-checkpoint is off, and the pass runs a ``PASSIVE`` checkpoint between
@@ -41,7 +45,7 @@ from studio_state import run_sync, run_write_transaction
 
 logger = logging.getLogger("studio_scheduler_core")
 
-TARGET_HOLD = 0.015
+TARGET_HOLD = 0.010
 """Seconds a batch aims to hold the writer."""
 MIN_BATCH = 10
 MAX_BATCH = 5000
@@ -65,8 +69,47 @@ class RetentionReport:
     dispatches: int = 0
     log_files: int = 0
     holds: list[float] = field(default_factory=list)
+    """Each batch's time inside its transaction (its statements, on the writer's thread)."""
+    sizes: list[int] = field(default_factory=list)
+    """Each batch's size: how many rows it visited at most."""
     done: bool = True
     """False when the pass stopped at its time budget with old rows left."""
+
+
+class BatchSizer:
+    """How many rows the next batch of one table visits, from what the last one cost.
+
+    It starts at ``first``; a batch that held the writer more than ``target`` makes the next
+    one at most half as large (smaller still if the cost per row says so); one under half the
+    target makes the next one larger, by at most half, toward the size the cost per row says
+    fits the target; in between, the size stays. Always within ``[low, high]``.
+    """
+
+    def __init__(
+        self,
+        target: float = TARGET_HOLD,
+        *,
+        first: int = FIRST_BATCH,
+        low: int = MIN_BATCH,
+        high: int = MAX_BATCH,
+    ) -> None:
+        self.target = target
+        self.low = low
+        self.high = high
+        self.size = max(low, min(high, first))
+
+    def measured(self, held: float) -> int:
+        """Record that a batch of :attr:`size` rows held the writer ``held`` seconds; return
+        the next batch's size."""
+        fits = self.size * self.target / held if held > 0 else float(self.high)
+        if held > self.target:
+            size = min(self.size // 2, int(fits))
+        elif held < self.target / 2:
+            size = max(self.size + 1, min(int(self.size * 1.5), int(fits)))
+        else:
+            size = self.size
+        self.size = max(self.low, min(self.high, size))
+        return self.size
 
 
 def _marks(values: Sequence[Any]) -> str:
@@ -142,12 +185,14 @@ _TABLES = (
 
 
 def _batch(
-    table: _Table, after: int, size: int, cutoff: float
-) -> Callable[[sqlite3.Connection], tuple[int, list[str], bool]]:
-    """Delete up to ``size`` old terminal rows of ``table`` after ``rowid``; return
-    (last rowid visited, ids deleted, whether the pass reached the end of the old rows)."""
+    table: _Table, after: int, size: int, cutoff: float, timer: Callable[[], float]
+) -> Callable[[sqlite3.Connection], tuple[int, list[str], bool, float]]:
+    """Delete up to ``size`` old terminal rows of ``table`` after ``rowid``; return (last
+    rowid visited, ids deleted, whether the pass reached the end of the old rows, seconds the
+    statements took)."""
 
-    def fn(db: sqlite3.Connection) -> tuple[int, list[str], bool]:
+    def fn(db: sqlite3.Connection) -> tuple[int, list[str], bool, float]:
+        begun = timer()
         rows = db.execute(
             f"SELECT rowid AS r, id, status, created_at, COALESCE({table.ended}, created_at) "
             f"AS t FROM {table.name} WHERE rowid > ? ORDER BY rowid LIMIT ?",
@@ -165,7 +210,7 @@ def _batch(
             ids = table.keep(db, ids)
         if ids:
             table.delete(db, ids)
-        return last, ids, end
+        return last, ids, end, timer() - begun
 
     return fn
 
@@ -248,8 +293,9 @@ async def retention_pass(
 ) -> RetentionReport:
     """Delete terminal runs and dispatches that ended more than ``retention_days`` ago.
 
-    ``retention_days`` 0 keeps everything. Batches are sized so each holds the writer about
-    :data:`TARGET_HOLD`; the pass yields to other tasks between batches and stops after
+    ``retention_days`` 0 keeps everything. Batches are sized (:class:`BatchSizer`, per table)
+    so each holds the writer about :data:`TARGET_HOLD` at most, timed with ``timer`` on the
+    writer's thread; the pass yields to other tasks between batches and stops after
     ``time_budget`` seconds (``done`` is then false; the next pass continues). While the pass
     runs, ``conn``'s WAL auto-checkpoint is off and the pass checkpoints ``PASSIVE`` between
     batches on a connection of its own (no write lock held); the setting is restored after.
@@ -265,18 +311,20 @@ async def retention_pass(
     unsynced = 0  # rows deleted since the last checkpoint
     try:
         for table in _TABLES:
-            after, size = 0, FIRST_BATCH
+            after, sizer = 0, BatchSizer()
             while True:
                 if timer() - started > time_budget:
                     report.done = False
                     return report
-                begun = timer()
-                batch = _batch(table, after, size, cutoff)
+                size = sizer.size
+                batch = _batch(table, after, size, cutoff, timer)
                 # NORMAL: a deletion lost on power failure is redone by the next pass, so the
                 # batch need not hold the writer through an fsync to make it durable.
-                after, ids, end = await run_write_transaction(conn, batch, synchronous="normal")
-                held = timer() - begun
+                after, ids, end, held = await run_write_transaction(
+                    conn, batch, synchronous="normal"
+                )
                 report.holds.append(held)
+                report.sizes.append(size)
                 if table.name == "schedule_runs":
                     report.runs += len(ids)
                     if ids:
@@ -289,8 +337,7 @@ async def retention_pass(
                     await checkpointer.checkpoint()
                 if end:
                     break
-                scale = TARGET_HOLD / held if held > 0 else 1.5
-                size = max(MIN_BATCH, min(MAX_BATCH, int(size * min(1.5, max(0.25, scale)))))
+                sizer.measured(held)
                 # Leave the lock free about as long as the batch held it: a writer in another
                 # process waits in SQLite's busy handler, which retries at fixed sleeps and
                 # never got in while batches followed each other at once.
