@@ -104,9 +104,7 @@ async def test_transition_ids_sort_by_time_so_inserts_stay_on_recent_pages(
     for _ in range(5):
         await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="d", clock=clock)
         clock.advance(1)
-        await studio_outbox.deliver_due_dispatches(
-            conn, transport=transport_factory(), clock=clock
-        )
+        await studio_outbox.deliver_due_dispatches(conn, transport=transport_factory(), clock=clock)
         clock.advance(1)
     rows = await conn.execute_fetchall(
         "SELECT id, created_at FROM status_transitions WHERE entity_type = 'dispatch' "
