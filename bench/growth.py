@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import platform
@@ -559,16 +560,34 @@ async def _interleaved(
 ) -> None:
     """Time every query on every size round-robin, so a load spike lands on all sizes alike."""
     sizes = list(conns)
-    for q in queries:
-        for size in sizes:
-            await q.run(conns[size], ctxs[size])  # warm the page and statement caches
-            q.costs[size] = []
-        for rep in range(reps):
-            order = sizes[rep % len(sizes) :] + sizes[: rep % len(sizes)]
-            for size in order:
-                started = time.perf_counter()
-                await q.run(conns[size], ctxs[size])
-                q.costs[size].append((time.perf_counter() - started) * 1000)
+    # The cyclic GC is off while timing (collected between queries): a page allocates ~1,000
+    # objects, so a collection lands every few calls, and with the sizes taking turns it can
+    # land on the same size each time (one run gave a 3x "ratio" that was only that).
+    gc.disable()
+    try:
+        for q in queries:
+            await _interleave_one(q, sizes, conns, ctxs, reps)
+            gc.collect()
+    finally:
+        gc.enable()
+
+
+async def _interleave_one(
+    q: HotQuery,
+    sizes: list[int],
+    conns: dict[int, aiosqlite.Connection],
+    ctxs: dict[int, Any],
+    reps: int,
+) -> None:
+    for size in sizes:
+        await q.run(conns[size], ctxs[size])  # warm the page and statement caches
+        q.costs[size] = []
+    for rep in range(reps):
+        order = sizes[rep % len(sizes) :] + sizes[: rep % len(sizes)]
+        for size in order:
+            started = time.perf_counter()
+            await q.run(conns[size], ctxs[size])
+            q.costs[size].append((time.perf_counter() - started) * 1000)
 
 
 async def main() -> None:
