@@ -9,26 +9,36 @@ plus one full page (100) of old terminal runs of the listed schedule and of term
 dispatches, so a page holds as many rows at 0 history as at 1M.
 Terminal history is then added in stages (0 -> 100k -> 1M rows of each of: terminal
 `dispatch_outbox` rows, terminal `schedule_runs` spread over the 100 schedules with their
-terminal `invocations`, and `status_transitions` rows), and after each stage every hot query
-is timed through aiosqlite as the packages run it: the real public function where one
-exists, else the exact SQL, named by where it comes from. Separately, `GET /api/schedules`'s
-first page is timed at 1k and 100k schedules.
+terminal `invocations`, and `status_transitions` rows); each stage is kept as a file of its
+own. Every hot query is timed through aiosqlite as the packages run it (the real function
+where one exists, else the exact SQL, named by where it comes from) on one connection per
+size, the sizes taking turns call by call, so load from other work lands on every size alike
+(timing one size after another made the ratios mostly the load of the moment). Every
+dispatch row carries the same payload, so a page decodes the same bytes at every size. The
+delivery write step (claim + outcome with their transition rows) runs in a transaction that
+is rolled back: every call claims the same row, and no fsync is timed. Separately,
+`GET /api/schedules`'s first page is timed at 1k and 100k schedules, the same way.
 
-Each figure is the median of REPS runs (min–max) in ms. A query whose ratio misses the target
+Each figure is the median of REPS calls (min–max) in ms. A query whose ratio misses the target
 gets its EXPLAIN QUERY PLAN and the index or rewrite that would fix it. The history is built
 with executemany in large batches inside one transaction with `synchronous=OFF` (the build
-only; the timed connection has Studio's own settings).
+only; the timed connections have Studio's own settings). `--db-dir DIR` keeps the built
+files in DIR and reuses them (migrated to the code's schema first) on the next run.
 
     python bench/growth.py [--sizes 0,100000,1000000] [--reps 15] [--schedules 1000,100000]
+                           [--db-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import json
 import os
 import platform
+import shutil
 import sqlite3
 import statistics
 import tempfile
@@ -44,6 +54,7 @@ import aiosqlite
 import studio_outbox
 import studio_scheduler_core
 import studio_state
+from studio_outbox import _drive, _loop, _steps
 
 TARGET = 1.5
 NOW = 1_800_000_000.0
@@ -99,6 +110,33 @@ _LEASED_SQL = (
 
 async def _backlog(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> object:
     return await studio_outbox.dispatch_backlog(conn, now=NOW)
+
+
+async def _delivery_scan(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> object:
+    # what a delivery pass and the engine's wake-up read: the due rows, and the next due time
+    rows = await _steps.scan(conn, NOW, 100)
+    assert rows, "nothing due"
+    return rows, await studio_outbox.next_due_at(conn)
+
+
+async def _claim_outcome(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> object:
+    # one delivery write step's statements: claim a due row, record its send's outcome (with
+    # their transition rows); rolled back, so every call claims the same row and no fsync is
+    # timed (the statements' cost is what could grow with history)
+    rows = ctx["due"][:1]
+
+    def body(db: sqlite3.Connection) -> object:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            _, claimed = _drive.run_sync(db, _loop.step_steps(NOW, [], [], rows, "bench"))
+            done = [(claimed[0], studio_outbox.TransportResult.success())]
+            applied, _ = _drive.run_sync(db, _loop.step_steps(NOW, [], done, [], "bench"))
+            assert len(applied) == 1, applied
+            return applied
+        finally:
+            db.execute("ROLLBACK")
+
+    return await studio_state.run_sync(conn, body)
 
 
 async def _outbox_page(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> object:
@@ -160,6 +198,22 @@ def hot_queries(schedule_id: str) -> list[HotQuery]:
             "'delivering') GROUP BY status;\n"
             "      and keep terminal counts out of the hot path (a counter row per status "
             "updated in the transition's own transaction, or only on the health endpoint).",
+        ),
+        HotQuery(
+            "outbox delivery scan + next due",
+            "studio_outbox delivery pass's scan (limit 100) + studio_outbox.next_due_at",
+            _delivery_scan,
+            [(_steps._SCAN, (NOW, 100, NOW, NOW, 100))],
+            "studio-outbox: both read the partial indexes on live statuses "
+            "(idx_dispatch_outbox_due, idx_dispatch_outbox_expiry)",
+        ),
+        HotQuery(
+            "outbox claim + outcome (write step)",
+            "studio_outbox delivery write step: guarded claim UPDATE + outcome UPDATE + "
+            "transition rows (rolled back)",
+            _claim_outcome,
+            [],
+            "studio-outbox: guarded UPDATEs by primary key; transitions append",
         ),
         HotQuery(
             "outbox list + total, first page",
@@ -302,6 +356,12 @@ def _insert_schedules(db: sqlite3.Connection, template: dict[str, Any], n: int, 
         )
 
 
+# Every dispatch row the benchmark writes carries this payload: a page then decodes the same
+# bytes per row at 0 history as at 1M (a '{}' page at 0 made the first page look 2-3x dearer
+# at 1M for its JSON alone).
+PAYLOAD = json.dumps({"dispatch_id": "x", "kind": "bench", "body": {"text": "x" * 200}})
+
+
 def _live_set(db: sqlite3.Connection, schedule_ids: list[str]) -> None:
     runs = []
     invocations = []
@@ -329,8 +389,8 @@ def _live_set(db: sqlite3.Connection, schedule_ids: list[str]) -> None:
     ]
     db.executemany(
         "INSERT INTO dispatch_outbox (id, kind, deliver_to, payload, status, next_attempt_at, "
-        "created_at, updated_at) VALUES (?, 'bench', 'sink', '{}', ?, ?, ?, ?)",
-        [(i, s, t, NOW - 60, NOW - 60) for i, s, t in dispatches],
+        "created_at, updated_at) VALUES (?, 'bench', 'sink', ?, ?, ?, ?, ?)",
+        [(i, PAYLOAD, s, t, NOW - 60, NOW - 60) for i, s, t in dispatches],
     )
     # One full page (100 rows) of each listed table already at "0 history", older than any
     # history added later: every size then times a page of the same 100 rows' size.
@@ -348,8 +408,8 @@ def _live_set(db: sqlite3.Connection, schedule_ids: list[str]) -> None:
     db.executemany(
         "INSERT INTO dispatch_outbox (id, kind, deliver_to, payload, status, attempt, "
         "next_attempt_at, created_at, updated_at) "
-        "VALUES (?, 'bench', 'sink', '{}', 'delivered', 1, ?, ?, ?)",
-        [(os.urandom(6).hex(), old + k, old + k, old + k) for k in range(PAGE)],
+        "VALUES (?, 'bench', 'sink', ?, 'delivered', 1, ?, ?, ?)",
+        [(os.urandom(6).hex(), PAYLOAD, old + k, old + k, old + k) for k in range(PAGE)],
     )
 
 
@@ -359,7 +419,7 @@ _ENTITIES = ("dispatch", "dispatch", "dispatch", "schedule_run", "invocation", "
 
 
 def _add_history(db: sqlite3.Connection, schedule_ids: list[str], start: int, n: int) -> None:
-    payload = json.dumps({"dispatch_id": "x", "kind": "bench", "body": {"text": "x" * 200}})
+    payload = PAYLOAD
     span = 30 * 86400.0
     for lo in range(start, start + n, BATCH):
         hi = min(lo + BATCH, start + n)
@@ -422,16 +482,6 @@ def _build(path: Path, fn: Callable[[sqlite3.Connection], None]) -> float:
 
 
 # --------------------------------------------------------------------------- timing
-
-
-async def _time(q: HotQuery, conn: aiosqlite.Connection, ctx: dict[str, Any], reps: int) -> list:
-    await q.run(conn, ctx)  # warm the page cache and the statement cache
-    out = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        await q.run(conn, ctx)
-        out.append((time.perf_counter() - started) * 1000)
-    return out
 
 
 def _fmt(values: list[float]) -> str:
@@ -505,11 +555,50 @@ def _table(title: str, unit: str, queries: list[HotQuery], sizes: list[int]) -> 
     return missed
 
 
+async def _interleaved(
+    queries: list[HotQuery], conns: dict[int, aiosqlite.Connection], ctxs: dict[int, Any], reps: int
+) -> None:
+    """Time every query on every size round-robin, so a load spike lands on all sizes alike."""
+    sizes = list(conns)
+    # The cyclic GC is off while timing (collected between queries): a page allocates ~1,000
+    # objects, so a collection lands every few calls, and with the sizes taking turns it can
+    # land on the same size each time (one run gave a 3x "ratio" that was only that).
+    gc.disable()
+    try:
+        for q in queries:
+            await _interleave_one(q, sizes, conns, ctxs, reps)
+            gc.collect()
+    finally:
+        gc.enable()
+
+
+async def _interleave_one(
+    q: HotQuery,
+    sizes: list[int],
+    conns: dict[int, aiosqlite.Connection],
+    ctxs: dict[int, Any],
+    reps: int,
+) -> None:
+    for size in sizes:
+        await q.run(conns[size], ctxs[size])  # warm the page and statement caches
+        q.costs[size] = []
+    for rep in range(reps):
+        order = sizes[rep % len(sizes) :] + sizes[: rep % len(sizes)]
+        for size in order:
+            started = time.perf_counter()
+            await q.run(conns[size], ctxs[size])
+            q.costs[size].append((time.perf_counter() - started) * 1000)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="0,100000,1000000")
     parser.add_argument("--schedules", default="1000,100000")
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument(
+        "--db-dir",
+        help="keep the built databases here and reuse them on the next run (same sizes)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     schedule_sizes = [int(s) for s in args.schedules.split(",")]
@@ -517,68 +606,107 @@ async def main() -> None:
     print(
         f"  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
-        f"load {os.getloadavg()[0]:.2f}, {args.reps} timed calls per figure"
+        f"load {os.getloadavg()[0]:.2f}, {args.reps} timed calls per figure, sizes interleaved"
     )
     missed: list[tuple[HotQuery, str]] = []
-    with tempfile.TemporaryDirectory(prefix="studio-bench-growth-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.db_dir:
+            tmp = args.db_dir
+            Path(tmp).mkdir(parents=True, exist_ok=True)
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="studio-bench-growth-"))
         path = Path(tmp) / "history.db"
-        template = await _template(path)
-        schedule_ids: list[str] = []
+        staged = {size: Path(tmp) / f"history-{size}.db" for size in sizes}
+        ids_file = Path(tmp) / "schedule_ids.json"
+        if all(p.exists() for p in staged.values()) and ids_file.exists():
+            schedule_ids = json.loads(ids_file.read_text())
+            print(f"  reusing the databases in {tmp} (migrated to the code's schema)")
+            for p in staged.values():
+                async with studio_state.connect(p) as conn:
+                    await studio_scheduler_core.ensure_schema(conn)
+        else:
+            for p in (path, *staged.values()):
+                p.unlink(missing_ok=True)
+            template = await _template(path)
+            schedule_ids = []
 
-        def live(db: sqlite3.Connection) -> None:
-            _insert_schedules(db, template, SCHEDULES, 0)
-            schedule_ids.extend(
-                r[0] for r in db.execute("SELECT id FROM schedules ORDER BY created_at")
-            )
-            _live_set(db, schedule_ids)
+            def live(db: sqlite3.Connection) -> None:
+                _insert_schedules(db, template, SCHEDULES, 0)
+                schedule_ids.extend(
+                    r[0] for r in db.execute("SELECT id FROM schedules ORDER BY created_at")
+                )
+                _live_set(db, schedule_ids)
 
-        _build(path, live)
+            _build(path, live)
+            built = 0
+            for size in sizes:
+                add = partial(_add_history, schedule_ids=schedule_ids, start=built, n=size - built)
+                seconds = _build(path, add)
+                built = size
+                # each size is a copy of its own (checkpointed: the WAL is empty)
+                shutil.copyfile(path, staged[size])
+                print(
+                    f"  history {size:>9,}: built in {seconds:5.1f} s, file "
+                    f"{path.stat().st_size / 2**20:,.0f} MiB",
+                    flush=True,
+                )
+            path.unlink()
+            ids_file.write_text(json.dumps(schedule_ids))
         queries = hot_queries(schedule_ids[50])
-        built = 0
-        for size in sizes:
-            add = partial(_add_history, schedule_ids=schedule_ids, start=built, n=size - built)
-            seconds = _build(path, add)
-            built = size
-            print(
-                f"  history {size:>9,}: built in {seconds:5.1f} s, file "
-                f"{path.stat().st_size / 2**20:,.0f} MiB",
-                flush=True,
-            )
-            async with studio_state.connect(path) as conn:
-                ctx = {
+        async with contextlib.AsyncExitStack() as astack:
+            conns = {
+                size: await astack.enter_async_context(studio_state.connect(staged[size]))
+                for size in sizes
+            }
+            ctxs = {
+                size: {
                     "service": studio_scheduler_core.ScheduleService(
                         conn, settings=studio_scheduler_core.SchedulerSettings()
                     ),
                     "schedule_id": schedule_ids[50],
                     "schedules": SCHEDULES,
+                    "due": await _steps.scan(conn, NOW, 100),
                 }
-                for q in queries:
-                    q.costs[size] = await _time(q, conn, ctx, args.reps)
-                if size == sizes[-1]:
-                    await _deep_pages(conn, size, args.reps)
+                for size, conn in conns.items()
+            }
+            await _interleaved(queries, conns, ctxs, args.reps)
+            await _deep_pages(conns[sizes[-1]], sizes[-1], args.reps)
+        path = staged[sizes[-1]]
         for q in _table("history rows", "{:,} rows", queries, sizes):
             async with studio_state.connect(path) as conn:
                 missed.append((q, "\n".join(await _plans(conn, q))))
 
         spath = Path(tmp) / "schedules.db"
+        sstaged = {size: Path(tmp) / f"schedules-{size}.db" for size in schedule_sizes}
+        if not all(p.exists() for p in sstaged.values()):
+            spath.unlink(missing_ok=True)
+            template = await _template(spath)
+            built = 0
+            for size in schedule_sizes:
+                grow = partial(_insert_schedules, template=template, n=size - built, start=built)
+                seconds = _build(spath, grow)
+                built = size
+                shutil.copyfile(spath, sstaged[size])
+                print(f"  schedules {size:>9,}: built in {seconds:5.1f} s", flush=True)
+            spath.unlink()
         sq = schedules_query()
-        built = 0
-        await _template(spath)
-        for size in schedule_sizes:
-            grow = partial(_insert_schedules, template=template, n=size - built, start=built)
-            seconds = _build(spath, grow)
-            built = size
-            print(f"  schedules {size:>9,}: built in {seconds:5.1f} s", flush=True)
-            async with studio_state.connect(spath) as conn:
-                ctx = {
+        async with contextlib.AsyncExitStack() as astack:
+            conns = {
+                size: await astack.enter_async_context(studio_state.connect(sstaged[size]))
+                for size in schedule_sizes
+            }
+            ctxs = {
+                size: {
                     "service": studio_scheduler_core.ScheduleService(
                         conn, settings=studio_scheduler_core.SchedulerSettings()
                     ),
                     "schedules": size,
                 }
-                sq.costs[size] = await _time(sq, conn, ctx, args.reps)
+                for size, conn in conns.items()
+            }
+            await _interleaved([sq], conns, ctxs, args.reps)
         for q in _table("schedules", "{:,} sched.", [sq], schedule_sizes):
-            async with studio_state.connect(spath) as conn:
+            async with studio_state.connect(sstaged[schedule_sizes[-1]]) as conn:
                 missed.append((q, "\n".join(await _plans(conn, q))))
 
     print()

@@ -94,3 +94,30 @@ async def test_actor_is_recorded_as_given(
         "standalone-loop",
         "standalone-loop",
     ]
+
+
+async def test_transition_ids_sort_by_time_so_inserts_stay_on_recent_pages(
+    conn: aiosqlite.Connection, clock: studio_state.ManualClock, transport_factory: Any
+) -> None:
+    # Random ids put each transition on a random page of the primary key's B-tree (a cache
+    # miss per write once history outgrows the page cache); ordered ids append.
+    for _ in range(5):
+        await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="d", clock=clock)
+        clock.advance(1)
+        await studio_outbox.deliver_due_dispatches(conn, transport=transport_factory(), clock=clock)
+        clock.advance(1)
+    rows = await conn.execute_fetchall(
+        "SELECT id, created_at FROM status_transitions WHERE entity_type = 'dispatch' "
+        "ORDER BY created_at, rowid"
+    )
+    assert len(rows) == 15
+    ids = [r["id"] for r in rows]
+    by_second: dict[int, list[str]] = {}
+    for r in rows:
+        by_second.setdefault(int(r["created_at"]), []).append(r["id"])
+    seconds = sorted(by_second)
+    assert len(seconds) == 10
+    for earlier, later in zip(seconds, seconds[1:], strict=False):
+        assert max(by_second[earlier]) < min(by_second[later])
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 20 and int(i, 16) >= 0 for i in ids)

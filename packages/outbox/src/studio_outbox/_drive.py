@@ -15,6 +15,7 @@ of one trip per statement as :func:`run_async` does.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import sqlite3
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -61,10 +62,26 @@ def is_busy(exc: sqlite3.Error) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
+def transition_id(created_at: float) -> str:
+    """A ``status_transitions`` id that sorts by time: 8 hex of the second, 12 random hex.
+
+    The table's primary key is a B-tree; a fully random id puts every insert on a random leaf
+    page, which with millions of rows of history is a page-cache miss per transition (the
+    delivery write step cost 4-5x more at 1M rows of history than on an empty table, and
+    1.3x with ordered ids). Ids of the same second land side by side, on the few pages
+    recent inserts keep in the cache; the random part keeps them unique, with the 48 bits of
+    ``studio_state.new_id`` within each second.
+    """
+    return f"{int(created_at) & 0xFFFFFFFF:08x}{secrets.token_hex(6)}"
+
+
 def record(transitions: Sequence[studio_state.Transition]) -> Steps[None]:
-    """Write ``transitions`` (inside the current transaction)."""
+    """Write ``transitions`` (inside the current transaction), with time-ordered ids."""
     if transitions:
-        yield ExecMany(TRANSITION_INSERT, [t.params() for t in transitions])
+        yield ExecMany(
+            TRANSITION_INSERT,
+            [(transition_id(t.created_at), *t.params()[1:]) for t in transitions],
+        )
 
 
 def _rows(description: Any, rows: Sequence[Sequence[Any]]) -> list[Row]:

@@ -134,19 +134,21 @@ class Loop:
         unsent: list[Claimed] = []  # claimed ahead, expired before a slot came free
         writing: list[Claimed] = []  # the claims whose outcome the running step records
         step: asyncio.Future[list[Ready]] | None = None
+        starting: list[Ready] = []  # taken from ready, their sends not yet started
         try:
             while True:
                 # Claimed rows are sent even once stopping: their attempt is already spent.
-                while ready and len(in_flight) < concurrency:
+                starting = []
+                while ready and len(in_flight) + len(starting) < concurrency:
                     item, deadline = ready.popleft()
                     if item.row.expired(self._read()):
                         decided.append(_expired_unsent(item))
                         unsent.append(item)
                         continue
-                    self._counts["attempted"] += 1
-                    in_flight[asyncio.ensure_future(self._send(item, deadline))] = item
+                    starting.append((item, deadline))
                 if step is None:
-                    wanted = concurrency + CLAIM_AHEAD - len(in_flight) - len(ready)
+                    wanted = concurrency + CLAIM_AHEAD - len(in_flight) - len(starting)
+                    wanted -= len(ready)
                     free = 0 if self._stopping() else max(0, min(wanted, len(queue)))
                     batch = [queue.popleft() for _ in range(free)]
                     if decided or finished or batch:
@@ -155,6 +157,13 @@ class Loop:
                         step = asyncio.ensure_future(self._step(decided, finished, batch, at))
                         writing = [*unsent, *(item for item, _ in finished)]
                         decided, finished, unsent = [], [], []
+                # The step is queued to the database thread before the sends start: a spawn
+                # holds the event loop until the child has exec'd, and the step's statements
+                # and commit run on the other thread meanwhile instead of after it.
+                for item, deadline in starting:
+                    self._counts["attempted"] += 1
+                    in_flight[asyncio.ensure_future(self._send(item, deadline))] = item
+                starting = []
                 if step is None and not in_flight:
                     return
                 waiting: set[asyncio.Future[Any]] = set(in_flight)
@@ -183,7 +192,8 @@ class Loop:
             # Claims whose outcome was not recorded: this loop no longer holds them, so their
             # lease alone decides when they are sent again.
             unrecorded = [*in_flight.values(), *(item for item, _ in finished), *unsent]
-            for item in [*unrecorded, *writing, *(item for item, _ in ready)]:
+            held = [*writing, *(item for item, _ in ready), *(item for item, _ in starting)]
+            for item in [*unrecorded, *held]:
                 claimant.release(item.row.id, item.attempt)
 
     async def _step(
