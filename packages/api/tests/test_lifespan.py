@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,9 @@ def test_the_engine_runs_while_served_and_stops_on_shutdown(
     studio = serve()
     health = studio.client.get("/api/health").json()
     assert health["status"] == "ok"
+    assert health["backend"] == "sqlite"
+    assert health["leader"] is True, "on SQLite the started engine holds the file lock"
+    assert health["node_id"] == f"{socket.gethostname()}:{os.getpid()}"
     assert health["scheduler"]["running"] is True
     assert health["scheduler"]["tick_seconds"] == 1
     assert set(health["scheduler"]) >= {"last_tick_at", "in_flight", "due_backlog"}
@@ -62,6 +66,7 @@ def test_the_engine_runs_while_served_and_stops_on_shutdown(
     engine = studio.engine
     studio.stop()
     assert engine.health()["running"] is False
+    assert engine.health()["leader"] is False, "the file lock is released at stop"
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{studio.base_url}/api/health", timeout=2)
 
@@ -281,3 +286,9 @@ def test_invalid_settings_stop_startup_with_a_message(
     assert expected in err
     assert "Traceback" not in err
     assert not (tmp_path / "s.db").exists()
+
+
+def test_health_names_the_configured_node(serve: Callable[..., Any]) -> None:
+    studio = serve(node_id="studio-a")
+    health = studio.client.get("/api/health").json()
+    assert (health["node_id"], health["leader"], health["backend"]) == ("studio-a", True, "sqlite")

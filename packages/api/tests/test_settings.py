@@ -38,6 +38,7 @@ ALL_VARS = {
     "LIONAGI_STUDIO_LOG_FORMAT",
     "LIONAGI_STUDIO_METRICS_PUBLIC",
     "LIONAGI_STUDIO_WEBHOOK_SECRET",
+    "LIONAGI_STUDIO_NODE_ID",
 }
 
 
@@ -149,8 +150,14 @@ def test_unrelated_environment_names_are_not_read(monkeypatch: pytest.MonkeyPatc
         ("LIONAGI_STUDIO_HOST", "a b", "host name"),
         ("LIONAGI_STUDIO_DB", "   ", "not empty"),
         ("LIONAGI_STUDIO_DB", ":memory:", "file path"),
-        ("LIONAGI_STUDIO_DB", "postgresql://studio@db/studio", "not run on PostgreSQL yet"),
-        ("LIONAGI_STUDIO_DB", "postgres://db/studio", "not run on PostgreSQL yet"),
+        ("LIONAGI_STUDIO_DB", "postgresql://db:port/studio", "port must be a number"),
+        ("LIONAGI_STUDIO_DB", "postgresql://db:0/studio", "port must be a number"),
+        ("LIONAGI_STUDIO_DB", "postgresql://db/a/b", "one database name"),
+        ("LIONAGI_STUDIO_DB", "postgresql://db/studio#x", "no #fragment"),
+        ("LIONAGI_STUDIO_DB", "postgresql://db/stu dio", "spaces"),
+        ("LIONAGI_STUDIO_DB", "mysql://db/studio", "give a SQLite file path or a postgresql://"),
+        ("LIONAGI_STUDIO_NODE_ID", "n\u00e9", "printable ASCII"),
+        ("LIONAGI_STUDIO_NODE_ID", "x" * 57, "at most 56"),
         ("LIONAGI_STUDIO_AUTH_TOKEN", "has space", "printable ASCII"),
         ("LIONAGI_STUDIO_TICK_SECONDS", "0", "greater than 0"),
         ("LIONAGI_STUDIO_TICK_SECONDS", "nan", "finite"),
@@ -304,3 +311,51 @@ def test_registered_projects_reach_the_scheduler(tmp_path: Path) -> None:
     projects = settings.to_scheduler_settings().project_paths
     assert projects == {"web": str(tmp_path), "api": str(Path("~/api").expanduser())}
     assert StudioSettings.from_env({}).to_scheduler_settings().project_paths == {}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://studio@db/studio",
+        "postgres://db/studio",
+        "postgresql://u:secret@db:5433/studio?sslmode=require",
+        "postgresql:///studio?host=/var/run/postgresql",
+        "postgresql://h1:5432,h2:5433/studio",
+    ],
+)
+def test_a_postgresql_url_is_the_database(url: str) -> None:
+    s = StudioSettings.from_env({"LIONAGI_STUDIO_DB": f"  {url} "})
+    assert s.db == url and isinstance(s.db, str)
+    assert s.backend == "postgresql" and s.db_file is None
+    scheduler = s.to_scheduler_settings()
+    assert scheduler.run_log_dir == str(Path("~/.lionagi/studio/runs").expanduser())
+
+
+def test_runs_dir_on_postgresql_follows_the_run_log_setting(tmp_path: Path) -> None:
+    s = StudioSettings.from_env(
+        {"LIONAGI_STUDIO_DB": "postgresql://db/s", "LIONAGI_STUDIO_RUN_LOG_DIR": str(tmp_path)}
+    )
+    assert s.runs_dir == tmp_path and s.to_scheduler_settings().run_log_dir == str(tmp_path)
+
+
+def test_sqlite_keeps_runs_beside_the_file(tmp_path: Path) -> None:
+    s = StudioSettings.from_env({"LIONAGI_STUDIO_DB": str(tmp_path / "s.db")})
+    assert s.backend == "sqlite" and s.db_file == tmp_path / "s.db"
+    assert s.runs_dir == tmp_path / "runs"
+    assert s.to_scheduler_settings().run_log_dir is None, "the engine finds runs/ itself"
+
+
+def test_node_id_defaults_to_host_and_pid() -> None:
+    import socket
+
+    s = StudioSettings.from_env({})
+    assert s.node_id is None and s.node == f"{socket.gethostname()}:{os.getpid()}"
+    named = StudioSettings.from_env({"LIONAGI_STUDIO_NODE_ID": " studio-a "})
+    assert named.node_id == "studio-a" == named.node
+
+
+def test_a_bad_url_never_echoes_its_password() -> None:
+    with pytest.raises(SettingsError) as info:
+        StudioSettings.from_env({"LIONAGI_STUDIO_DB": "postgresql://u:s3cret@db:x/s?password=p2"})
+    assert "s3cret" not in str(info.value) and "p2" not in str(info.value)
+    assert "postgresql://u:***@db:x/s?password=***" in str(info.value)

@@ -112,8 +112,8 @@ def test_read_commands_refuse_a_missing_database(studio: Studio, tmp_path: Path)
     assert not (tmp_path / "nonexistent").exists(), "nothing may be created"
 
 
-def test_a_postgresql_url_is_refused_naming_its_source(studio: Studio) -> None:
-    url = "postgresql://studio@127.0.0.1/studio"
+def test_a_bad_postgresql_url_is_refused_naming_its_source(studio: Studio) -> None:
+    url = "postgresql://studio:s3cret@127.0.0.1:port/studio"
     by_flag, by_env = studio.run_many(
         [
             Call(("schedule", "list", "--db", url), {}),
@@ -121,9 +121,12 @@ def test_a_postgresql_url_is_refused_naming_its_source(studio: Studio) -> None:
         ],
         expect=1,
     )
-    assert by_flag.error_line.startswith("error: --db: must be a SQLite file path")
-    assert by_env.error_line.startswith("error: LIONAGI_STUDIO_DB: must be a SQLite file path")
-    assert "PostgreSQL" in by_flag.error_line and by_flag.stdout == ""
+    assert by_flag.error_line == (
+        "error: --db: the URL's port must be a number from 1 to 65535 "
+        "(got 'postgresql://studio:***@127.0.0.1:port/studio')"
+    )
+    assert by_env.error_line.startswith("error: LIONAGI_STUDIO_DB: the URL's port")
+    assert by_flag.stdout == "" and "s3cret" not in by_flag.stderr + by_env.stderr
 
 
 def test_an_invalid_synchronous_setting_is_one_line_naming_the_variable(studio: Studio) -> None:

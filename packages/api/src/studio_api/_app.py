@@ -25,6 +25,7 @@ from ._metrics_route import METRICS_PATH, install_metrics_route
 from ._models import ErrorOut
 from ._observe import StudioMetrics
 from ._reads import open_reads
+from ._setting_values import shown_target
 from ._settings import StudioSettings
 from ._storage import StorageHealth
 from .routes import dispatch, health, run_ops, runs, schedules
@@ -48,7 +49,9 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = SchedulerEngine(settings.db, settings=settings.to_scheduler_settings())
+        engine = SchedulerEngine(
+            settings.db, settings=settings.to_scheduler_settings(), node_id=settings.node_id
+        )
         app.state.startup_error = None
         try:
             await engine.start()
@@ -64,9 +67,11 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
             await engine.stop()
             raise
         logger.info(
-            "studio %s: scheduler started on %s (tick %ss, time zone %s, synchronous=%s)",
+            "studio %s: scheduler started on %s as node %s (tick %ss, time zone %s, "
+            "synchronous=%s)",
             __version__,
-            settings.db,
+            shown_target(settings.db),
+            engine.node_id,
             settings.tick_seconds,
             settings.timezone,
             app.state.synchronous,
@@ -89,7 +94,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     metrics = StudioMetrics(settings.db, lambda: getattr(app.state, "engine", None))
     app.state.metrics = metrics
     install_metrics_route(app, metrics)
-    app.state.storage = StorageHealth(settings.db, synchronous=settings.synchronous)
+    app.state.storage = StorageHealth(settings.db_file, synchronous=settings.synchronous)
     app.state.synchronous = settings.synchronous
     install_error_handlers(app)
     app.include_router(health.router)
@@ -112,6 +117,9 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
 
 
 _SYNCHRONOUS_NAMES = {0: "off", 1: "normal", 2: "full", 3: "extra"}
+#: What health shows as ``database.synchronous`` on PostgreSQL: its server decides
+#: (``synchronous_commit``); ``LIONAGI_STUDIO_SYNCHRONOUS`` applies to SQLite only.
+POSTGRES_SYNCHRONOUS = "server"
 _SYNCHRONOUS_WAIT_SECONDS = 30.0
 
 
@@ -124,6 +132,8 @@ async def apply_synchronous(engine: SchedulerEngine, mode: str) -> str:
     SQLite refuses to change the mode inside a transaction, and the engine's tasks may have one
     open on the connection as soon as it started: the change waits for a moment between them.
     """
+    if engine.backend == "postgresql":
+        return POSTGRES_SYNCHRONOUS
     conn = engine.conn
     deadline = time.monotonic() + _SYNCHRONOUS_WAIT_SECONDS
     while (current := await _synchronous_of(conn)) != mode:

@@ -21,6 +21,8 @@ from prometheus_client import Counter
 from studio_outbox import DispatchReason, is_webhook_url
 from studio_scheduler_core import latest_transition_seq, read_dispatch_outcomes
 
+from ._sync_reads import open_sync_reader
+
 logger = logging.getLogger("studio_api")
 
 T = TypeVar("T")
@@ -53,7 +55,7 @@ def transport_of(deliver_to: str | None) -> str:
 class DeliveryTally:
     """Adds the delivery outcomes recorded since it started to ``counter``, per transport."""
 
-    def __init__(self, db_path: Path, counter: Counter) -> None:
+    def __init__(self, db_path: Path | str, counter: Counter) -> None:
         self._db = db_path
         self._counter = counter
         self._seen: int | None = None
@@ -95,7 +97,7 @@ class DeliveryTally:
                 return
 
     def _query(self, read: Callable[[sqlite3.Connection], T]) -> T:
-        db = sqlite3.connect(f"{self._db.absolute().as_uri()}?mode=ro", uri=True, timeout=1.0)
+        db = open_sync_reader(self._db)
         try:
             return read(db)
         finally:

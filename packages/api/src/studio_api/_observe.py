@@ -29,6 +29,7 @@ from studio_scheduler_core import (
 )
 
 from ._delivery_metrics import DeliveryTally
+from ._sync_reads import open_sync_reader
 
 logger = logging.getLogger("studio_api")
 
@@ -62,7 +63,7 @@ class JsonFormatter(logging.Formatter):
 class StudioMetrics:
     """The ``/metrics`` registry of one app, fed by the scheduler's events."""
 
-    def __init__(self, db_path: Path, engine: Callable[[], SchedulerEngine | None]) -> None:
+    def __init__(self, db_path: Path | str, engine: Callable[[], SchedulerEngine | None]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.fires = Counter(
@@ -170,7 +171,7 @@ class _ScrapeGauges(Collector):
     """Gauges read at scrape time: runs in flight, scheduling lag, dispatch rows, github poll
     health age."""
 
-    def __init__(self, db_path: Path, engine: Callable[[], SchedulerEngine | None]) -> None:
+    def __init__(self, db_path: Path | str, engine: Callable[[], SchedulerEngine | None]) -> None:
         self._db = db_path
         self._engine = engine
 
@@ -216,7 +217,7 @@ class _ScrapeGauges(Collector):
         yield age
 
     def _read(self) -> tuple[dict[str, int], list[tuple[str, float | None, float]]]:
-        db = sqlite3.connect(f"{self._db.as_uri()}?mode=ro", uri=True, timeout=1.0)
+        db = open_sync_reader(self._db)
         try:
             return read_dispatch_counts(db), read_github_polls(db)
         finally:

@@ -12,7 +12,7 @@ import re
 import zoneinfo
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
@@ -65,22 +65,97 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+"""URL schemes of a PostgreSQL database target."""
+
+
+def is_postgres_url(value: object) -> bool:
+    """Whether ``value`` is a ``postgresql://`` / ``postgres://`` URL (not a file path)."""
+    return isinstance(value, str) and value.strip().lower().startswith(
+        tuple(f"{scheme}://" for scheme in POSTGRES_SCHEMES)
+    )
+
+
+def postgres_url(text: str) -> str:
+    """A PostgreSQL URL, checked for what libpq would refuse (``ValueError`` saying what)."""
+    url = text.strip()
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise ValueError("a PostgreSQL URL must not contain spaces or control characters")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in POSTGRES_SCHEMES:
+        raise ValueError("must be a postgresql:// URL")
+    if parts.fragment:
+        raise ValueError("a PostgreSQL URL has no #fragment")
+    if "," not in parts.netloc:  # several hosts ("h1:5432,h2:5432") are libpq's to check
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError("the URL's port must be a number from 1 to 65535") from None
+        if port == 0:
+            raise ValueError("the URL's port must be a number from 1 to 65535")
+    if parts.path.strip("/").count("/"):
+        raise ValueError(
+            "the URL's path must be one database name (postgresql://user@host:5432/dbname)"
+        )
+    return url
+
+
+def shown_target(db: Path | str) -> str:
+    """The database as a log line may show it: the file, or the URL's host, port and database
+    (never its user, password or parameters)."""
+    if isinstance(db, Path):
+        return str(db)
+    parts = urlsplit(db)
+    host = parts.netloc.rpartition("@")[2] or "localhost"
+    return f"{parts.scheme}://{host}{parts.path}"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (``user:secret@``, ``password=``) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that cannot be parsed>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}{':***' if colon else ''}@{hosts}"
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
 def db_path(value: Any) -> Any:
-    """The database path, absolute with ``~`` expanded (never empty or ``:memory:``)."""
+    """The database: a SQLite file path, absolute with ``~`` expanded (never empty or
+    ``:memory:``), or a ``postgresql://`` URL kept as a string."""
     if isinstance(value, str | Path):
         text = str(value).strip()
         if not text:
-            raise ValueError("must be a file path, not empty")
+            raise ValueError("must be a file path or a postgresql:// URL, not empty")
         if text == ":memory:":
             raise ValueError("must be a file path (an in-memory database cannot be shared)")
-        if text.lower().startswith(("postgres://", "postgresql://")):
-            # Only the outbox runs on PostgreSQL so far: a URL must not become a file path.
+        if isinstance(value, str) and is_postgres_url(text):
+            return postgres_url(text)
+        if "://" in text:
+            scheme = text.split("://", 1)[0]
             raise ValueError(
-                "must be a SQLite file path: the scheduler does not run on PostgreSQL yet "
-                "(the outbox alone does, through studio_outbox.postgres)"
+                f"{scheme}:// is not a database Studio opens: give a SQLite file path "
+                "or a postgresql:// URL"
             )
         return Path(text).expanduser().absolute()
     return value
+
+
+def node_id(value: str | None) -> str | None:
+    """A node's name (``None``: ``hostname:pid``), as ``studio_state.check_node_id`` checks."""
+    from studio_state import InvalidSetting, check_node_id
+
+    if value is None:
+        return None
+    try:
+        return check_node_id(value.strip())
+    except InvalidSetting as exc:
+        raise ValueError(str(exc).removeprefix("node_id ")) from None
 
 
 def host_name(value: str) -> str:

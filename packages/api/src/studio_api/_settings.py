@@ -23,10 +23,13 @@ from ._setting_values import (
     github_url,
     host_name,
     is_loopback_host,
+    is_postgres_url,
     li_path,
+    node_id,
     notify_template,
     printable_token,
     project_paths,
+    redact_url,
     synchronous_level,
     webhook_secret,
     zone_name,
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("studio_api")
 
 DEFAULT_DB = "~/.lionagi/studio/state.db"
+DEFAULT_RUNS_DIR = "~/.lionagi/studio/runs"
+"""Run logs on PostgreSQL without ``LIONAGI_STUDIO_RUN_LOG_DIR`` (beside the default database)."""
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
@@ -58,7 +63,8 @@ _READ_OS_ENVIRON: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 # Each setting's own check (from ``_setting_values``), attached to its type: "before" checks
 # parse what the environment gives (a string), "after" checks see the typed value.
-_DbPath = Annotated[Path, BeforeValidator(db_path)]
+_DbPath = Annotated[Path | str, BeforeValidator(db_path)]
+_NodeId = Annotated[str | None, AfterValidator(node_id)]
 _Host = Annotated[str, AfterValidator(host_name)]
 _Token = Annotated[SecretStr | None, AfterValidator(printable_token)]
 _WebhookSecret = Annotated[SecretStr | None, AfterValidator(webhook_secret)]
@@ -173,6 +179,7 @@ class StudioSettings(BaseSettings):
         default="text", validation_alias="LIONAGI_STUDIO_LOG_FORMAT"
     )
     metrics_public: bool = Field(default=False, validation_alias="LIONAGI_STUDIO_METRICS_PUBLIC")
+    node_id: _NodeId = _env("LIONAGI_STUDIO_NODE_ID")
 
     #: field name -> environment variable name
     ENV_VARS: ClassVar[dict[str, str]] = {}
@@ -236,6 +243,33 @@ class StudioSettings(BaseSettings):
     # -- use --------------------------------------------------------------------------------
 
     @property
+    def backend(self) -> Literal["sqlite", "postgresql"]:
+        """``postgresql`` when ``db`` is a ``postgresql://`` URL, else ``sqlite``."""
+        return "sqlite" if isinstance(self.db, Path) else "postgresql"
+
+    @property
+    def db_file(self) -> Path | None:
+        """The SQLite database file (``None`` on PostgreSQL: there is no file to probe)."""
+        return self.db if isinstance(self.db, Path) else None
+
+    @property
+    def runs_dir(self) -> Path:
+        """Where run logs go: ``run_log_dir``, else ``runs/`` beside the SQLite file, else (on
+        PostgreSQL, which has no file) ``~/.lionagi/studio/runs``."""
+        if self.run_log_dir is not None:
+            return self.run_log_dir
+        if isinstance(self.db, Path):
+            return self.db.parent / "runs"
+        return Path(DEFAULT_RUNS_DIR).expanduser()
+
+    @property
+    def node(self) -> str:
+        """This node's name: ``node_id``, else ``hostname:pid``."""
+        from studio_state import default_node_id
+
+        return self.node_id if self.node_id is not None else default_node_id()
+
+    @property
     def auth_enabled(self) -> bool:
         """Whether the API requires ``Authorization: Bearer``."""
         return self.auth_token is not None
@@ -271,7 +305,12 @@ class StudioSettings(BaseSettings):
                 self.github_token.get_secret_value() if self.github_token is not None else None
             ),
             child_env=self.child_environment(),
-            run_log_dir=None if self.run_log_dir is None else str(self.run_log_dir),
+            # On SQLite the engine finds runs/ beside the file itself; PostgreSQL has no file.
+            run_log_dir=(
+                None
+                if self.run_log_dir is None and self.backend == "sqlite"
+                else str(self.runs_dir)
+            ),
             run_log_bytes=self.run_log_bytes,
             retention_days=self.retention_days,
             webhook_secret=(
@@ -311,7 +350,7 @@ def _settings_error(exc: pydantic.ValidationError) -> SettingsError:
             and isinstance(raw, str | int | float)
             and not (isinstance(raw, float) and math.isnan(raw))
         ):
-            shown = repr(raw)
+            shown = repr(redact_url(raw) if isinstance(raw, str) and is_postgres_url(raw) else raw)
             message = f"{message} (got {shown[:80]})"
         problems.setdefault(variable or "settings", message)
     first = next(iter(problems))

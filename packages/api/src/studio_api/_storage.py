@@ -23,9 +23,11 @@ class StorageHealth:
     ``problem`` is what ``/api/health`` reports; :meth:`check` re-probes (at most every two
     seconds) by writing the database header on a short-lived connection of its own, so the
     fault clears once the file system is writable again even if no request writes.
+    ``db_path`` is ``None`` on PostgreSQL: there is no file to probe, and a recorded problem
+    clears at the next check (the server's own errors are reported as they come).
     """
 
-    def __init__(self, db_path: Path, *, synchronous: str = "full") -> None:
+    def __init__(self, db_path: Path | None, *, synchronous: str = "full") -> None:
         self.db_path = db_path
         self.synchronous = synchronous
         self.problem: str | None = None
@@ -57,6 +59,8 @@ class StorageHealth:
     async def _probe(self) -> str | None:
         from studio_state import connect
 
+        if self.db_path is None:
+            return None
         if not self.db_path.is_file():  # never create a new, empty database here
             return self.problem
         state = file_system_state(self.db_path)

@@ -1,6 +1,7 @@
 """Where the CLI finds its database, server and settings (the only env reads in the CLI).
 
-Database: ``--db``, else ``LIONAGI_STUDIO_DB``, else ``~/.lionagi/studio/state.db``.
+Database: ``--db``, else ``LIONAGI_STUDIO_DB``, else ``~/.lionagi/studio/state.db``; a SQLite
+file path or a ``postgresql://`` URL (checked as the server checks it).
 Server (for ``trigger``): ``--url``, else ``LIONAGI_STUDIO_URL``, else ``http://127.0.0.1:8765``;
 token from ``LIONAGI_STUDIO_AUTH_TOKEN``. Scheduler settings (timezone, command allow-list, …)
 come from studio-api's ``StudioSettings`` so direct-database commands validate exactly as the
@@ -36,12 +37,15 @@ def default_db_path() -> Path:
     return Path("~/.lionagi/studio/state.db").expanduser()
 
 
-def resolve_db_path(option: str | None, *, existing: bool = False) -> Path:
+def resolve_db_path(option: str | None, *, existing: bool = False) -> Path | str:
     """``--db`` if given, else ``$LIONAGI_STUDIO_DB``, else the default under ``~/.lionagi``.
 
+    A SQLite file is a :class:`Path`; a ``postgresql://`` URL is returned as a string, checked
+    as ``LIONAGI_STUDIO_DB`` is on the server (a bad one is an error naming its source).
     ``existing`` (read commands, and those that change rows that must already exist): a path
     with no database file is refused, instead of creating its directory and an empty database
-    that would then report "nothing here".
+    that would then report "nothing here" (a PostgreSQL database is always there: its tables
+    are created on first use).
     """
     if option:
         text, source = option, "--db"
@@ -49,16 +53,27 @@ def resolve_db_path(option: str | None, *, existing: bool = False) -> Path:
         text, source = os.environ[DB_ENV].strip(), DB_ENV
     else:
         text, source = str(default_db_path()), "the default"
-    if text.lower().startswith(("postgres://", "postgresql://")):
-        raise CliError(
-            f"{source}: must be a SQLite file path: the scheduler does not run on PostgreSQL yet"
-        )
+    if is_postgres(text):
+        from studio_api import SettingsError, StudioSettings
+
+        try:
+            url = StudioSettings.from_env({}, db=text).db
+        except SettingsError as exc:
+            raise CliError(f"{source}: {exc.problems.get(DB_ENV, exc.message)}") from None
+        return str(url)
     path = Path(text).expanduser()
     if path.is_dir():
         raise CliError(f"database path is a directory: {path} (from {source})")
     if existing and not path.is_file():
         raise CliError(f"Studio database not found: {path} (from {source})")
     return path
+
+
+def is_postgres(target: str | Path) -> bool:
+    """Whether ``target`` is a PostgreSQL URL rather than a SQLite file."""
+    return isinstance(target, str) and target.strip().lower().startswith(
+        ("postgresql://", "postgres://")
+    )
 
 
 def synchronous_mode() -> str:
@@ -100,15 +115,19 @@ def auth_token() -> str | None:
     return token or None
 
 
-def scheduler_settings() -> SchedulerSettings:
+def scheduler_settings(db: Path | str | None = None) -> SchedulerSettings:
     """The ``SchedulerSettings`` the server would build from this environment.
 
     Built by studio-api's ``StudioSettings`` (``SettingsError`` naming the variable on a bad
-    value), so the CLI validates schedules exactly as the server does.
+    value), so the CLI validates schedules exactly as the server does. ``db`` (the command's
+    database) overrides ``LIONAGI_STUDIO_DB``: where run logs are depends on it.
     """
     from studio_api import StudioSettings
 
-    settings: SchedulerSettings = StudioSettings().to_scheduler_settings()
+    studio = StudioSettings()
+    if db is not None:
+        studio = studio.with_overrides(db=db)
+    settings: SchedulerSettings = studio.to_scheduler_settings()
     return settings
 
 
@@ -128,7 +147,7 @@ def run_async(factory: Callable[[], Awaitable[T]]) -> T:
 
 @asynccontextmanager
 async def open_db(
-    db_path: Path, *, outbox_only: bool = False
+    db_path: Path | str, *, outbox_only: bool = False
 ) -> AsyncIterator[aiosqlite.Connection]:
     """Open the database and apply every migration the command needs (idempotent).
 
@@ -150,7 +169,9 @@ async def open_db(
 
 
 @asynccontextmanager
-async def open_service(db_path: Path, *, validating: bool = True) -> AsyncIterator[ScheduleService]:
+async def open_service(
+    db_path: Path | str, *, validating: bool = True
+) -> AsyncIterator[ScheduleService]:
     """A ``ScheduleService`` over the database.
 
     ``validating`` commands (create, update, enable, preview) get the server's settings from

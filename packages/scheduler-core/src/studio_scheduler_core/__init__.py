@@ -17,6 +17,7 @@ from ._adhoc.service import AdhocRunService
 from ._adhoc.worker import AdhocWorker
 from ._dbfile import storage_fault
 from ._engine.engine import SchedulerEngine
+from ._engine.leadership import FileLockLeadership, PostgresLeadership
 from ._exceptions import (
     DatabaseUnavailable,
     EngineLocked,
@@ -94,6 +95,7 @@ __all__ = [
     "EVENTS_LOGGER",
     "EngineLocked",
     "FINAL_RUN_STATUSES",
+    "FileLockLeadership",
     "FireRefused",
     "GithubPollSource",
     "InvalidSettings",
@@ -106,6 +108,7 @@ __all__ = [
     "OVERLAY_KEYS",
     "OrphanReaper",
     "OverlapPolicy",
+    "PostgresLeadership",
     "RUN_PAGE_KEY",
     "RUN_STATUSES",
     "Run",

@@ -1,12 +1,14 @@
-"""Seams of the scheduler engine: trigger sources, the threshold gate, worker passes, hooks.
+"""Seams of the scheduler engine: trigger sources, the threshold gate, worker passes, hooks,
+leadership.
 
 The engine's loop never names a trigger type: schedule evaluation looks each due row's
 ``trigger_type`` up in a registry of :class:`TriggerSource` objects (cron and interval are
 built in; github_poll plugs in as another source). Threshold evaluation is the first admission
 gate (:class:`ThresholdGate`, a no-op by default); ad-hoc queued runs are a
-:class:`WorkerPass`; terminal-run notifications are a :class:`RunTerminalHook`. A component
-that holds resources of its own (tasks, HTTP clients) is :class:`Closeable`: the engine closes
-it when it stops.
+:class:`WorkerPass`; terminal-run notifications are a :class:`RunTerminalHook`. Which process
+may evaluate schedules on a database is a :class:`Leadership` (the database file's lock on
+SQLite, an advisory-lock election on PostgreSQL). A component that holds resources of its own
+(tasks, HTTP clients) is :class:`Closeable`: the engine closes it when it stops.
 """
 
 from __future__ import annotations
@@ -126,4 +128,39 @@ class RunTerminalHook(Protocol):
         self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], run: Mapping[str, Any]
     ) -> None:
         """React to the terminal run (e.g. enqueue a dispatch); errors are logged, not raised."""
+        ...
+
+
+@runtime_checkable
+class Leadership(Protocol):
+    """Who evaluates schedules on a database: exactly one engine at a time, the *leader*.
+
+    On SQLite the leader is the one engine holding the database file's lock (taken once, at
+    start, or the start is refused); on PostgreSQL every node is a candidate and a session
+    advisory lock elects one, which another node replaces within ``tick_seconds`` when its
+    connection drops. Only the leader runs the tick's concerns; every node serves its API.
+    """
+
+    @property
+    def node_id(self) -> str:
+        """This engine's node name (``hostname:pid`` unless configured)."""
+        ...
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether the last :meth:`acquire` or :meth:`tick` found this engine leading."""
+        ...
+
+    async def acquire(self) -> None:
+        """Become a candidate, before the database is opened: raises when this engine may not
+        run at all (SQLite: :class:`EngineLocked`, another engine holds the file)."""
+        ...
+
+    async def tick(self) -> bool:
+        """Check or try leadership now (cheap; called at every loop turn); returns
+        :attr:`is_leader`. Never raises for a lost connection: it only stops leading."""
+        ...
+
+    async def release(self) -> None:
+        """Give leadership up at once (engine stop); idempotent."""
         ...

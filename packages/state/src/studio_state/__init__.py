@@ -32,6 +32,7 @@ from ._exceptions import (
 from ._hop import run_sync
 from ._ids import new_id
 from ._migrations import Migration, applied_version, migrate, split_statements
+from ._node import check_node_id, default_node_id
 from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_value
 from ._schema import ENTITY_TYPES, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
@@ -57,8 +58,10 @@ __all__ = [
     "Transition",
     "__version__",
     "applied_version",
+    "check_node_id",
     "check_synchronous",
     "connect",
+    "default_node_id",
     "dict_row_factory",
     "ensure_schema",
     "execute",

@@ -13,44 +13,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import psycopg
 
 from ._exceptions import InvalidSetting
+from ._node import APPLICATION_PREFIX, check_node_id, default_node_id
 
 SCHEDULER_LOCK_KEY: Final = 0x5354_5544_4C45  # "STUDLE": schedule evaluation's leader
 """The advisory lock key of schedule evaluation's leader."""
 
-APPLICATION_PREFIX: Final = "studio:"
-# PostgreSQL keeps 63 bytes of application_name and replaces non-ASCII with '?'.
-_NODE_ID_MAX: Final = 63 - len(APPLICATION_PREFIX)
 # A peer that vanishes without closing its socket (a cut network, a frozen host) is found by
 # the server's TCP keepalives after about idle + interval * count seconds.
 _KEEPALIVE_OPTIONS: Final = (
     "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"
 )
-
-
-def default_node_id() -> str:
-    """``hostname:pid``, shortened to what ``application_name`` can hold."""
-    suffix = f":{os.getpid()}"
-    host = socket.gethostname().encode("ascii", "replace").decode()
-    return host[: _NODE_ID_MAX - len(suffix)] + suffix
-
-
-def check_node_id(node_id: object) -> str:
-    """``node_id`` if it is usable as a node's name, else :class:`InvalidSetting` naming it."""
-    if not isinstance(node_id, str) or not node_id:
-        raise InvalidSetting(f"node_id must be a non-empty string, got {node_id!r}")
-    if len(node_id) > _NODE_ID_MAX or not all(32 <= ord(c) < 127 for c in node_id):
-        raise InvalidSetting(
-            f"node_id must be at most {_NODE_ID_MAX} printable ASCII characters, got {node_id!r}"
-        )
-    return node_id
 
 
 class LeaderElection:

@@ -14,13 +14,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "studio_state.postgres needs psycopg 3: pip install 'studio-state[postgres]'"
     ) from exc
 
-from ._pg_leader import (
-    APPLICATION_PREFIX,
-    SCHEDULER_LOCK_KEY,
-    LeaderElection,
-    check_node_id,
-    default_node_id,
-)
+from ._node import APPLICATION_PREFIX, check_node_id, default_node_id
+from ._pg_leader import SCHEDULER_LOCK_KEY, LeaderElection
 
 __all__ = [
     "APPLICATION_PREFIX",

@@ -80,6 +80,13 @@ class HealthOut(ResponseModel):
 
     status: Literal["ok", "degraded"]
     version: str
+    node_id: str
+    """This node's name (``LIONAGI_STUDIO_NODE_ID``, default ``hostname:pid``)."""
+    leader: bool
+    """Whether this node evaluates schedules now: on SQLite while it holds the database
+    file's lock (always, once started); on PostgreSQL while it holds the leader lock."""
+    backend: Literal["sqlite", "postgresql"]
+    """The database this node runs on."""
     scheduler: SchedulerHealth
     dispatch: DispatchHealth
     database: DatabaseHealth

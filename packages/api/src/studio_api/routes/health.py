@@ -27,8 +27,9 @@ _STALE_SLACK_SECONDS = 60.0
 
 @router.get("/health", response_model=HealthOut)
 async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> HealthOut:
-    """The tick's last run, in-flight fires, due and dispatch backlogs, delivery pause, and the
-    database's durability mode and storage fault.
+    """The tick's last run, in-flight fires, due and dispatch backlogs, delivery pause, the
+    database's durability mode and storage fault, and this node: ``node_id``, ``leader``
+    (whether it evaluates schedules now) and ``backend`` (``sqlite`` or ``postgresql``).
 
     ``status`` is ``degraded`` when the loop is not running, its last tick is older than three
     tick intervals (plus a minute), a concern of the last tick failed (``last_tick_error``),
@@ -66,6 +67,9 @@ async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> 
     return HealthOut(
         status="ok" if healthy else "degraded",
         version=__about__.__version__,
+        node_id=engine.node_id,
+        leader=engine.is_leader,
+        backend=engine.backend,
         scheduler=scheduler,
         dispatch=dispatch,
         database=DatabaseHealth(

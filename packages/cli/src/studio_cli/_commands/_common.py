@@ -27,11 +27,12 @@ def is_final_status(status: object) -> bool:
 
 
 def db_option(func: F) -> F:
-    """``--db PATH`` (default ``$LIONAGI_STUDIO_DB``, else ``~/.lionagi/studio/state.db``)."""
+    """``--db PATH|URL`` (default ``$LIONAGI_STUDIO_DB``, else ``~/.lionagi/studio/state.db``)."""
     return click.option(
         "--db",
-        metavar="PATH",
-        help="SQLite database (default $LIONAGI_STUDIO_DB, else ~/.lionagi/studio/state.db).",
+        metavar="PATH|URL",
+        help="SQLite database file or postgresql:// URL (default $LIONAGI_STUDIO_DB, else "
+        "~/.lionagi/studio/state.db).",
     )(func)
 
 

@@ -184,7 +184,7 @@ def _ending(run: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _follow(db_path: Path, run_id: str, timeout: int | None) -> dict[str, Any]:
+def _follow(db_path: Path | str, run_id: str, timeout: int | None) -> dict[str, Any]:
     async def _get() -> dict[str, Any]:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings
 

@@ -26,17 +26,17 @@ FAILURE_TAIL_BYTES = 2048
 _TERMINAL = frozenset({"completed", "failed", "timed_out", "cancelled", "skipped"})
 
 
-def log_file(db_path: Path, run_id: str) -> str:
+def log_file(db_path: Path | str, run_id: str) -> str:
     """The run's log file under the server's settings (``CliError`` for a malformed id)."""
     from studio_scheduler_core import run_log_path
 
     try:
-        return run_log_path(str(db_path), scheduler_settings(), run_id)
+        return run_log_path(str(db_path), scheduler_settings(db_path), run_id)
     except ValueError:
         raise CliError(f"run not found: {run_id}") from None
 
 
-def _status(db_path: Path, run_id: str) -> dict[str, Any]:
+def _status(db_path: Path | str, run_id: str) -> dict[str, Any]:
     async def _get() -> dict[str, Any]:
         from studio_scheduler_core import read_run_status
 
@@ -72,7 +72,7 @@ def _write(data: bytes) -> None:
     sys.stdout.buffer.flush()
 
 
-def _follow(db_path: Path, run_id: str, path: str, offset: int) -> dict[str, Any]:
+def _follow(db_path: Path | str, run_id: str, path: str, offset: int) -> dict[str, Any]:
     from studio_launcher import RUN_LOG_HEAD_BYTES
 
     bound = scheduler_settings().run_log_bytes
@@ -123,7 +123,7 @@ def logs(run_id: str, follow: bool, tail: int | None, db: str | None) -> None:
         note(f"run {run_id} {run['status']} ({run.get('status_reason_code') or '-'})")
 
 
-def cancel_runs(db_path: Path, run_ids: list[str]) -> list[dict[str, Any]]:
+def cancel_runs(db_path: Path | str, run_ids: list[str]) -> list[dict[str, Any]]:
     """Cancel each run (any kind) on the database; the cancelled rows."""
 
     async def _cancel() -> list[dict[str, Any]]:
@@ -142,7 +142,7 @@ def cancel_runs(db_path: Path, run_ids: list[str]) -> list[dict[str, Any]]:
     return run_async(_cancel)
 
 
-def cancel_runs_strict(db_path: Path, run_id: str) -> tuple[dict[str, Any]]:
+def cancel_runs_strict(db_path: Path | str, run_id: str) -> tuple[dict[str, Any]]:
     """Cancel one run; ``RunNotFound`` / ``RunNotCancellable`` reach the caller."""
 
     async def _cancel() -> tuple[dict[str, Any]]:

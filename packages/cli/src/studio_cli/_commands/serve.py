@@ -12,7 +12,11 @@ from .._context import DB_ENV
 @click.option(
     "--port", type=click.IntRange(0, 65535), help="Port (default $LIONAGI_STUDIO_PORT, else 8765)."
 )
-@click.option("--db", metavar="PATH", help=f"Database (default ${DB_ENV}, else ~/.lionagi/…).")
+@click.option(
+    "--db",
+    metavar="PATH|URL",
+    help=f"SQLite file or postgresql:// URL (default ${DB_ENV}, else ~/.lionagi/…).",
+)
 @click.option("--reload", is_flag=True, help="Restart on code changes (development).")
 def serve(host: str | None, port: int | None, db: str | None, reload: bool) -> None:
     """Run the Studio server (HTTP API and scheduler).

@@ -26,8 +26,10 @@ logger = logging.getLogger("studio_scheduler_core")
 class EngineDatabase:
     """Opens the writer connection and says whether the tick may run."""
 
-    def __init__(self, path: str, storage: StorageHealth) -> None:
+    def __init__(self, path: str, storage: StorageHealth, *, postgres: bool = False) -> None:
         self.path = path
+        self.postgres = postgres
+        """A PostgreSQL URL: no file to probe or to check the identity of."""
         self.storage = storage
         """The storage fault the last write met, shared with every terminal write."""
         self._file = DatabaseFile(path)
@@ -49,8 +51,9 @@ class EngineDatabase:
             raise
         try:
             await ensure_schema(conn)
-            await probe_writable(conn, self.path)
-            self._file.remember()
+            if not self.postgres:
+                await probe_writable(conn, self.path)
+                self._file.remember()
         except BaseException as exc:
             await conn.close()
             if storage_fault(exc):
@@ -62,6 +65,8 @@ class EngineDatabase:
 
     async def refusal(self, conn: aiosqlite.Connection) -> tuple[str, str] | None:
         """Why nothing may tick now, as ``(problem, tick error)``; ``None``: tick."""
+        if self.postgres:
+            return None  # the server owns its files; its errors fail the tick's concerns
         problem = self._file.problem()
         if problem is not None:
             # Writes would go to a file no one can open again.

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiosqlite
 
@@ -22,7 +22,13 @@ from studio_state import Clock
 from .._adhoc.service import AdhocRunService
 from .._adhoc.worker import AdhocWorker
 from .._dbfile import StorageHealth
-from .._exceptions import DatabaseUnavailable, FireRefused, ScheduleNotFound, SchedulerError
+from .._exceptions import (
+    DatabaseUnavailable,
+    FireRefused,
+    InvalidSettings,
+    ScheduleNotFound,
+    SchedulerError,
+)
 from .._fire.occurrence import ScheduleClaim
 from .._fire.pipeline import fire
 from .._github.source import GithubPollSource
@@ -34,13 +40,14 @@ from .._recovery.retention import RetentionReport
 from .._schedules.service import ScheduleService
 from .._schedules.store import load_schedule
 from .._settings import SchedulerSettings
+from .._target import child_db_value, is_postgres, normalise
 from .._triggers.cadence import rearm
 from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
-from ..abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
+from ..abc import Leadership, RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 from .database import EngineDatabase
 from .figures import Figures, run_concerns
-from .lock import EngineLock
+from .leadership import FileLockLeadership, PostgresLeadership
 from .running import Running, build, logged
 from .waker import Waker
 
@@ -54,6 +61,12 @@ class SchedulerEngine:
     runs left by a crashed process, applies missed-fire policies once, then runs the loop.
     Extra :class:`~studio_scheduler_core.abc.TriggerSource` objects (github_poll), a threshold
     gate, a worker pass and a terminal-run hook plug in through the constructor.
+
+    ``db_path`` is a SQLite file or a ``postgresql://`` URL (``settings.run_log_dir`` is then
+    required: there is no file to put ``runs/`` beside). Only the :class:`Leadership` holder
+    (default: the file lock on SQLite, an advisory-lock election named ``node_id`` on
+    PostgreSQL) evaluates schedules, runs ad-hoc work, delivers and reaps; an engine that does
+    not lead keeps its connection for the API and tries to lead at every tick.
     """
 
     def __init__(
@@ -66,8 +79,18 @@ class SchedulerEngine:
         threshold: ThresholdGate | None = None,
         worker: WorkerPass | None = None,
         on_run_terminal: RunTerminalHook | None = None,
+        node_id: str | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
-        self.db_path = str(Path(db_path).expanduser().resolve())
+        self.db_path = normalise(db_path)
+        self.backend: Literal["sqlite", "postgresql"] = (
+            "postgresql" if is_postgres(self.db_path) else "sqlite"
+        )
+        """``sqlite`` or ``postgresql`` (``db_path`` is then a URL)."""
+        if self.backend == "postgresql" and not settings.run_log_dir:
+            raise InvalidSettings(
+                "run_log_dir", "must be set on PostgreSQL (there is no database file beside it)"
+            )
         self.settings = settings
         self.clock = clock
         self.registry = default_registry()
@@ -84,10 +107,20 @@ class SchedulerEngine:
             self._worker.storage = storage  # one health for every terminal write
         self.reaper = OrphanReaper()
         """Terminates the orphans start-up recovery finds, in the background."""
-        self._lock = EngineLock(self.db_path)
-        self._db = EngineDatabase(self.db_path, storage)
+        if leadership is None:
+            leadership = (
+                PostgresLeadership(
+                    self.db_path, node_id=node_id, tick_seconds=settings.tick_seconds
+                )
+                if self.backend == "postgresql"
+                else FileLockLeadership(self.db_path, node_id=node_id)
+            )
+        self.leadership = leadership
+        """Whether this engine leads (see :class:`~studio_scheduler_core.abc.Leadership`)."""
+        self._db = EngineDatabase(self.db_path, storage, postgres=self.backend == "postgresql")
         self._waker = Waker(clock)
         self._run: Running | None = None
+        self._leading = False
         self._figures = Figures()
 
     # -- properties -------------------------------------------------------------------------
@@ -130,11 +163,11 @@ class SchedulerEngine:
         if self._run is not None:
             return
         try:
-            self._lock.acquire()
+            await self.leadership.acquire()
         except PermissionError as exc:  # a read-only directory
             raise DatabaseUnavailable(self.db_path, f"{exc.strerror}: {exc.filename}") from exc
         stack = AsyncExitStack()
-        stack.callback(self._lock.release)
+        stack.push_async_callback(logged("leadership", self.leadership.release))
         try:
             conn = await self._db.open()
             stack.push_async_callback(logged("the database connection", conn.close))
@@ -153,10 +186,9 @@ class SchedulerEngine:
                 wake=self.wake,
                 now=now,
             )
-            await rearm(conn, now=now, timezone=self.settings.timezone)
-            recovered = await reconcile_startup(conn, now=now, reaper=self.reaper)
-            missed = await run.evaluator.missed_fires(now)
-            recovery_event(recovered, self.reaper, missed)
+            self._leading = False
+            if await self.leadership.tick():
+                await self._take_over(run, now, startup=True)
             await self._waker.open(conn)
             # Closed in reverse: loop, delivery, worker, trigger sources, fires, orphans, conn.
             stack.push_async_callback(run.runner.cancel_all)
@@ -183,6 +215,45 @@ class SchedulerEngine:
             await run.stack.aclose()
         finally:
             self._run = None
+
+    async def _take_over(self, run: Running, now: float, *, startup: bool = False) -> None:
+        """This engine starts leading: re-arm cron cadence, reconcile runs a previous process
+        (SQLite) or a previous leader (PostgreSQL: ``run.failed.node_lost``) left running,
+        and, when it leads from its start, apply missed-fire policies once.
+
+        A takeover later in the process's life (another node's leader session ended) applies
+        no missed-fire policy: the service did not stop, so the rows due meanwhile are late,
+        not missed, and the next evaluation fires them (interval slots coalesced as ever).
+        """
+        conn = run.conn
+        postgres = self.backend == "postgresql"
+        await rearm(conn, now=now, timezone=self.settings.timezone)
+        recovered = await reconcile_startup(
+            conn,
+            now=now,
+            reaper=self.reaper,
+            db_path=child_db_value(self.db_path) if postgres else None,
+            node_lost=postgres,
+            owned_runs=set(run.env.committed) | set(run.env.live),
+            owned_invocations={p.invocation_id for p in run.env.committed.values()},
+        )
+        missed = await run.evaluator.missed_fires(now) if startup else {}
+        recovery_event(recovered, self.reaper, missed)
+        self._leading = True
+        if postgres:
+            logger.info("studio node %s leads schedule evaluation", self.leadership.node_id)
+
+    async def _lead(self, run: Running, now: float) -> bool:
+        """Whether this engine leads this tick (taking over first when it just became leader)."""
+        leading = await self.leadership.tick()
+        if leading and not self._leading:
+            await self._take_over(run, now)
+        elif not leading and self._leading:
+            self._leading = False
+            logger.warning(
+                "studio node %s no longer leads schedule evaluation", self.leadership.node_id
+            )
+        return leading
 
     @staticmethod
     async def _cancel_loop(task: asyncio.Task[None]) -> None:
@@ -225,6 +296,8 @@ class SchedulerEngine:
     async def _next_wake(self, started: float) -> float:
         run = self._started()
         now = self.clock()
+        if not self._leading:  # a follower tries to lead again in one tick
+            return started + self.settings.tick_seconds
         if run.evaluator.more:
             return now
         target = await run.evaluator.next_due(now, started + self.settings.tick_seconds)
@@ -245,6 +318,9 @@ class SchedulerEngine:
         if refusal is not None:
             self._figures.ticked(now, refusal[1])
             return {"database": refusal[0]}
+        if not await self._lead(run, now):
+            self._figures.ticked(now, None)  # a follower: serves the API, waits to lead
+            return {"leader": False}
         report, errors = await run_concerns(
             (
                 ("reapers", run.reapers.reap),
@@ -294,12 +370,29 @@ class SchedulerEngine:
     def health(self) -> dict[str, Any]:
         """Liveness and backlog figures (cheap: no database access).
 
+        Also ``node_id``, ``leader`` (see :attr:`is_leader`) and ``backend``.
         ``status`` is ``degraded`` while the loop is not running, the last tick had an error,
         or ``database_error`` names a problem: the database file was deleted or replaced, or
         a storage fault ("disk full", "read-only …", "disk I/O error" …) met by the tick or a
         terminal write, cleared once a write succeeds again.
         """
-        return self._figures.health(self._run, problem=self._db.problem, settings=self.settings)
+        return {
+            **self._figures.health(self._run, problem=self._db.problem, settings=self.settings),
+            "node_id": self.node_id,
+            "leader": self.is_leader,
+            "backend": self.backend,
+        }
+
+    @property
+    def node_id(self) -> str:
+        """This engine's node name (``hostname:pid`` unless configured)."""
+        return self.leadership.node_id
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this started engine leads schedule evaluation now (on SQLite: while it
+        holds the database file's lock, i.e. whenever it is started)."""
+        return self._run is not None and self._leading and self.leadership.is_leader
 
     @property
     def last_retention(self) -> RetentionReport | None:

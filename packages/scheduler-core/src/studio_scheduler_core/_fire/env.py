@@ -15,6 +15,7 @@ from studio_state import Clock
 
 from .._dbfile import StorageHealth
 from .._settings import SchedulerSettings
+from .._target import child_db_value
 from .grouped import WriteGroup
 
 
@@ -48,7 +49,7 @@ class FireEnv:
         base = self.settings.child_env
         env = dict(os.environ if base is None else base)
         env["LIONAGI_INVOCATION_ID"] = invocation_id
-        env["LIONAGI_STUDIO_DB"] = self.db_path
+        env["LIONAGI_STUDIO_DB"] = child_db_value(self.db_path)
         return env
 
 

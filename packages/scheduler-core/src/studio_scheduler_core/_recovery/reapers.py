@@ -12,7 +12,9 @@ from typing import Any
 
 import aiosqlite
 
+from .._runlog import run_log_dir
 from .._settings import SchedulerSettings
+from .._target import is_postgres
 from .reconcile import reap_stale
 from .retention import RetentionReport, retention_pass
 from .store import checkpoint
@@ -55,12 +57,15 @@ class Reapers:
             self._conn,
             now=now,
             retention_days=self._settings.retention_days,
-            runs_dir=Path(self._db_path).parent / "runs",
+            runs_dir=Path(run_log_dir(self._db_path, self._settings)),
         )
         return reaped
 
     async def checkpoint(self, now: float) -> dict[str, Any] | None:
-        """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet)."""
+        """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet, or a
+        PostgreSQL database, which has no WAL file of Studio's to truncate)."""
+        if is_postgres(self._db_path):
+            return None
         if now - self._last_checkpoint < self._settings.checkpoint_interval_seconds:
             return None
         self._last_checkpoint = now

@@ -33,6 +33,9 @@ from .orphans import OrphanReaper
 logger = logging.getLogger("studio_scheduler_core")
 
 DAEMON_RESTART = "run.failed.daemon_restart"
+NODE_LOST = "run.failed.node_lost"
+"""On PostgreSQL: a run fired by a node that stopped leading (its session, and with it the
+leader lock, is gone) is failed by the node that takes over; never re-fired."""
 DEADLINE = "run.timed_out.deadline"
 STALE_GRACE_SECONDS = 60.0
 """Past a run's own ``timeout_sec``, how long the reaper still leaves it to the launcher's
@@ -141,8 +144,16 @@ async def reconcile_startup(
     now: float,
     db_path: str | None = None,
     reaper: OrphanReaper | None = None,
+    node_lost: bool = False,
+    owned_runs: Collection[str] = (),
+    owned_invocations: Collection[str] = (),
 ) -> int:
     """Fail every scheduled run left ``running`` by a previous process; return how many.
+
+    ``node_lost`` (PostgreSQL, a node taking leadership over): the runs were fired by a leader
+    whose session ended; they become ``failed`` with ``run.failed.node_lost`` instead of
+    ``run.failed.daemon_restart``. ``owned_runs`` and ``owned_invocations`` (this engine's own,
+    in flight) are left alone.
 
     Every live orphan is terminated: the recorded ``(child_pid, child_started_at)`` groups and
     every process still carrying one of those invocations' ids in its environment (a child
@@ -151,7 +162,8 @@ async def reconcile_startup(
     ``reaper`` that happens in the background and this returns without waiting.
     Must only run while this engine holds the lock (no other engine can own those runs).
     """
-    runs = await store.unleased_running_runs(conn)
+    owned = set(owned_runs)
+    runs = [r for r in await store.unleased_running_runs(conn) if r["id"] not in owned]
     pids: set[int] = set()
     for run in runs:
         if _alive(run):
@@ -162,19 +174,25 @@ async def reconcile_startup(
     orphans = await store.unleased_running_invocations(conn)
     invocation_ids = {r["invocation_id"] for r in runs if r["invocation_id"]}
     invocation_ids.update(o["id"] for o in orphans)
+    invocation_ids -= set(owned_invocations)
     if not runs and not invocation_ids:
         return 0
     found = await find_orphans(conn, invocation_ids, db_path=db_path)
     pids.update(pid for group in found.values() for pid in group)
     await terminate_orphans(pids, reaper)
+    summary = (
+        "the node running this run stopped leading (its database session ended); it is not re-fired"
+        if node_lost
+        else "the scheduler restarted while this run was in flight; it is not re-fired"
+    )
     return await _terminalize(
         conn,
         runs,
         sorted(invocation_ids),
         status="failed",
-        reason_code=DAEMON_RESTART,
-        summary="the scheduler restarted while this run was in flight; it is not re-fired",
-        actor="scheduler_startup_reconciliation",
+        reason_code=NODE_LOST if node_lost else DAEMON_RESTART,
+        summary=summary,
+        actor="scheduler_leader_takeover" if node_lost else "scheduler_startup_reconciliation",
         now=now,
     )
 

@@ -1,0 +1,137 @@
+"""Leadership: only the engine that leads evaluates schedules; taking over reconciles what a
+previous leader left running, never this engine's own runs."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from studio_scheduler_core import FileLockLeadership, SchedulerEngine, SchedulerSettings
+from studio_scheduler_core.abc import Leadership
+from studio_state import fetch_all
+
+
+class Baton:
+    """A leadership handed over by the test (the seam's contract, without a database lock)."""
+
+    def __init__(self, node_id: str, *, leading: bool) -> None:
+        self._node_id = node_id
+        self.leading = leading
+        self.released = False
+
+    @property
+    def node_id(self) -> str:
+        return self._node_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leading
+
+    async def acquire(self) -> None:
+        self.released = False
+
+    async def tick(self) -> bool:
+        return self.leading
+
+    async def release(self) -> None:
+        self.released = True
+        self.leading = False
+
+
+async def _runs(conn: Any, schedule_id: str) -> list[dict[str, Any]]:
+    return await fetch_all(
+        conn,
+        "SELECT id, status, status_reason_code FROM schedule_runs WHERE schedule_id = ? "
+        "ORDER BY fired_at",
+        (schedule_id,),
+    )
+
+
+def test_the_implementations_follow_the_seam(db_path: Path) -> None:
+    assert isinstance(FileLockLeadership(db_path), Leadership)
+    assert isinstance(Baton("n", leading=True), Leadership)
+
+
+async def test_on_sqlite_the_started_engine_leads_while_it_holds_the_lock(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(clock=clock)
+    health = engine.health()
+    assert (health["leader"], health["backend"]) == (True, "sqlite")
+    assert health["node_id"] == f"{socket.gethostname()}:{os.getpid()}"
+    assert isinstance(engine.leadership, FileLockLeadership)
+    await engine.stop()
+    assert engine.health()["leader"] is False and not engine.leadership.is_leader
+
+
+async def test_a_follower_evaluates_nothing_until_it_leads(
+    db_path: Path, settings: SchedulerSettings, clock: Any, h: Any
+) -> None:
+    baton = Baton("node-b", leading=False)
+    engine = SchedulerEngine(db_path, settings=settings, clock=clock, leadership=baton)
+    await engine.start(loop=False)
+    try:
+        created = await engine.service.create(h.command_schedule(h.blocker, "/nonexistent"))
+        clock.advance(61)
+        assert await engine.tick_once() == {"leader": False}
+        assert await _runs(engine.conn, created["id"]) == []
+        health = engine.health()
+        assert (health["leader"], health["node_id"]) == (False, "node-b")
+        assert health["last_tick_at"] == clock(), "a follower's tick is alive"
+
+        baton.leading = True
+        report = await engine.tick_once()
+        assert "schedules" in report and engine.health()["leader"] is True
+        (run,) = await _runs(engine.conn, created["id"])
+        assert run["status"] == "running"
+    finally:
+        await engine.stop()
+    assert baton.released
+
+
+async def test_taking_over_reconciles_others_runs_but_never_its_own(
+    db_path: Path, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
+) -> None:
+    flag = tmp_path / "release"
+    batons = [Baton("a", leading=True), Baton("b", leading=False)]
+    a, b = (
+        SchedulerEngine(db_path, settings=settings, clock=clock, leadership=baton)
+        for baton in batons
+    )
+    await a.start(loop=False)
+    await b.start(loop=False)
+    try:
+        theirs = await a.service.create(h.command_schedule(h.blocker, str(flag), name="a"))
+        clock.advance(61)
+        await a.tick_once()
+        (left,) = await _runs(a.conn, theirs["id"])
+        assert left["status"] == "running"
+
+        # a stops leading (still alive); b takes over and owns nothing of a's
+        batons[0].leading, batons[1].leading = False, True
+        assert await a.tick_once() == {"leader": False}
+        mine = await b.service.create(h.command_schedule(h.blocker, str(flag), name="b"))
+        await b.tick_once()
+        (lost,) = await _runs(b.conn, theirs["id"])
+        assert (lost["status"], lost["status_reason_code"]) == (
+            "failed",
+            "run.failed.daemon_restart",
+        )
+        clock.advance(61)
+        await b.tick_once()
+        (own,) = await _runs(b.conn, mine["id"])
+        assert own["status"] == "running"
+
+        batons[1].leading = False
+        await b.tick_once()
+        batons[1].leading = True
+        await b.tick_once()  # leads again: takes over, and its own run is left alone
+        (still,) = await _runs(b.conn, mine["id"])
+        assert still["status"] == "running"
+    finally:
+        flag.touch()
+        for engine in (a, b):
+            await engine.wait_idle()
+            await engine.stop()
