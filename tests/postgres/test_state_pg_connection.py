@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiosqlite
+import psycopg
 import pytest
 
 import studio_state
@@ -340,3 +342,17 @@ async def test_cancelled_write_transaction_leaves_no_open_transaction(
     async with write_transaction(conn):
         await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("b", "new"))
     assert await fetch_all(conn, "SELECT id FROM items") == [{"id": "b"}]
+
+
+async def test_the_pragma_answers_need_no_superuser(pg_dsn: str) -> None:
+    role = f"studio_app_{secrets.token_hex(4)}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as admin:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            async with connect(pg_dsn.replace("postgres@", f"{role}@", 1)) as opened:
+                assert isinstance(await fetch_value(opened, "PRAGMA data_version"), int)
+                await opened.execute("PRAGMA query_only = 1")
+                assert await fetch_value(opened, "PRAGMA query_only") == 1
+                assert await fetch_value(opened, "SELECT current_user") == role
+        finally:
+            await admin.execute(f"DROP ROLE {role}")
