@@ -356,3 +356,20 @@ async def test_the_pragma_answers_need_no_superuser(pg_dsn: str) -> None:
                 assert await fetch_value(opened, "SELECT current_user") == role
         finally:
             await admin.execute(f"DROP ROLE {role}")
+
+
+async def test_row_factories_per_connection_and_per_cursor(conn: aiosqlite.Connection) -> None:
+    await conn.execute("INSERT INTO items (id, status, n) VALUES (?, ?, ?)", ("a", "new", 3))
+    async with conn.execute("SELECT id, n FROM items") as cursor:
+        cursor.row_factory = None  # as the outbox's driver does on any connection
+        assert await cursor.fetchall() == [("a", 3)]
+
+    def custom(db: sqlite3.Connection) -> list[Any]:
+        db.row_factory = lambda cursor, row: (cursor.description[0][0], *row)
+        try:
+            return list(db.execute("SELECT id, n FROM items"))
+        finally:
+            db.row_factory = studio_state.dict_row_factory
+
+    assert await run_sync(conn, custom) == [("id", "a", 3)]
+    assert await fetch_all(conn, "SELECT id FROM items") == [{"id": "a"}]

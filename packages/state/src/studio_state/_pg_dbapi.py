@@ -112,12 +112,15 @@ class PostgresCursor:
 
     def __init__(self, connection: PostgresConnection) -> None:
         self._connection = connection
-        self._rows: list[Any] = []
+        self._rows: list[tuple[Any, ...]] = []
+        self._names: list[str] = []
         self._position = 0
         self._description: Description | None = None
         self.rowcount = -1
         self.arraysize = 1
         self.lastrowid = None
+        self.row_factory: RowFactory = connection.row_factory
+        """As sqlite3: the connection's at creation; may be changed before fetching."""
 
     @property
     def connection(self) -> PostgresConnection:
@@ -141,9 +144,20 @@ class PostgresCursor:
 
     def _set(self, names: Sequence[str] | None, rows: list[Any], rowcount: int) -> None:
         self._description = None if names is None else _description(names)
+        self._names = [] if names is None else list(names)
         self._rows = rows
         self._position = 0
         self.rowcount = rowcount
+
+    def _shape(self, rows: list[tuple[Any, ...]]) -> list[Any]:
+        """Rows as the row factory makes them (``dict`` for Studio's, else its own call)."""
+        factory = self.row_factory
+        if factory is None:
+            return rows
+        if factory is dict_row_factory:
+            names = self._names
+            return [dict(zip(names, row, strict=True)) for row in rows]
+        return [factory(self, row) for row in rows]
 
     def fetchone(self) -> Any:
         """The next row, or ``None``."""
@@ -151,20 +165,20 @@ class PostgresCursor:
             return None
         row = self._rows[self._position]
         self._position += 1
-        return row
+        return self._shape([row])[0]
 
     def fetchmany(self, size: int | None = None) -> list[Any]:
         """Up to ``size`` (default ``arraysize``) next rows."""
         count = self.arraysize if size is None else size
         rows = self._rows[self._position : self._position + count]
         self._position += len(rows)
-        return rows
+        return self._shape(rows)
 
     def fetchall(self) -> list[Any]:
         """Every remaining row."""
         rows = self._rows[self._position :]
         self._position = len(self._rows)
-        return rows
+        return self._shape(rows)
 
     def close(self) -> None:
         """Drop the rows (the results were already read from the server)."""
@@ -172,8 +186,8 @@ class PostgresCursor:
         self._position = 0
 
     def __iter__(self) -> Iterator[Any]:
-        while (row := self.fetchone()) is not None:
-            yield row
+        while self._position < len(self._rows):
+            yield self.fetchone()
 
 
 class PostgresConnection:
@@ -271,7 +285,6 @@ class PostgresConnection:
             if statement is not None:
                 columns, answered = answer(self._pragmas, statement[0], statement[1], self._value)
                 cursor._set(columns or None, answered, -1)
-                self._apply_factory(cursor)
                 return
             ending = end_statement(sql)
             if ending is not None:
@@ -290,7 +303,8 @@ class PostgresConnection:
                     pg.executemany(to_psycopg(sql, isinstance(batches[0], Mapping)), batches)
                 else:
                     pg.execute(*_query(sql, params))
-                names = None if pg.description is None else [c.name for c in pg.description]
+                described = pg.description
+                names = None if described is None else [c.name for c in described]
                 rows = pg.fetchall() if names is not None else []
                 rowcount = pg.rowcount
                 changed = (pg.statusmessage or "").startswith(_CHANGES)
@@ -301,18 +315,6 @@ class PostgresConnection:
         if changed:
             self._changes += max(rowcount, 0)
         cursor._set(names, rows, rowcount)
-        self._apply_factory(cursor)
-
-    def _apply_factory(self, cursor: PostgresCursor) -> None:
-        """Turn the cursor's tuples into the row factory's rows (``dict`` for Studio's)."""
-        factory = self.row_factory
-        if factory is None or cursor._description is None:
-            return
-        if factory is dict_row_factory:
-            names = [column[0] for column in cursor._description]
-            cursor._rows = [dict(zip(names, row, strict=True)) for row in cursor._rows]
-        else:
-            cursor._rows = [factory(cursor, row) for row in cursor._rows]
 
     def _value(self, sql: str) -> Any:
         try:
