@@ -373,3 +373,15 @@ async def test_row_factories_per_connection_and_per_cursor(conn: aiosqlite.Conne
 
     assert await run_sync(conn, custom) == [("id", "a", 3)]
     assert await fetch_all(conn, "SELECT id FROM items") == [{"id": "a"}]
+
+
+async def test_timeouts_and_keepalives_default_unless_the_url_sets_them(pg_dsn: str) -> None:
+    db = studio_state.connect_sync(pg_dsn + "?connect_timeout=3")
+    try:
+        options = db.raw.info.get_parameters()  # type: ignore[attr-defined]
+        assert options["connect_timeout"] == "3"
+        assert options["keepalives_idle"] == "10"
+        assert options["keepalives_count"] == "3"
+        assert db.execute("SELECT 1 AS one").rowcount == -1  # as sqlite3 for a query
+    finally:
+        db.close()

@@ -46,6 +46,17 @@ RowFactory = Callable[[Any, tuple[Any, ...]], Any] | None
 _IN_TRANSACTION: Final = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 _KEY_COLUMNS: Final = re.compile(r"Key \((.+?)\)=")
 _CHANGES: Final = ("INSERT", "UPDATE", "DELETE", "MERGE")
+# Unless the URL says otherwise: give up connecting after 10 s, and notice a server that
+# vanished without closing the socket (a cut network, a dead host) after about 25 s of
+# silence instead of the operating system's two hours, so the statement waiting on it fails
+# with an operational error rather than hanging the connection's thread.
+_DEFAULTS: Final = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
 
 
 def _sqlite_shape(exc: psycopg.Error) -> str:
@@ -314,7 +325,8 @@ class PostgresConnection:
             self._status()
         if changed:
             self._changes += max(rowcount, 0)
-        cursor._set(names, rows, rowcount)
+        # As sqlite3: rowcount counts the rows a change touched; -1 for anything else.
+        cursor._set(names, rows, rowcount if changed else -1)
 
     def _value(self, sql: str) -> Any:
         try:
@@ -327,8 +339,9 @@ class PostgresConnection:
         return None if row is None else row[0]
 
 
-def _check_url(url: str) -> None:
-    """Refuse a URL libpq cannot parse (or whose port is not a number) before connecting."""
+def _check_url(url: str) -> dict[str, Any]:
+    """The URL's options; a URL libpq cannot parse (or whose port is not a number) is refused
+    before connecting."""
     try:
         options = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
@@ -336,14 +349,16 @@ def _check_url(url: str) -> None:
     port = str(options.get("port") or "")
     if port and not all(part.strip().isdigit() for part in port.split(",")):
         raise InvalidSetting(f"invalid PostgreSQL URL {redact(url)}: port {port!r} is not a number")
+    return options
 
 
 def connect_postgres(
     url: str, *, synchronous: int = 2, application_name: str | None = None
 ) -> PostgresConnection:
     """Open ``url`` (autocommit) as a :class:`PostgresConnection` with ``dict`` rows."""
-    _check_url(url)
+    given = _check_url(url)
     kwargs: dict[str, Any] = {"autocommit": True}
+    kwargs.update({key: value for key, value in _DEFAULTS.items() if key not in given})
     if application_name is not None:
         kwargs["application_name"] = application_name
     try:
