@@ -385,3 +385,9 @@ async def test_timeouts_and_keepalives_default_unless_the_url_sets_them(pg_dsn: 
         assert db.execute("SELECT 1 AS one").rowcount == -1  # as sqlite3 for a query
     finally:
         db.close()
+
+
+async def test_db_rows_reads_a_url_too(conn: aiosqlite.Connection, pg_dsn: str) -> None:
+    await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("a", "new"))
+    rows = studio_state.testing.db_rows(pg_dsn, "SELECT id, status FROM items WHERE id = ?", ["a"])
+    assert rows == [{"id": "a", "status": "new"}]
