@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from typing import Any
 
@@ -83,3 +84,45 @@ async def test_guarded_transitions_write_their_audit_rows(pg_dsn: str) -> None:
             {"previous_status": "queued", "status": "running", "created_at": 1.0},
             {"previous_status": "running", "status": "succeeded", "created_at": 2.0},
         ]
+
+
+async def test_racing_guarded_claims_on_separate_connections_let_exactly_one_win(
+    pg_dsn: str,
+) -> None:
+    async with connect(pg_dsn) as setup:
+        await studio_state.ensure_schema(setup)
+        await setup.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, status TEXT NOT NULL)")
+        await setup.executemany(
+            "INSERT INTO jobs (id, status) VALUES (?, 'queued')", [(f"j{i}",) for i in range(20)]
+        )
+
+    def claim(job: str) -> Any:
+        def fn(db: sqlite3.Connection) -> bool:
+            return transition_sync(
+                db,
+                table="jobs",
+                entity_type="schedule_run",
+                entity_id=job,
+                from_statuses=["queued"],
+                to_status="running",
+                reason_code="run.claimed",
+                now=1.0,
+                touch_updated_at=False,
+            )
+
+        return fn
+
+    async def node() -> list[str]:
+        won: list[str] = []
+        async with connect(pg_dsn) as conn:
+            for i in range(20):
+                if await studio_state.run_write_transaction(conn, claim(f"j{i}")):
+                    won.append(f"j{i}")
+        return won
+
+    results = await asyncio.gather(*(node() for _ in range(4)))
+    claimed = sorted(job for won in results for job in won)
+    assert claimed == sorted(f"j{i}" for i in range(20))  # each exactly once
+    async with connect(pg_dsn) as check:
+        audit = await fetch_all(check, "SELECT count(*) AS n FROM status_transitions")
+    assert audit == [{"n": 20}]
