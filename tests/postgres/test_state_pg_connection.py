@@ -151,6 +151,10 @@ async def test_unique_violation_is_a_sqlite_integrity_error_shaped_like_sqlites(
     assert caught.value.sqlstate == "23505"
     assert str(caught.value).startswith("UNIQUE constraint failed: items.id")
     assert "duplicate key" in str(caught.value)
+    await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("secret-value", "new"))
+    with pytest.raises(sqlite3.IntegrityError) as quoted:
+        await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("secret-value", "x"))
+    assert "secret-value" not in str(quoted.value)  # as SQLite: no values in the message
     assert caught.value.__cause__ is not None
     with pytest.raises(sqlite3.IntegrityError, match="NOT NULL constraint failed: items.status"):
         await conn.execute("INSERT INTO items (id) VALUES (?)", ("b",))

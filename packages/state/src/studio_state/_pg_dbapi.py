@@ -82,7 +82,10 @@ def map_error(exc: psycopg.Error) -> PostgresError:
     text = str(exc).strip() or type(exc).__name__
     state = exc.sqlstate
     if state is not None and state.startswith("23"):
-        return PostgresIntegrityError(f"{_sqlite_shape(exc)} ({text})", state)
+        # PostgreSQL's primary message only: its DETAIL quotes the offending values (a token,
+        # a name), which SQLite's message never holds; they stay on the psycopg ``__cause__``.
+        primary = exc.diag.message_primary or text
+        return PostgresIntegrityError(f"{_sqlite_shape(exc)} ({primary})", state)
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or (
         state is not None and state[:2] in OPERATIONAL_CLASSES
     ):
