@@ -395,3 +395,19 @@ async def test_db_rows_reads_a_url_too(conn: aiosqlite.Connection, pg_dsn: str) 
     await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("a", "new"))
     rows = studio_state.testing.db_rows(pg_dsn, "SELECT id, status FROM items WHERE id = ?", ["a"])
     assert rows == [{"id": "a", "status": "new"}]
+
+
+async def test_executescript_and_interrupt(conn: aiosqlite.Connection) -> None:
+    await conn.executescript(
+        "INSERT INTO items (id, status) VALUES ('a', 'new'); "
+        "INSERT INTO items (id, status) VALUES ('b', 'new');"
+    )
+    assert await fetch_value(conn, "SELECT count(*) FROM items") == 2
+    slow = asyncio.create_task(conn.execute("SELECT pg_sleep(30)"))
+    for _ in range(100):  # until the statement has started and been cancelled (20 s bound)
+        await conn.interrupt()
+        done, _pending = await asyncio.wait({slow}, timeout=0.2)
+        if done:
+            break
+    with pytest.raises(sqlite3.OperationalError, match="cancel"):
+        await slow

@@ -156,6 +156,10 @@ class PostgresCursor:
         self._connection._run(self, sql, seq_of_parameters, many=True)
         return self
 
+    def executescript(self, sql_script: str) -> PostgresCursor:
+        """Run a script of several statements (sent as written, no parameters)."""
+        return self.execute(sql_script, None)
+
     def _set(self, names: Sequence[str] | None, rows: list[Any], rowcount: int) -> None:
         self._description = None if names is None else _description(names)
         self._names = [] if names is None else list(names)
@@ -243,6 +247,14 @@ class PostgresConnection:
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> PostgresCursor:
         """Run ``sql`` once per parameter set, on a new cursor."""
         return self.cursor().executemany(sql, seq_of_parameters)
+
+    def executescript(self, sql_script: str) -> PostgresCursor:
+        """Run a script of several statements (sent as written, no parameters)."""
+        return self.cursor().execute(sql_script, None)
+
+    def interrupt(self) -> None:
+        """Ask the server to cancel the statement running now (callable from any thread)."""
+        self.raw.cancel_safe()
 
     def commit(self) -> None:
         """Commit the open transaction (nothing when none is open).
