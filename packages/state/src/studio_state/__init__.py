@@ -1,6 +1,7 @@
 """studio-state: the shared SQLite kernel of Studio.
 
-Connections with Studio's PRAGMAs, a per-package migration runner, the ``status_transitions``
+Connections (a SQLite file with Studio's PRAGMAs, or a PostgreSQL URL behind the same
+``aiosqlite.Connection`` interface), a per-package migration runner, the ``status_transitions``
 audit table with a guarded transition helper, write transactions that join a caller's open
 transaction (also as one trip to the connection's thread: ``run_write_transaction``), an
 injectable clock and 12-hex ids.
@@ -9,6 +10,7 @@ injectable clock and 12-hex ids.
 from __future__ import annotations
 
 from .__about__ import __version__
+from ._backend import Backend, backend_of, is_postgres
 from ._clock import Clock, ManualClock, system_clock
 from ._complete import run_to_completion
 from ._connection import (
@@ -17,6 +19,7 @@ from ._connection import (
     SYNCHRONOUS_MODES,
     check_synchronous,
     connect,
+    connect_sync,
     dict_row_factory,
     open_connection,
 )
@@ -31,16 +34,24 @@ from ._exceptions import (
 )
 from ._hop import run_sync
 from ._ids import new_id
-from ._migrations import Migration, applied_version, migrate, split_statements
+from ._migrations import (
+    POSTGRES_MIGRATION_LOCK,
+    Migration,
+    applied_version,
+    migrate,
+    split_statements,
+)
 from ._node import check_node_id, default_node_id
+from ._pg_errors import PostgresError, PostgresIntegrityError, PostgresOperationalError
 from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_value
-from ._schema import ENTITY_TYPES, ensure_schema
+from ._schema import ENTITY_TYPES, STATE_MIGRATIONS, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
 from ._transitions import Transition, record_transition, record_transitions, transition
 from ._transitions_sync import record_transition_sync, record_transitions_sync, transition_sync
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "Backend",
     "Clock",
     "ConnectionClosed",
     "DEFAULT_SYNCHRONOUS",
@@ -50,7 +61,12 @@ __all__ = [
     "ManualClock",
     "Migration",
     "MigrationError",
+    "POSTGRES_MIGRATION_LOCK",
+    "PostgresError",
+    "PostgresIntegrityError",
+    "PostgresOperationalError",
     "Row",
+    "STATE_MIGRATIONS",
     "SYNCHRONOUS_MODES",
     "SchemaTooNew",
     "StateError",
@@ -58,9 +74,11 @@ __all__ = [
     "Transition",
     "__version__",
     "applied_version",
+    "backend_of",
     "check_node_id",
     "check_synchronous",
     "connect",
+    "connect_sync",
     "default_node_id",
     "dict_row_factory",
     "ensure_schema",
@@ -70,6 +88,7 @@ __all__ = [
     "fetch_one",
     "fetch_value",
     "in_owned_transaction",
+    "is_postgres",
     "migrate",
     "new_id",
     "open_connection",
