@@ -93,7 +93,8 @@ async def due_schedule(
     """The full raw row, if still enabled and due at the ``next_fire_at`` the scan read."""
     return await fetch_one(
         conn,
-        "SELECT * FROM schedules WHERE id = ? AND enabled = 1 AND next_fire_at IS NOT DISTINCT FROM ?",
+        "SELECT * FROM schedules WHERE id = ? AND enabled = 1 "
+        "AND next_fire_at IS NOT DISTINCT FROM ?",
         (schedule_id, next_fire_at),
     )
 
