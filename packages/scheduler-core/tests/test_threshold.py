@@ -232,7 +232,15 @@ async def test_metric_queries_use_indexes(conn, name):
         sql = f"SELECT COUNT(*) {sql}"
     plan = await fetch_all(conn, f"EXPLAIN QUERY PLAN {sql}", [0] * sql.count("?"))
     details = [row["detail"] for row in plan]
-    tables = [d for d in details if d.startswith(("SCAN", "SEARCH")) and "(subquery" not in d]
+    # A subquery (named by its alias) is read as a co-routine: scanning it reads no table.
+    subqueries = {d.removeprefix("CO-ROUTINE ") for d in details if d.startswith("CO-ROUTINE ")}
+    tables = [
+        d
+        for d in details
+        if d.startswith(("SCAN", "SEARCH"))
+        and "(subquery" not in d
+        and d.split(" ", 1)[1] not in subqueries
+    ]
     assert tables, details
     assert all("USING" in d for d in tables), details
 

@@ -27,7 +27,7 @@ _WEBHOOK_DUE = (
     "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%') "
     "UNION ALL SELECT min(expires_at) FROM dispatch_outbox "
     "WHERE status = 'pending' AND expires_at IS NOT NULL "
-    "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%'))"
+    "AND (deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%')) AS due_times"
 )
 
 
@@ -93,7 +93,8 @@ async def due_schedule(
     """The full raw row, if still enabled and due at the ``next_fire_at`` the scan read."""
     return await fetch_one(
         conn,
-        "SELECT * FROM schedules WHERE id = ? AND enabled = 1 AND next_fire_at IS ?",
+        "SELECT * FROM schedules WHERE id = ? AND enabled = 1 "
+        "AND next_fire_at IS NOT DISTINCT FROM ?",
         (schedule_id, next_fire_at),
     )
 

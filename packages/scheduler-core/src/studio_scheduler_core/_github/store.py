@@ -88,7 +88,8 @@ async def quiet(
         await execute(
             conn,
             "UPDATE schedules SET github_cursor = ?, github_etag = ?, updated_at = ? "
-            "WHERE id = ? AND enabled = 1 AND next_fire_at = ? AND github_cursor IS ?",
+            "WHERE id = ? AND enabled = 1 AND next_fire_at = ? "
+            "AND github_cursor IS NOT DISTINCT FROM ?",
             (new, etag, now, sid, planned, old),
         )
 
@@ -101,7 +102,8 @@ async def arm(
         changed = await execute(
             conn,
             "UPDATE schedules SET next_fire_at = ? "
-            "WHERE id = ? AND enabled = 1 AND next_fire_at = ? AND github_cursor IS ?",
+            "WHERE id = ? AND enabled = 1 AND next_fire_at = ? "
+            "AND github_cursor IS NOT DISTINCT FROM ?",
             (due, sid, planned, cursor),
         )
     return changed == 1

@@ -30,6 +30,7 @@ ADHOC_PAGE_KEY = ("queued_at", "id")
 """The ad-hoc runs page order (each descending): the run fields a keyset cursor carries."""
 
 _TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATUSES)
+_NAME_CONSTRAINT = ("schedules.name", '"schedules_name_key"')
 
 
 async def load_schedule(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any] | None:
@@ -70,7 +71,8 @@ async def insert_schedule(conn: aiosqlite.Connection, values: Mapping[str, Any])
             [values[c] for c in columns],
         )
     except sqlite3.IntegrityError as exc:
-        if "schedules.name" in str(exc):
+        # SQLite names the column; PostgreSQL names the constraint.
+        if any(name in str(exc) for name in _NAME_CONSTRAINT):
             raise ScheduleNameTaken(str(values.get("name"))) from None
         raise
 

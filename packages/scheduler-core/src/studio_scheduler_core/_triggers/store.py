@@ -32,11 +32,12 @@ SQL: dict[str, str] = {
         "LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
         "WHERE s.status IN ('failed', 'timed_out') "
         "AND COALESCE(s.ended_at, s.started_at, s.created_at) >= ? "
-        "AND (r.schedule_id IS NULL OR r.schedule_id != ?))"
+        "AND (r.schedule_id IS NULL OR r.schedule_id != ?)) AS causes"
     ),
     "total_cost_usd": (
         "SELECT COALESCE(SUM(total_cost_usd), 0) AS cost, "
-        "COALESCE(SUM(total_cost_usd IS NULL AND status != 'running'), 0) AS unreported "
+        "COALESCE(SUM(CASE WHEN total_cost_usd IS NULL AND status != 'running' THEN 1 ELSE 0 END), "
+        "0) AS unreported "
         "FROM sessions WHERE COALESCE(ended_at, started_at, created_at) >= ?"
     ),
     "latency_rows": (
@@ -143,6 +144,6 @@ async def move_next_fire_times(
     async with write_transaction(conn):
         await conn.executemany(
             "UPDATE schedules SET next_fire_at = ?, updated_at = ? WHERE id = ? "
-            "AND (next_fire_at = ? OR (next_fire_at IS NULL AND ? IS NULL))",
-            [(new, now, sid, old, old) for sid, old, new in moves],
+            "AND next_fire_at IS NOT DISTINCT FROM ?",
+            [(new, now, sid, old) for sid, old, new in moves],
         )
