@@ -71,9 +71,9 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 def is_postgres_url(value: object) -> bool:
     """Whether ``value`` is a ``postgresql://`` / ``postgres://`` URL (not a file path)."""
-    return isinstance(value, str) and value.strip().lower().startswith(
-        tuple(f"{scheme}://" for scheme in POSTGRES_SCHEMES)
-    )
+    from studio_state import is_postgres
+
+    return isinstance(value, str) and is_postgres(value.strip())
 
 
 def postgres_url(text: str) -> str:

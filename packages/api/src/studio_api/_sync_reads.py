@@ -7,7 +7,6 @@ qmark SQL.
 
 from __future__ import annotations
 
-import importlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,6 @@ def open_sync_reader(target: Path | str) -> Any:
     """A read connection on ``target`` (a SQLite file or a PostgreSQL URL); close it after."""
     if isinstance(target, Path):
         return sqlite3.connect(f"{target.absolute().as_uri()}?mode=ro", uri=True, timeout=1.0)
-    state = importlib.import_module("studio_state")
-    connect_sync = getattr(state, "connect_sync", None)
-    if connect_sync is None:  # a studio-state without the PostgreSQL connection
-        raise sqlite3.OperationalError("this studio-state cannot open PostgreSQL connections")
+    from studio_state import connect_sync
+
     return connect_sync(target)

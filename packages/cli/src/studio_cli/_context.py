@@ -53,6 +53,8 @@ def resolve_db_path(option: str | None, *, existing: bool = False) -> Path | str
         text, source = os.environ[DB_ENV].strip(), DB_ENV
     else:
         text, source = str(default_db_path()), "the default"
+    from studio_state import is_postgres
+
     if is_postgres(text):
         from studio_api import SettingsError, StudioSettings
 
@@ -67,13 +69,6 @@ def resolve_db_path(option: str | None, *, existing: bool = False) -> Path | str
     if existing and not path.is_file():
         raise CliError(f"Studio database not found: {path} (from {source})")
     return path
-
-
-def is_postgres(target: str | Path) -> bool:
-    """Whether ``target`` is a PostgreSQL URL rather than a SQLite file."""
-    return isinstance(target, str) and target.strip().lower().startswith(
-        ("postgresql://", "postgres://")
-    )
 
 
 def synchronous_mode() -> str:

@@ -2,9 +2,9 @@
 
 A file path is made absolute (children get it as ``LIONAGI_STUDIO_DB``; the file lock and the
 file checks use it); a ``postgresql://`` URL is kept as given, and what a child gets is the
-URL without its password (a secret never reaches a child: give the password to the server
-through ``PGPASSFILE``/``~/.pgpass`` or ``PGPASSWORD``, which children do not inherit either
-unless passed through).
+URL without its password: a secret never reaches a child through it (keep the password out of
+the URL altogether, in ``~/.pgpass`` or ``PGPASSFILE``, when children must reach the
+database too).
 """
 
 from __future__ import annotations
@@ -13,12 +13,9 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-_SCHEMES = ("postgresql://", "postgres://")
+from studio_state import is_postgres
 
-
-def is_postgres(target: str | os.PathLike[str]) -> bool:
-    """Whether ``target`` is a PostgreSQL URL (a ``str``; a path object never is)."""
-    return isinstance(target, str) and target.strip().lower().startswith(_SCHEMES)
+__all__ = ["child_db_value", "is_postgres", "normalise", "without_password"]
 
 
 def normalise(target: str | os.PathLike[str]) -> str:

@@ -26,8 +26,17 @@ logger = logging.getLogger("studio_scheduler_core")
 class EngineDatabase:
     """Opens the writer connection and says whether the tick may run."""
 
-    def __init__(self, path: str, storage: StorageHealth, *, postgres: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        storage: StorageHealth,
+        *,
+        postgres: bool = False,
+        application_name: str | None = None,
+    ) -> None:
         self.path = path
+        self.application_name = application_name
+        """How the connection's PostgreSQL session is named (``studio:<node_id>``)."""
         self.postgres = postgres
         """A PostgreSQL URL: no file to probe or to check the identity of."""
         self.storage = storage
@@ -44,7 +53,7 @@ class EngineDatabase:
     async def open(self) -> aiosqlite.Connection:
         """The writer connection, migrated and proven writable (storage faults: unavailable)."""
         try:
-            conn = await open_connection(self.path)
+            conn = await open_connection(self.path, application_name=self.application_name)
         except sqlite3.OperationalError as exc:
             if storage_fault(exc):
                 raise DatabaseUnavailable(self.path, str(exc)) from exc

@@ -117,7 +117,12 @@ class SchedulerEngine:
             )
         self.leadership = leadership
         """Whether this engine leads (see :class:`~studio_scheduler_core.abc.Leadership`)."""
-        self._db = EngineDatabase(self.db_path, storage, postgres=self.backend == "postgresql")
+        self._db = EngineDatabase(
+            self.db_path,
+            storage,
+            postgres=self.backend == "postgresql",
+            application_name=f"studio:{leadership.node_id}",
+        )
         self._waker = Waker(clock)
         self._run: Running | None = None
         self._leading = False
