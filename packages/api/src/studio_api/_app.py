@@ -62,7 +62,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
         metrics.install()
         try:
             app.state.synchronous = await apply_synchronous(engine, settings.synchronous)
-            app.state.reads = await open_reads(engine, app.state.synchronous)
+            app.state.reads = await open_reads(engine, settings.synchronous)
         except BaseException:
             await engine.stop()
             raise

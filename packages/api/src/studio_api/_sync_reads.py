@@ -18,4 +18,6 @@ def open_sync_reader(target: Path | str) -> Any:
         return sqlite3.connect(f"{target.absolute().as_uri()}?mode=ro", uri=True, timeout=1.0)
     from studio_state import connect_sync
 
-    return connect_sync(target)
+    db = connect_sync(target)
+    db.row_factory = None  # tuples, as a bare sqlite3 connection gives (the readers index them)
+    return db
