@@ -8,7 +8,14 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from studio_scheduler_core import FileLockLeadership, SchedulerEngine, SchedulerSettings
+import pytest
+
+from studio_scheduler_core import (
+    FileLockLeadership,
+    FireRefused,
+    SchedulerEngine,
+    SchedulerSettings,
+)
 from studio_scheduler_core.abc import Leadership
 from studio_state import fetch_all
 
@@ -80,6 +87,11 @@ async def test_a_follower_evaluates_nothing_until_it_leads(
         health = engine.health()
         assert (health["leader"], health["node_id"]) == (False, "node-b")
         assert health["last_tick_at"] == clock(), "a follower's tick is alive"
+
+        with pytest.raises(FireRefused) as refused:
+            await engine.fire_now(created["id"])
+        assert refused.value.reason_code == "schedule.refused.not_leader"
+        assert await _runs(engine.conn, created["id"]) == []
 
         baton.leading = True
         report = await engine.tick_once()

@@ -53,6 +53,9 @@ from .waker import Waker
 
 logger = logging.getLogger("studio_scheduler_core")
 
+NOT_LEADER = "schedule.refused.not_leader"
+"""A manual fire sent to a node that does not lead schedule evaluation (PostgreSQL)."""
+
 
 class SchedulerEngine:
     """Studio's scheduler: triggers, admission, fires, follow-ups, recovery, dispatch delivery.
@@ -347,9 +350,18 @@ class SchedulerEngine:
         """Fire the schedule now; return the run id (the run row exists when this returns).
 
         Budget, max_runs and the global slot apply (overlap and threshold do not); a refusal
-        raises :class:`FireRefused` with the gate's reason code and nothing is written.
+        raises :class:`FireRefused` with the gate's reason code and nothing is written. An
+        engine that does not lead refuses with ``schedule.refused.not_leader``.
         """
         run = self._started()
+        if not self._leading:
+            # A follower's fire would hold a slot the leader's gates do not see, and the run
+            # would look like a lost node's to the next leader.
+            raise FireRefused(
+                NOT_LEADER,
+                f"node {self.node_id} does not lead schedule evaluation now; trigger through "
+                "the node whose GET /api/health says leader: true",
+            )
         schedule = await load_schedule(run.conn, schedule_id)
         if schedule is None:
             raise ScheduleNotFound(schedule_id)
