@@ -51,6 +51,10 @@ async def run_sync(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection]
     :class:`ConnectionClosed`. Cancelling the awaiting task does not stop ``fn`` once the
     thread has taken it: it runs to its end.
 
+    On a PostgreSQL connection (:func:`studio_state.open_connection` on a URL) ``db`` is the
+    DB-API object over psycopg that answers the same calls (:func:`studio_state.backend_of`
+    tells which).
+
     This does not open a transaction: use :func:`run_write_transaction` for writes.
     """
     submit = _submitter(conn)

@@ -26,9 +26,11 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 
 from ._backend import redact
+from ._connection import dict_row_factory
 from ._exceptions import InvalidSetting
 from ._pg_errors import (
     OPERATIONAL_CLASSES,
@@ -44,6 +46,17 @@ RowFactory = Callable[[Any, tuple[Any, ...]], Any] | None
 _IN_TRANSACTION: Final = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 _KEY_COLUMNS: Final = re.compile(r"Key \((.+?)\)=")
 _CHANGES: Final = ("INSERT", "UPDATE", "DELETE", "MERGE")
+# Unless the URL says otherwise: give up connecting after 10 s, and notice a server that
+# vanished without closing the socket (a cut network, a dead host) after about 25 s of
+# silence instead of the operating system's two hours, so the statement waiting on it fails
+# with an operational error rather than hanging the connection's thread.
+_DEFAULTS: Final = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
 
 
 def _sqlite_shape(exc: psycopg.Error) -> str:
@@ -69,7 +82,10 @@ def map_error(exc: psycopg.Error) -> PostgresError:
     text = str(exc).strip() or type(exc).__name__
     state = exc.sqlstate
     if state is not None and state.startswith("23"):
-        return PostgresIntegrityError(f"{_sqlite_shape(exc)} ({text})", state)
+        # PostgreSQL's primary message only: its DETAIL quotes the offending values (a token,
+        # a name), which SQLite's message never holds; they stay on the psycopg ``__cause__``.
+        primary = exc.diag.message_primary or text
+        return PostgresIntegrityError(f"{_sqlite_shape(exc)} ({primary})", state)
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or (
         state is not None and state[:2] in OPERATIONAL_CLASSES
     ):
@@ -110,12 +126,15 @@ class PostgresCursor:
 
     def __init__(self, connection: PostgresConnection) -> None:
         self._connection = connection
-        self._rows: list[Any] = []
+        self._rows: list[tuple[Any, ...]] = []
+        self._names: list[str] = []
         self._position = 0
         self._description: Description | None = None
         self.rowcount = -1
         self.arraysize = 1
         self.lastrowid = None
+        self.row_factory: RowFactory = connection.row_factory
+        """As sqlite3: the connection's at creation; may be changed before fetching."""
 
     @property
     def connection(self) -> PostgresConnection:
@@ -137,11 +156,26 @@ class PostgresCursor:
         self._connection._run(self, sql, seq_of_parameters, many=True)
         return self
 
+    def executescript(self, sql_script: str) -> PostgresCursor:
+        """Run a script of several statements (sent as written, no parameters)."""
+        return self.execute(sql_script, None)
+
     def _set(self, names: Sequence[str] | None, rows: list[Any], rowcount: int) -> None:
         self._description = None if names is None else _description(names)
+        self._names = [] if names is None else list(names)
         self._rows = rows
         self._position = 0
         self.rowcount = rowcount
+
+    def _shape(self, rows: list[tuple[Any, ...]]) -> list[Any]:
+        """Rows as the row factory makes them (``dict`` for Studio's, else its own call)."""
+        factory = self.row_factory
+        if factory is None:
+            return rows
+        if factory is dict_row_factory:
+            names = self._names
+            return [dict(zip(names, row, strict=True)) for row in rows]
+        return [factory(self, row) for row in rows]
 
     def fetchone(self) -> Any:
         """The next row, or ``None``."""
@@ -149,20 +183,20 @@ class PostgresCursor:
             return None
         row = self._rows[self._position]
         self._position += 1
-        return row
+        return self._shape([row])[0]
 
     def fetchmany(self, size: int | None = None) -> list[Any]:
         """Up to ``size`` (default ``arraysize``) next rows."""
         count = self.arraysize if size is None else size
         rows = self._rows[self._position : self._position + count]
         self._position += len(rows)
-        return rows
+        return self._shape(rows)
 
     def fetchall(self) -> list[Any]:
         """Every remaining row."""
         rows = self._rows[self._position :]
         self._position = len(self._rows)
-        return rows
+        return self._shape(rows)
 
     def close(self) -> None:
         """Drop the rows (the results were already read from the server)."""
@@ -170,8 +204,8 @@ class PostgresCursor:
         self._position = 0
 
     def __iter__(self) -> Iterator[Any]:
-        while (row := self.fetchone()) is not None:
-            yield row
+        while self._position < len(self._rows):
+            yield self.fetchone()
 
 
 class PostgresConnection:
@@ -213,6 +247,14 @@ class PostgresConnection:
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> PostgresCursor:
         """Run ``sql`` once per parameter set, on a new cursor."""
         return self.cursor().executemany(sql, seq_of_parameters)
+
+    def executescript(self, sql_script: str) -> PostgresCursor:
+        """Run a script of several statements (sent as written, no parameters)."""
+        return self.cursor().execute(sql_script, None)
+
+    def interrupt(self) -> None:
+        """Ask the server to cancel the statement running now (callable from any thread)."""
+        self.raw.cancel_safe()
 
     def commit(self) -> None:
         """Commit the open transaction (nothing when none is open).
@@ -269,7 +311,6 @@ class PostgresConnection:
             if statement is not None:
                 columns, answered = answer(self._pragmas, statement[0], statement[1], self._value)
                 cursor._set(columns or None, answered, -1)
-                self._apply_factory(cursor)
                 return
             ending = end_statement(sql)
             if ending is not None:
@@ -288,7 +329,8 @@ class PostgresConnection:
                     pg.executemany(to_psycopg(sql, isinstance(batches[0], Mapping)), batches)
                 else:
                     pg.execute(*_query(sql, params))
-                names = None if pg.description is None else [c.name for c in pg.description]
+                described = pg.description
+                names = None if described is None else [c.name for c in described]
                 rows = pg.fetchall() if names is not None else []
                 rowcount = pg.rowcount
                 changed = (pg.statusmessage or "").startswith(_CHANGES)
@@ -298,21 +340,8 @@ class PostgresConnection:
             self._status()
         if changed:
             self._changes += max(rowcount, 0)
-        cursor._set(names, rows, rowcount)
-        self._apply_factory(cursor)
-
-    def _apply_factory(self, cursor: PostgresCursor) -> None:
-        """Turn the cursor's tuples into the row factory's rows (``dict`` for Studio's)."""
-        factory = self.row_factory
-        if factory is None or cursor._description is None:
-            return
-        from ._connection import dict_row_factory
-
-        if factory is dict_row_factory:
-            names = [column[0] for column in cursor._description]
-            cursor._rows = [dict(zip(names, row, strict=True)) for row in cursor._rows]
-        else:
-            cursor._rows = [factory(cursor, row) for row in cursor._rows]
+        # As sqlite3: rowcount counts the rows a change touched; -1 for anything else.
+        cursor._set(names, rows, rowcount if changed else -1)
 
     def _value(self, sql: str) -> Any:
         try:
@@ -325,13 +354,26 @@ class PostgresConnection:
         return None if row is None else row[0]
 
 
+def _check_url(url: str) -> dict[str, Any]:
+    """The URL's options; a URL libpq cannot parse (or whose port is not a number) is refused
+    before connecting."""
+    try:
+        options = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidSetting(f"invalid PostgreSQL URL {redact(url)}: {exc}") from exc
+    port = str(options.get("port") or "")
+    if port and not all(part.strip().isdigit() for part in port.split(",")):
+        raise InvalidSetting(f"invalid PostgreSQL URL {redact(url)}: port {port!r} is not a number")
+    return options
+
+
 def connect_postgres(
     url: str, *, synchronous: int = 2, application_name: str | None = None
 ) -> PostgresConnection:
     """Open ``url`` (autocommit) as a :class:`PostgresConnection` with ``dict`` rows."""
-    from ._connection import dict_row_factory
-
+    given = _check_url(url)
     kwargs: dict[str, Any] = {"autocommit": True}
+    kwargs.update({key: value for key, value in _DEFAULTS.items() if key not in given})
     if application_name is not None:
         kwargs["application_name"] = application_name
     try:

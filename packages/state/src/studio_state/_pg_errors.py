@@ -6,7 +6,8 @@ A statement on a PostgreSQL connection (:func:`studio_state.open_connection` on 
 
 - a unique, foreign-key, not-null or check violation (SQLSTATE class 23) →
   :class:`PostgresIntegrityError`, a :class:`sqlite3.IntegrityError`, whose message starts as
-  SQLite's does (``UNIQUE constraint failed: schedules.name``) and then gives PostgreSQL's;
+  SQLite's does (``UNIQUE constraint failed: schedules.name``) and then gives PostgreSQL's
+  primary message (not its detail, which quotes the offending values);
 - a lost or refused connection, a lock, deadlock or serialisation failure, a cancelled
   statement, a read-only transaction, a syntax error or unknown table (SQLite reports those
   as operational too), and the unsupported ``PRAGMA`` → :class:`PostgresOperationalError`;

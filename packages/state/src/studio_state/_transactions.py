@@ -306,7 +306,9 @@ async def run_write_transaction(
     naming ``synchronous``; asking for a level while the current task is inside an open
     transaction raises :class:`SynchronousInTransaction` (SQLite cannot change the level
     inside a transaction, and a joined transaction commits at its owner's level), with
-    nothing run.
+    nothing run. On PostgreSQL ``BEGIN IMMEDIATE`` runs as ``BEGIN`` (READ COMMITTED) and
+    ``synchronous`` only changes what ``PRAGMA synchronous`` reports: commits are as durable
+    as the server's ``synchronous_commit``.
     """
     level = None if synchronous is None else _LEVELS[check_synchronous(synchronous)]
     state = _state(conn)

@@ -44,6 +44,9 @@ from typing import Any, TypeVar, cast
 
 import pytest
 
+from ._backend import is_postgres
+from ._connection import connect_sync
+
 __all__ = [
     "CLEARED_NAMES",
     "CLEARED_PREFIXES",
@@ -170,7 +173,16 @@ def free_port() -> int:
 
 # -- databases ---------------------------------------------------------------------------------
 def db_rows(db: str | Path, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
-    """Run ``sql`` on its own short-lived ``sqlite3`` connection to ``db``; rows as dicts."""
+    """Run ``sql`` on its own short-lived connection to ``db``; rows as dicts.
+
+    ``db`` is a SQLite file or a PostgreSQL URL (qmark placeholders either way).
+    """
+    if is_postgres(db):
+        handle = connect_sync(db)
+        try:
+            return [dict(row) for row in handle.execute(sql, tuple(params))]
+        finally:
+            handle.close()
     conn = sqlite3.connect(db, timeout=30)
     conn.row_factory = sqlite3.Row
     try:
