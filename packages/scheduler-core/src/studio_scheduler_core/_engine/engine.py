@@ -17,12 +17,18 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock
+from studio_state import Clock, is_postgres
 
 from .._adhoc.service import AdhocRunService
 from .._adhoc.worker import AdhocWorker
 from .._dbfile import StorageHealth
-from .._exceptions import DatabaseUnavailable, FireRefused, ScheduleNotFound, SchedulerError
+from .._exceptions import (
+    DatabaseUnavailable,
+    FireRefused,
+    InvalidSettings,
+    ScheduleNotFound,
+    SchedulerError,
+)
 from .._fire.occurrence import ScheduleClaim
 from .._fire.pipeline import fire
 from .._github.source import GithubPollSource
@@ -40,7 +46,7 @@ from .._triggers.threshold import MetricThreshold
 from ..abc import RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 from .database import EngineDatabase
 from .figures import Figures, run_concerns
-from .lock import EngineLock
+from .lock import EngineLock, NoLock
 from .running import Running, build, logged
 from .waker import Waker
 
@@ -67,7 +73,13 @@ class SchedulerEngine:
         worker: WorkerPass | None = None,
         on_run_terminal: RunTerminalHook | None = None,
     ) -> None:
-        self.db_path = str(Path(db_path).expanduser().resolve())
+        postgres = is_postgres(db_path)
+        if postgres and not settings.run_log_dir:
+            raise InvalidSettings(
+                "run_log_dir",
+                "must be set on PostgreSQL (there is no database file to keep run logs beside)",
+            )
+        self.db_path = str(db_path) if postgres else str(Path(db_path).expanduser().resolve())
         self.settings = settings
         self.clock = clock
         self.registry = default_registry()
@@ -84,7 +96,10 @@ class SchedulerEngine:
             self._worker.storage = storage  # one health for every terminal write
         self.reaper = OrphanReaper()
         """Terminates the orphans start-up recovery finds, in the background."""
-        self._lock = EngineLock(self.db_path)
+        # The file lock keeps one engine per SQLite file; on PostgreSQL every guarded write
+        # already tolerates another engine, and which node evaluates schedules is the host's
+        # choice (leader election).
+        self._lock: EngineLock | NoLock = NoLock() if postgres else EngineLock(self.db_path)
         self._db = EngineDatabase(self.db_path, storage)
         self._waker = Waker(clock)
         self._run: Running | None = None

@@ -12,6 +12,9 @@ from typing import Any
 
 import aiosqlite
 
+from studio_state import is_postgres
+
+from .._runlog import run_log_dir
 from .._settings import SchedulerSettings
 from .reconcile import reap_stale
 from .retention import RetentionReport, retention_pass
@@ -51,16 +54,26 @@ class Reapers:
             deadline_seconds=self._settings.invocation_deadline_seconds,
             owned_runs=set(self._owned_runs()),
         )
+        # On PostgreSQL there is no database file to keep logs beside: the configured run
+        # log directory (which the engine requires there).
+        runs_dir = (
+            run_log_dir(self._db_path, self._settings)
+            if is_postgres(self._db_path)
+            else Path(self._db_path).parent / "runs"
+        )
         self.last_retention = await retention_pass(
             self._conn,
             now=now,
             retention_days=self._settings.retention_days,
-            runs_dir=Path(self._db_path).parent / "runs",
+            runs_dir=runs_dir,
         )
         return reaped
 
     async def checkpoint(self, now: float) -> dict[str, Any] | None:
-        """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet)."""
+        """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet; always
+        on PostgreSQL, whose server manages its own checkpoints)."""
+        if is_postgres(self._db_path):
+            return None
         if now - self._last_checkpoint < self._settings.checkpoint_interval_seconds:
             return None
         self._last_checkpoint = now
