@@ -34,6 +34,8 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
     "scheduler-core": {
         # migrations: the schema of every table Studio needs
         "_schema.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
+        # the same migrations in PostgreSQL's dialect
+        "_schema_pg.py": frozenset({STATEMENT}),
         # the one guarded terminal write of runs and invocations
         "_terminal.py": frozenset({STATEMENT}),
         # the database file's write probe

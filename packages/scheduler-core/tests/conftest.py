@@ -17,7 +17,7 @@ from studio_scheduler_core import (
     ensure_schema,
 )
 from studio_scheduler_core.testing import PY, T0, SchedulerTestKit
-from studio_state import ManualClock, connect
+from studio_state import ManualClock, connect, is_postgres
 from studio_state.testing import clean_environment, load_beside  # noqa: F401  (autouse fixture)
 
 GITHUB_SERVER_MODULE = "studio_scheduler_core_test_github_server"
@@ -40,6 +40,13 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def db_target(db_path: Path) -> str:
+    """The database ``conn`` and ``make_engine`` open: the SQLite file here; the PostgreSQL
+    suite (tests/postgres/test_core_pg_*.py) runs these tests on a fresh database's URL."""
+    return str(db_path)
+
+
+@pytest.fixture
 def child_env(tmp_path: Path) -> dict[str, str]:
     import os
 
@@ -47,8 +54,13 @@ def child_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def settings(fake_li: Path, child_env: dict[str, str]) -> SchedulerSettings:
+def settings(
+    fake_li: Path, child_env: dict[str, str], db_target: str, tmp_path: Path
+) -> SchedulerSettings:
+    # Run logs live beside a SQLite file by default; a PostgreSQL database has no file.
+    logs = {"run_log_dir": str(tmp_path / "runs")} if is_postgres(db_target) else {}
     return SchedulerSettings(
+        **logs,
         tick_seconds=30.0,
         command_allowlist=(PY, "sh", "true"),
         li_executable=str(fake_li),
@@ -58,8 +70,8 @@ def settings(fake_li: Path, child_env: dict[str, str]) -> SchedulerSettings:
 
 
 @pytest.fixture
-async def conn(db_path: Path) -> AsyncIterator[Any]:
-    async with connect(db_path) as c:
+async def conn(db_target: str) -> AsyncIterator[Any]:
+    async with connect(db_target) as c:
         await ensure_schema(c)
         yield c
 
@@ -73,7 +85,7 @@ EngineFactory = Callable[..., Awaitable[SchedulerEngine]]
 
 
 @pytest.fixture
-async def make_engine(db_path: Path, settings: SchedulerSettings) -> AsyncIterator[EngineFactory]:
+async def make_engine(db_target: str, settings: SchedulerSettings) -> AsyncIterator[EngineFactory]:
     engines: list[SchedulerEngine] = []
 
     async def factory(
@@ -81,7 +93,7 @@ async def make_engine(db_path: Path, settings: SchedulerSettings) -> AsyncIterat
     ) -> SchedulerEngine:
         values = {**settings.__dict__, **overrides}
         engine = SchedulerEngine(
-            db_path,
+            db_target,
             settings=SchedulerSettings(**values),
             **({"clock": clock} if clock is not None else {}),
         )

@@ -70,7 +70,7 @@ async def _child_started(h: Any, conn: Any, run_id: str) -> dict[str, Any]:
 
 
 async def test_the_lease_is_renewed_while_the_child_runs(
-    make_engine, clock, h, settings, db_path, tmp_path: Path
+    make_engine, clock, h, settings, db_target, tmp_path: Path
 ) -> None:
     engine = await make_engine(clock=clock)
     flag = tmp_path / "flag"
@@ -86,7 +86,7 @@ async def test_the_lease_is_renewed_while_the_child_runs(
     await h.eventually(lambda: renewed(h.T0 + 85))
     clock.advance(50)  # past the first lease's expiry: only the renewal keeps it
     await h.eventually(lambda: renewed(h.T0 + 135))
-    peer = AdhocWorker(settings=settings, db_path=str(db_path), clock=clock)
+    peer = AdhocWorker(settings=settings, db_path=db_target, clock=clock)
     assert await peer.recover(engine.conn, now=clock()) == {
         "requeued": 0,
         "exhausted": 0,
@@ -100,17 +100,17 @@ async def test_the_lease_is_renewed_while_the_child_runs(
 
 
 async def test_an_expired_lease_is_recovered_by_a_second_engine(
-    make_engine, clock, h, settings, db_path, tmp_path: Path
+    make_engine, clock, h, settings, db_target, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
     script = h.script("marker.py", MARKER)
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         await ensure_schema(conn)
         run = await AdhocRunService(conn, settings=settings, clock=clock).enqueue(
             _command(h.PY, script, str(marker))
         )
         # A worker claims the row and dies before launching its child (it never renews).
-        dead = AdhocWorker(settings=settings, db_path=str(db_path), clock=clock)
+        dead = AdhocWorker(settings=settings, db_path=db_target, clock=clock)
         claimed = await dead.claim(conn, now=clock())
         assert [fire.run_id for fire, _ in claimed] == [run["id"]]
         row = await _run(conn, run["id"])
@@ -141,17 +141,17 @@ async def test_an_expired_lease_is_recovered_by_a_second_engine(
 
 
 async def test_three_lease_attempts_then_failed_lease_exhausted(
-    make_engine, clock, h, settings, db_path, tmp_path: Path
+    make_engine, clock, h, settings, db_target, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
     script = h.script("marker.py", MARKER)
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         await ensure_schema(conn)
         run = await AdhocRunService(conn, settings=settings, clock=clock).enqueue(
             _command(h.PY, script, str(marker))
         )
         for attempt in (1, 2, 3):
-            worker = AdhocWorker(settings=settings, db_path=str(db_path), clock=clock)
+            worker = AdhocWorker(settings=settings, db_path=db_target, clock=clock)
             await worker.recover(conn, now=clock())
             claimed = await worker.claim(conn, now=clock())
             assert len(claimed) == 1 and claimed[0][1] == attempt
@@ -232,14 +232,14 @@ async def test_cancel_from_another_connection_terminates_by_pid(
 
 
 async def test_the_owner_stops_a_run_cancelled_before_its_child_was_recorded(
-    make_engine, clock, h, settings, db_path, tmp_path: Path
+    make_engine, clock, h, settings, db_target, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         await ensure_schema(conn)
         runs = AdhocRunService(conn, settings=settings, clock=clock)
         run = await runs.enqueue(_command(h.PY, h.script("m.py", MARKER), str(marker), "60"))
-        owner = AdhocWorker(settings=settings, db_path=str(db_path), clock=clock, watch_seconds=0.1)
+        owner = AdhocWorker(settings=settings, db_path=db_target, clock=clock, watch_seconds=0.1)
         claimed = await owner.claim(conn, now=clock())
         assert len(claimed) == 1
         await runs.cancel(run["id"])  # no child recorded yet: nothing to signal from here
@@ -282,8 +282,10 @@ import asyncio, sys
 from studio_scheduler_core import SchedulerEngine, SchedulerSettings
 
 async def main():
-    db, py, path = sys.argv[1:4]
-    settings = SchedulerSettings(command_allowlist=(py,), child_env={"PATH": path})
+    db, py, path, logs = sys.argv[1:5]
+    settings = SchedulerSettings(
+        command_allowlist=(py,), child_env={"PATH": path}, run_log_dir=logs or None
+    )
     engine = SchedulerEngine(db, settings=settings)
     await engine.start()
     await asyncio.sleep(600)
@@ -293,21 +295,24 @@ asyncio.run(main())
 
 
 async def test_kill_9_of_the_engine_then_restart_never_runs_the_orphan_twice(
-    make_engine, settings, h, db_path, tmp_path: Path
+    make_engine, settings, h, db_target, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
     script = h.script("marker.py", MARKER)
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         await ensure_schema(conn)
         run = await AdhocRunService(conn, settings=settings).enqueue(
             _command(h.PY, script, str(marker), "120")
         )
     engine_script = h.script("engine.py", ENGINE)
     proc = subprocess.Popen(
-        [sys.executable, engine_script, str(db_path), h.PY, settings.child_env["PATH"]]
+        [
+            *(sys.executable, engine_script, db_target, h.PY),
+            *(settings.child_env["PATH"], settings.run_log_dir or ""),
+        ]
     )
     try:
-        async with connect(db_path) as conn:
+        async with connect(db_target) as conn:
 
             async def launched() -> bool:
                 row = await _run(conn, run["id"])

@@ -101,7 +101,7 @@ async def test_the_fires_of_one_pass_commit_in_one_transaction_with_a_setup_refu
 
 
 async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no_child(
-    make_engine: Any, clock: Any, h: Any, db_path: Path
+    make_engine: Any, clock: Any, h: Any, db_target: str
 ) -> None:
     engine = await make_engine(clock=clock, max_scheduled_concurrent=8)
     out = h.directory / "out"
@@ -138,7 +138,7 @@ async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no
     # Another writer (an operator's edit through the API's own connection) moves b's cadence
     # between its admission and the shared commit: b's claim is lost.
     moved = schedules[1]["next_fire_at"] + 7
-    async with connect(db_path) as other:
+    async with connect(db_target) as other:
         await other.execute(
             "UPDATE schedules SET next_fire_at = ? WHERE id = ?", (moved, schedules[1]["id"])
         )
@@ -183,9 +183,9 @@ async def _committed(env: FireEnv, created: dict[str, Any]) -> Prepared:
 
 
 async def test_a_terminal_write_with_nothing_to_notify_is_one_trip_and_notifies_otherwise(
-    conn: Any, service: Any, settings: Any, clock: Any, h: Any, db_path: Path, monkeypatch: Any
+    conn: Any, service: Any, settings: Any, clock: Any, h: Any, db_target: str, monkeypatch: Any
 ) -> None:
-    env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=str(db_path))
+    env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=db_target)
     ok = h.script("ok.py", OK)
     quiet = await _committed(env, await service.create(h.command_schedule(ok, name="quiet")))
     loud = await _committed(
@@ -227,9 +227,9 @@ async def test_a_terminal_write_with_nothing_to_notify_is_one_trip_and_notifies_
 
 
 async def test_terminal_writes_of_one_loop_turn_share_a_transaction_each_in_its_savepoint(
-    conn: Any, service: Any, settings: Any, clock: Any, h: Any, db_path: Path
+    conn: Any, service: Any, settings: Any, clock: Any, h: Any, db_target: str
 ) -> None:
-    env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=str(db_path))
+    env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=db_target)
     ok = h.script("ok.py", OK)
     fires = [
         await _committed(env, await service.create(h.command_schedule(ok, name=n)))

@@ -49,8 +49,8 @@ async def test_cron_jitter_is_clamped_before_the_next_occurrence(service) -> Non
     assert max(t["jitter_sec"] for t in times) > 30  # spread over the whole gap
 
 
-async def _missed(db_path, settings, clock, h, **fields):
-    async with connect(db_path) as conn:
+async def _missed(db_target, settings, clock, h, **fields):
+    async with connect(db_target) as conn:
         await ensure_schema(conn)
         svc = ScheduleService(conn, settings=settings, clock=clock)
         ok = h.script("ok.py", "pass\n")
@@ -58,10 +58,10 @@ async def _missed(db_path, settings, clock, h, **fields):
 
 
 async def test_a_missed_occurrence_older_than_the_catchup_window_is_skipped(
-    db_path, settings, clock, make_engine, h
+    db_target, settings, clock, make_engine, h
 ) -> None:
-    old = await _missed(db_path, settings, clock, h, name="old", catchup_window_sec=300)
-    fresh = await _missed(db_path, settings, clock, h, name="fresh", catchup_window_sec=3000)
+    old = await _missed(db_target, settings, clock, h, name="old", catchup_window_sec=300)
+    fresh = await _missed(db_target, settings, clock, h, name="fresh", catchup_window_sec=3000)
     clock.advance(60 + 1000)  # both fell due 1000 s ago
     engine = await make_engine(clock=clock)
     await engine.wait_idle()

@@ -33,17 +33,17 @@ async def _fired(conn: Any) -> bool:
     return await _run_count(conn) >= 1
 
 
-async def test_writes_by_another_process_wake_the_loop(make_engine, h, db_path, settings) -> None:
+async def test_writes_by_another_process_wake_the_loop(make_engine, h, db_target, settings) -> None:
     engine = await make_engine(loop=True, tick_seconds=30.0)
     ok = h.script("ok.py", "pass\n")
-    async with connect(db_path) as other:  # a CLI on its own connection: no wake() call
+    async with connect(db_target) as other:  # a CLI on its own connection: no wake() call
         svc = ScheduleService(other, settings=settings)
         await svc.create(h.command_schedule(ok, interval_sec=1))
     await h.eventually(lambda: _fired(engine.conn), timeout=10)
 
 
 async def test_the_dispatch_concern_delivers_the_outbox(
-    make_engine, h, db_path, tmp_path: Path
+    make_engine, h, db_target, tmp_path: Path
 ) -> None:
     sink = tmp_path / "delivered.jsonl"
     transport = h.script(
@@ -57,7 +57,7 @@ async def test_the_dispatch_concern_delivers_the_outbox(
     engine = await make_engine(
         loop=True, tick_seconds=30.0, notify_template=(h.PY, transport, "{payload}")
     )
-    async with connect(db_path) as other:
+    async with connect(db_target) as other:
         dispatch_id = await enqueue_dispatch(
             other, kind="run_done", deliver_to="ops", body={"ok": True}
         )

@@ -214,7 +214,7 @@ async def test_gate_disable_enqueues_schedule_disabled(
 
 
 async def test_restart_reconciliation_enqueues_daemon_restart_exactly_once(
-    make_engine: Any, db_path: Path, clock: Any, h: Any
+    make_engine: Any, db_target: str, clock: Any, h: Any
 ) -> None:
     engine = await make_engine(clock=clock)
     created = await engine.service.create(
@@ -236,7 +236,7 @@ async def test_restart_reconciliation_enqueues_daemon_restart_exactly_once(
     for _ in range(2):  # a second restart finds nothing left to reconcile
         again = await make_engine(clock=clock)
         await again.stop()
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         rows = await _dispatches(conn)
     assert [(r["kind"], r["dedup_key"]) for r in rows] == [("run.failed", "run:run1:run.failed")]
     assert rows[0]["payload"]["body"]["reason_code"] == "run.failed.daemon_restart"

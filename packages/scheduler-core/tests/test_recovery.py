@@ -25,9 +25,9 @@ from studio_state import connect, fetch_all, fetch_one, fetch_value
 
 
 async def test_missed_fire_skip_records_once_and_advances(
-    db_path, settings, clock, make_engine, h
+    db_target, settings, clock, make_engine, h
 ) -> None:
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         from studio_scheduler_core import ensure_schema
 
         await ensure_schema(conn)
@@ -47,8 +47,8 @@ async def test_missed_fire_skip_records_once_and_advances(
     assert len(await h.runs_of(engine.conn, created["id"])) == 1
 
 
-async def test_missed_fire_run_once_fires_once(db_path, settings, clock, make_engine, h) -> None:
-    async with connect(db_path) as conn:
+async def test_missed_fire_run_once_fires_once(db_target, settings, clock, make_engine, h) -> None:
+    async with connect(db_target) as conn:
         from studio_scheduler_core import ensure_schema
 
         await ensure_schema(conn)
@@ -69,9 +69,9 @@ async def test_missed_fire_run_once_fires_once(db_path, settings, clock, make_en
 
 
 async def test_startup_recomputes_cron_in_the_current_zone(
-    db_path, settings, clock, make_engine, h
+    db_target, settings, clock, make_engine, h
 ) -> None:
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         from studio_scheduler_core import ensure_schema
 
         await ensure_schema(conn)
@@ -93,8 +93,10 @@ import asyncio, sqlite3, sys
 from studio_scheduler_core import SchedulerEngine, SchedulerSettings
 
 async def main():
-    db, py, slow, path = sys.argv[1:5]
-    settings = SchedulerSettings(command_allowlist=(py,), child_env={"PATH": path})
+    db, py, slow, path, logs = sys.argv[1:6]
+    settings = SchedulerSettings(
+        command_allowlist=(py,), child_env={"PATH": path}, run_log_dir=logs or None
+    )
     engine = SchedulerEngine(db, settings=settings)
     await engine.start()
     created = await engine.service.create({
@@ -116,12 +118,15 @@ asyncio.run(main())
 
 
 async def test_reconciliation_after_a_crash_terminates_the_orphan_and_never_refires(
-    db_path, settings, clock, make_engine, h, tmp_path: Path
+    db_target, settings, clock, make_engine, h, tmp_path: Path
 ) -> None:
     slow = h.script("slow.py", "import time\ntime.sleep(120)\n")
     crash = h.script("crash.py", CRASHING_ENGINE)
     proc = subprocess.Popen(
-        [sys.executable, crash, str(db_path), h.PY, slow, settings.child_env["PATH"]],
+        [
+            *(sys.executable, crash, db_target, h.PY, slow),
+            *(settings.child_env["PATH"], settings.run_log_dir or ""),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -238,14 +243,14 @@ async def test_second_engine_is_refused_naming_the_holder(make_engine, clock) ->
 
 
 async def test_occurrence_guard_two_connections_fire_once(
-    db_path, settings, clock, make_engine, h
+    db_target, settings, clock, make_engine, h
 ) -> None:
     engine = await make_engine(clock=clock)
     created = await engine.service.create(h.command_schedule(h.blocker, "/x"))
-    async with connect(db_path) as other:
+    async with connect(db_target) as other:
         envs = [
-            FireEnv(conn=engine.conn, settings=settings, clock=clock, db_path=str(db_path)),
-            FireEnv(conn=other, settings=settings, clock=clock, db_path=str(db_path)),
+            FireEnv(conn=engine.conn, settings=settings, clock=clock, db_path=db_target),
+            FireEnv(conn=other, settings=settings, clock=clock, db_path=db_target),
         ]
         claim = ScheduleClaim(
             "occurrence",

@@ -9,7 +9,8 @@ Tokens in the prompt (for ``o flow -f FILE``, the file's text counts as the prom
 - ``exit=N``: exit with status N (default 0);
 - ``sleep=S``: sleep S seconds first;
 - ``stderr=TEXT``: write TEXT (up to the next whitespace) to stderr;
-- ``usage=STATUS[:INPUT[:OUTPUT[:COST]]]`` (repeatable): with ``$LIONAGI_STUDIO_DB`` set, insert
+- ``usage=STATUS[:INPUT[:OUTPUT[:COST]]]`` (repeatable): with ``$LIONAGI_STUDIO_DB`` set (a
+  SQLite file, or a ``postgresql://`` URL through psycopg), insert
   one ``sessions`` row linked to ``$LIONAGI_INVOCATION_ID`` (skipped silently when the table
   does not exist);
 - ``term=ignore``: ignore SIGTERM (so only SIGKILL stops it);
@@ -171,14 +172,19 @@ def record_usage(text, invocation_id):
         now = time.time()
         row = (uuid.uuid4().hex[:12], invocation_id, status, number(parts[1], int),
                number(parts[2], int), number(parts[3], float), STARTED, now, now)
+        insert = ("INSERT INTO sessions (id, invocation_id, status, input_tokens, "
+                  "output_tokens, total_cost_usd, started_at, ended_at, created_at) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        if db.startswith(("postgresql://", "postgres://")):
+            import psycopg
+            with psycopg.connect(db) as conn:  # commits on leaving the block
+                conn.execute(insert.replace("?", "%s"), row)
+            continue
         try:
             conn = sqlite3.connect(db, timeout=10)
             try:
                 with conn:
-                    conn.execute(
-                        "INSERT INTO sessions (id, invocation_id, status, input_tokens, "
-                        "output_tokens, total_cost_usd, started_at, ended_at, created_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                    conn.execute(insert, row)
             finally:
                 conn.close()
         except sqlite3.Error as exc:

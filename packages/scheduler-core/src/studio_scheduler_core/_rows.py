@@ -17,6 +17,10 @@ SCHEDULE_COLUMNS = columns(Schedule)
 _SCHEDULE_LIST_COLUMNS = list_columns(Schedule)
 _SCHEDULE_BOOL_COLUMNS = bool_columns(Schedule)
 
+ROWID = "rowid"
+"""On PostgreSQL, the identity column standing in for SQLite's rowid: ``SELECT *`` returns it
+there, and it is no field of a schedule or a run."""
+
 TERMINAL_RUN_STATUSES = FIRED_END_STATUSES
 """Statuses of a run that fired and ended (``skipped`` never fired)."""
 
@@ -44,6 +48,7 @@ def dumps(value: Any) -> str | None:
 def decode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
     """A ``schedules`` row as the public dict: JSON decoded, booleans as bools (NULL kept)."""
     out = dict(row)
+    out.pop(ROWID, None)
     for column in SCHEDULE_JSON_COLUMNS:
         if column in out:
             out[column] = _loads(out[column])
@@ -73,6 +78,7 @@ def encode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
 def decode_run(row: Mapping[str, Any]) -> dict[str, Any]:
     """A ``schedule_runs`` row as the public dict (JSON columns decoded)."""
     out = dict(row)
+    out.pop(ROWID, None)
     for column in RUN_JSON_COLUMNS:
         if column in out:
             out[column] = _loads(out[column])

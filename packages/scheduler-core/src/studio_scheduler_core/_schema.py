@@ -7,6 +7,8 @@ disabled_reason), ``schedule_runs`` (with child_pid, child_started_at), ``invoca
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import aiosqlite
 
 import studio_outbox
@@ -21,6 +23,7 @@ from ._records.vocab import (
     SESSION_STATUSES,
     TRIGGER_TYPES,
 )
+from ._schema_pg import POSTGRES
 
 PACKAGE = "studio-scheduler-core"
 
@@ -339,21 +342,48 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_retry_of
 """
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
-    Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
-    Migration(3, "github_poll ETag column; threshold metric indexes", _V3),
-    Migration(4, "notify column on schedules and schedule_runs", _V4),
-    Migration(5, "per-schedule timezone and timeout_sec", _V5),
-    Migration(6, "indexes for the runs page and the schedules page order", _V6_PAGES),
-    Migration(7, "run counts per schedule and status; ad-hoc list index", _V7_RUN_COUNTS),
-    Migration(8, "schedule policies: overlap values, catch-up, jitter, retries", _V8_POLICIES),
-    Migration(9, "runs page indexes end in the id: keyset paging", _V9_KEYSET),
-    Migration(10, "retry_of index: a retry's attempt found without a scan", _V10_RETRY_OF),
+    Migration(1, "schedules, schedule_runs, invocations, sessions", _V1, postgres=POSTGRES[1]),
+    Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2, postgres=POSTGRES[2]),
+    Migration(3, "github_poll ETag column; threshold metric indexes", _V3, postgres=POSTGRES[3]),
+    Migration(4, "notify column on schedules and schedule_runs", _V4, postgres=POSTGRES[4]),
+    Migration(5, "per-schedule timezone and timeout_sec", _V5, postgres=POSTGRES[5]),
+    Migration(
+        6, "indexes for the runs page and the schedules page order", _V6_PAGES, postgres=POSTGRES[6]
+    ),
+    Migration(
+        7,
+        "run counts per schedule and status; ad-hoc list index",
+        _V7_RUN_COUNTS,
+        postgres=POSTGRES[7],
+    ),
+    Migration(
+        8,
+        "schedule policies: overlap values, catch-up, jitter, retries",
+        _V8_POLICIES,
+        postgres=POSTGRES[8],
+    ),
+    Migration(
+        9, "runs page indexes end in the id: keyset paging", _V9_KEYSET, postgres=POSTGRES[9]
+    ),
+    Migration(
+        10,
+        "retry_of index: a retry's attempt found without a scan",
+        _V10_RETRY_OF,
+        postgres=POSTGRES[10],
+    ),
 )
 
 
 async def ensure_schema(conn: aiosqlite.Connection) -> None:
-    """Migrate studio-state's, studio-outbox's and scheduler-core's tables (idempotent)."""
+    """Migrate studio-state's, studio-outbox's and scheduler-core's tables (idempotent).
+
+    On PostgreSQL each migration's ``postgres`` text runs, and the outbox's tables are the
+    outbox's PostgreSQL schema (:func:`studio_outbox.postgres.ensure_schema_sync`, run on the
+    connection's own psycopg connection).
+    """
+    if studio_state.backend_of(conn) == "postgresql":
+        await _ensure_schema_postgres(conn)
+        return
     await studio_state.ensure_schema(conn)
     # Foreign keys can only be switched outside a transaction; migration 8 rebuilds a table.
     enforced = bool(await fetch_value(conn, "PRAGMA foreign_keys"))
@@ -365,3 +395,12 @@ async def ensure_schema(conn: aiosqlite.Connection) -> None:
         if enforced:
             await conn.execute("PRAGMA foreign_keys = ON")
     await studio_outbox.ensure_schema(conn)
+
+
+async def _ensure_schema_postgres(conn: aiosqlite.Connection) -> None:
+    # No foreign-key switch: migration 8 alters ``schedules`` in place on PostgreSQL.
+    from studio_outbox.postgres import ensure_schema_sync
+
+    await studio_state.ensure_schema(conn)
+    await migrate(conn, PACKAGE, MIGRATIONS)
+    await studio_state.run_sync(conn, lambda db: ensure_schema_sync(cast(Any, db).raw))

@@ -2,12 +2,13 @@
 pairs each with its SQLite text).
 
 The same tables, columns, constraints and indexes as on SQLite, with these conventions:
-``REAL`` timestamps are ``double precision``; flags stay ``integer`` (the SQL compares them with
-``= 1``); JSON columns are ``text`` (the stored bytes are the bytes written); a table whose SQL
-orders or pages by SQLite's ``rowid`` (``schedules``, ``schedule_runs``, ``status_transitions``)
-gets a ``rowid`` identity column with a unique index, so the same statements order and page the
-same way; SQLite's triggers are PL/pgSQL trigger functions with the same effect. Migration 8,
-a table rebuild on SQLite (which cannot alter a CHECK), is plain ``ALTER TABLE`` here.
+``REAL`` timestamps are ``double precision``; SQLite's 64-bit ``INTEGER`` is ``bigint``
+(flags included: the SQL compares them with ``= 1``); JSON columns are ``text`` (the stored
+bytes are the bytes written); a table whose SQL orders or pages by SQLite's ``rowid``
+(``schedules``, ``schedule_runs``, ``invocations``, ``status_transitions``) gets a ``rowid``
+identity column with a unique index, so the same statements order and page the same way;
+SQLite's triggers are PL/pgSQL trigger functions with the same effect. Migration 8, a table
+rebuild on SQLite (which cannot alter a CHECK), is plain ``ALTER TABLE`` here.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ CREATE TABLE IF NOT EXISTS schedules (
   id                  TEXT PRIMARY KEY,
   name                TEXT NOT NULL UNIQUE,
   description         TEXT,
-  enabled             INTEGER NOT NULL DEFAULT 1 CHECK(enabled IN (0, 1)),
+  enabled             BIGINT NOT NULL DEFAULT 1 CHECK(enabled IN (0, 1)),
   trigger_type        TEXT NOT NULL CHECK(trigger_type IN ({_in(TRIGGER_TYPES)})),
   cron_expr           TEXT,
-  interval_sec        INTEGER,
+  interval_sec        BIGINT,
   github_repo         TEXT,
   github_filter       TEXT,
   github_cursor       TEXT,
-  poll_interval_sec   INTEGER,
+  poll_interval_sec   BIGINT,
   action_kind         TEXT NOT NULL CHECK(action_kind IN ({_in(ACTION_KINDS)})),
   action_model        TEXT,
   action_prompt       TEXT,
@@ -64,14 +65,14 @@ CREATE TABLE IF NOT EXISTS schedules (
   overlap_policy      TEXT NOT NULL DEFAULT 'skip'
                       CONSTRAINT schedules_overlap_policy_check
                       CHECK(overlap_policy IN ('skip', 'allow')),
-  max_runs            INTEGER CHECK(max_runs IS NULL OR max_runs >= 1),
+  max_runs            BIGINT CHECK(max_runs IS NULL OR max_runs >= 1),
   budget_usd          DOUBLE PRECISION CHECK(budget_usd IS NULL OR budget_usd > 0),
   budget_tokens       BIGINT CHECK(budget_tokens IS NULL OR budget_tokens >= 1),
   project             TEXT,
   threshold_config    TEXT,
   last_alert_at       DOUBLE PRECISION,
   last_healthy_poll_at DOUBLE PRECISION,
-  poller_consecutive_401 INTEGER NOT NULL DEFAULT 0,
+  poller_consecutive_401 BIGINT NOT NULL DEFAULT 0,
   disabled_reason     TEXT,
   created_at          DOUBLE PRECISION NOT NULL,
   updated_at          DOUBLE PRECISION NOT NULL,
@@ -92,8 +93,10 @@ CREATE TABLE IF NOT EXISTS invocations (
   status_reason_code    TEXT,
   status_reason_summary TEXT,
   created_at            DOUBLE PRECISION NOT NULL,
-  updated_at            DOUBLE PRECISION NOT NULL
+  updated_at            DOUBLE PRECISION NOT NULL,
+  rowid                 BIGINT GENERATED ALWAYS AS IDENTITY
 );
+CREATE UNIQUE INDEX IF NOT EXISTS idx_invocations_rowid ON invocations(rowid);
 
 CREATE TABLE IF NOT EXISTS schedule_runs (
   id                    TEXT PRIMARY KEY,
@@ -104,9 +107,9 @@ CREATE TABLE IF NOT EXISTS schedule_runs (
   action_args           TEXT NOT NULL,
   status                TEXT NOT NULL DEFAULT 'running'
                         CHECK(status IN ({_in(RUN_STATUSES)})),
-  exit_code             INTEGER,
+  exit_code             BIGINT,
   chain_parent_id       TEXT REFERENCES schedule_runs(id) ON DELETE SET NULL,
-  chain_depth           INTEGER NOT NULL DEFAULT 0 CHECK(chain_depth >= 0),
+  chain_depth           BIGINT NOT NULL DEFAULT 0 CHECK(chain_depth >= 0),
   fired_at              DOUBLE PRECISION NOT NULL,
   ended_at              DOUBLE PRECISION,
   error_detail          TEXT,
@@ -119,12 +122,12 @@ CREATE TABLE IF NOT EXISTS schedule_runs (
   leased_by             TEXT,
   lease_expires_at      DOUBLE PRECISION,
   concurrency_key       TEXT,
-  lease_attempts        INTEGER NOT NULL DEFAULT 0,
+  lease_attempts        BIGINT NOT NULL DEFAULT 0,
   required_capabilities TEXT,
   execution_target      TEXT,
   library_ref           TEXT,
   library_content_hash  TEXT,
-  child_pid             INTEGER,
+  child_pid             BIGINT,
   child_started_at      DOUBLE PRECISION,
   rowid                 BIGINT GENERATED ALWAYS AS IDENTITY
 );
@@ -192,7 +195,7 @@ ALTER TABLE schedule_runs ADD COLUMN notify TEXT;
 
 _V5 = """
 ALTER TABLE schedules ADD COLUMN timezone TEXT;
-ALTER TABLE schedules ADD COLUMN timeout_sec INTEGER;
+ALTER TABLE schedules ADD COLUMN timeout_sec BIGINT;
 """
 
 _V6_PAGES = """
@@ -246,14 +249,14 @@ _V8_POLICIES = f"""
 ALTER TABLE schedules DROP CONSTRAINT schedules_overlap_policy_check;
 ALTER TABLE schedules ADD CONSTRAINT schedules_overlap_policy_check
   CHECK(overlap_policy IN ({_in(OVERLAP_POLICIES)}));
-ALTER TABLE schedules ADD COLUMN catchup_window_sec INTEGER
+ALTER TABLE schedules ADD COLUMN catchup_window_sec BIGINT
   CHECK(catchup_window_sec IS NULL OR catchup_window_sec >= 1);
-ALTER TABLE schedules ADD COLUMN jitter_sec INTEGER CHECK(jitter_sec IS NULL OR jitter_sec >= 0);
-ALTER TABLE schedules ADD COLUMN pause_on_failure INTEGER
+ALTER TABLE schedules ADD COLUMN jitter_sec BIGINT CHECK(jitter_sec IS NULL OR jitter_sec >= 0);
+ALTER TABLE schedules ADD COLUMN pause_on_failure BIGINT
   CHECK(pause_on_failure IS NULL OR pause_on_failure IN (0, 1));
 ALTER TABLE schedules ADD COLUMN retry TEXT;
 ALTER TABLE schedule_runs ADD COLUMN retry_of TEXT;
-ALTER TABLE schedule_runs ADD COLUMN attempt INTEGER;
+ALTER TABLE schedule_runs ADD COLUMN attempt BIGINT;
 CREATE INDEX IF NOT EXISTS idx_schedule_runs_retry_wait
   ON schedule_runs(queued_at) WHERE status = 'retry_wait';
 """

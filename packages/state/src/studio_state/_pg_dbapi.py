@@ -28,6 +28,7 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
+from psycopg.types.string import TextLoader
 
 from ._backend import redact
 from ._connection import dict_row_factory
@@ -382,6 +383,9 @@ def connect_postgres(
         raise InvalidSetting(f"invalid PostgreSQL URL {redact(url)}: {exc}") from exc
     except psycopg.Error as exc:
         raise map_error(exc) from exc
+    # JSON columns read back as the text stored, as on SQLite (Studio decodes them itself).
+    for json_type in ("json", "jsonb"):
+        raw.adapters.register_loader(json_type, TextLoader)
     conn = PostgresConnection(raw, synchronous=synchronous)
     conn.row_factory = dict_row_factory
     return conn

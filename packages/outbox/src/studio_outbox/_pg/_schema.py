@@ -184,12 +184,20 @@ CREATE FUNCTION dispatch_outbox_counts_compact() RETURNS void LANGUAGE sql AS $$
 $$;
 """
 
+# SQLite's rowid, which its SQL orders and pages by (list pages, retention's walk), as an
+# identity column of that name: the same statements order the same way on PostgreSQL.
+_V6 = """
+ALTER TABLE dispatch_outbox ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY;
+CREATE UNIQUE INDEX idx_dispatch_outbox_rowid ON dispatch_outbox(rowid);
+"""
+
 MIGRATIONS: tuple[studio_state.Migration, ...] = (
     studio_state.Migration(1, "dispatch_outbox", _V1),
     studio_state.Migration(2, "dispatch_outbox.claimed_by", _V2),
     studio_state.Migration(3, "dispatch_outbox_counts and list indexes", _V3),
     studio_state.Migration(4, "dispatch_outbox wake-ups (NOTIFY)", _V4),
     studio_state.Migration(5, "dispatch_outbox_counts as delta rows", _V5),
+    studio_state.Migration(6, "dispatch_outbox.rowid (SQLite's insertion order)", _V6),
 )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_all, fetch_one, fetch_value, open_connection
+from studio_state import backend_of, fetch_all, fetch_one, fetch_value, open_connection
 
 ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
 """What makes a ``schedule_runs`` row an ad-hoc run (fixed SQL for the run pages)."""
@@ -28,7 +28,11 @@ CANDIDATES = (
     "ORDER BY q.queued_at, q.rowid LIMIT ?"
 )
 """Queued ad-hoc rows a worker may claim now, oldest first: the head of each concurrency key
-whose key has no running row."""
+whose key has no running row. ``+q.schedule_id`` keeps SQLite's planner off the schedule
+index (it reads the queued index in order instead)."""
+
+# PostgreSQL has no unary plus on text; its planner needs no such hint.
+_CANDIDATES_PG = CANDIDATES.replace("+q.schedule_id", "q.schedule_id")
 
 _ENQUEUE = (
     "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
@@ -41,7 +45,8 @@ _ENQUEUE = (
 
 async def candidates(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` claimable queued rows (see :data:`CANDIDATES`)."""
-    return await fetch_all(conn, CANDIDATES, (limit,))
+    sql = _CANDIDATES_PG if backend_of(conn) == "postgresql" else CANDIDATES
+    return await fetch_all(conn, sql, (limit,))
 
 
 async def insert_queued(

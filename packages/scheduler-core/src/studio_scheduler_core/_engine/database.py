@@ -13,7 +13,7 @@ import sqlite3
 
 import aiosqlite
 
-from studio_state import open_connection
+from studio_state import is_postgres, open_connection
 
 from .._dbfile import DatabaseFile, StorageHealth, probe_writable, storage_fault
 from .._exceptions import DatabaseUnavailable
@@ -41,7 +41,8 @@ class EngineDatabase:
         """A PostgreSQL URL: no file to probe or to check the identity of."""
         self.storage = storage
         """The storage fault the last write met, shared with every terminal write."""
-        self._file = DatabaseFile(path)
+        # A file's identity is checked on SQLite only: a PostgreSQL database has no file.
+        self._file = None if is_postgres(path) else DatabaseFile(path)
         self.file_problem: str | None = None
         """Set while the file opened is no longer the one at ``path``."""
 
@@ -60,7 +61,7 @@ class EngineDatabase:
             raise
         try:
             await ensure_schema(conn)
-            if not self.postgres:
+            if self._file is not None:
                 await probe_writable(conn, self.path)
                 self._file.remember()
         except BaseException as exc:
@@ -74,9 +75,7 @@ class EngineDatabase:
 
     async def refusal(self, conn: aiosqlite.Connection) -> tuple[str, str] | None:
         """Why nothing may tick now, as ``(problem, tick error)``; ``None``: tick."""
-        if self.postgres:
-            return None  # the server owns its files; its errors fail the tick's concerns
-        problem = self._file.problem()
+        problem = None if self._file is None else self._file.problem()
         if problem is not None:
             # Writes would go to a file no one can open again.
             if problem != self.file_problem:

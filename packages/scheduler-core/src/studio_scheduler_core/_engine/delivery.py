@@ -24,9 +24,6 @@ import aiosqlite
 from studio_outbox import (
     CommandTransport,
     WebhookTransport,
-    deliver_due_dispatches,
-    dispatch_backlog,
-    next_due_at,
     webhook_transport_available,
 )
 from studio_state import Clock
@@ -34,6 +31,7 @@ from studio_state import Clock
 from .._observe.summary import delivery_event
 from .._settings import SchedulerSettings
 from . import store
+from .outbox_pg import Outbox, PostgresOutbox, SqliteOutbox
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -69,8 +67,13 @@ class Delivery:
         settings: SchedulerSettings,
         clock: Clock,
         wake: Callable[[], None],
+        postgres_url: str | None = None,
     ) -> None:
         self._conn = conn
+        # On PostgreSQL (``postgres_url``) the outbox's own PostgreSQL functions do the work.
+        self._outbox: Outbox = (
+            SqliteOutbox(conn) if postgres_url is None else PostgresOutbox(postgres_url)
+        )
         self._settings = settings
         self._clock = clock
         self._wake = wake
@@ -108,7 +111,7 @@ class Delivery:
     async def _due_at(self) -> float | None:
         """When a pass next has sendable work (``None``: nothing, or every transport paused)."""
         if self._argv is not None:
-            return await next_due_at(self._conn)
+            return await self._outbox.next_due_at()
         if self._webhook is None:
             return None
         return await store.webhook_due_at(self._conn)
@@ -124,13 +127,13 @@ class Delivery:
             and (now - self._last_start < self._settings.tick_seconds)
         ):
             return None
-        due = await (next_due_at(self._conn) if paused else self._due_at())
+        due = await (self._outbox.next_due_at() if paused else self._due_at())
         if due is None or float(due) > now:
             return None
         self._last_start = now
         self._task = asyncio.create_task(
-            deliver_due_dispatches(
-                self._conn, clock=self._clock, transport=self._argv, webhook_transport=self._webhook
+            self._outbox.deliver(
+                clock=self._clock, transport=self._argv, webhook_transport=self._webhook
             ),
             name="studio-delivery",
         )
@@ -160,7 +163,7 @@ class Delivery:
         """Re-read :attr:`backlog` when the last reading is :data:`BACKLOG_EVERY` old."""
         if self._backlog_at is None or now - self._backlog_at >= BACKLOG_EVERY:
             self._backlog_at = now
-            backlog = await dispatch_backlog(self._conn, now=now)
+            backlog = await self._outbox.backlog(now)
             self.backlog = int(backlog.get("due", 0))
 
     async def aclose(self) -> None:
@@ -171,6 +174,7 @@ class Delivery:
             task.cancel()
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
+        await self._outbox.aclose()
         webhook, self._webhook = self._webhook, None
         if webhook is not None:
             try:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from studio_state import Clock
+from studio_state import Clock, is_postgres
 
 from .._adhoc.service import AdhocRunService
 from .._adhoc.worker import AdhocWorker

@@ -58,6 +58,18 @@ class EngineLock:
         os.close(fd)
 
 
+class NoLock:
+    """:class:`EngineLock`'s interface holding nothing (a PostgreSQL database has no file)."""
+
+    held = False
+
+    def acquire(self) -> None:
+        """Nothing to take."""
+
+    def release(self) -> None:
+        """Nothing to release."""
+
+
 def _read_pid(fd: int) -> int | None:
     try:
         text = os.pread(fd, 64, 0).decode(errors="replace").strip()

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock
+from studio_state import Clock, is_postgres
 
 from .._admission.gates import Admission
 from .._dbfile import StorageHealth
@@ -86,7 +86,13 @@ def build(
         evaluator=Evaluator(env, admission, registry, runner.start, runner.revoke),
         runner=runner,
         service=ScheduleService(conn, settings=settings, clock=clock, on_change=wake),
-        delivery=Delivery(conn, settings=settings, clock=clock, wake=wake),
+        delivery=Delivery(
+            conn,
+            settings=settings,
+            clock=clock,
+            wake=wake,
+            postgres_url=db_path if is_postgres(db_path) else None,
+        ),
         reapers=Reapers(
             conn,
             db_path=db_path,

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_one, fetch_value, write_transaction
+from studio_state import backend_of, fetch_one, fetch_value, write_transaction
 
 DUE_COLUMNS = (
     "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
@@ -117,7 +117,12 @@ async def data_version(conn: aiosqlite.Connection) -> int:
 
 
 async def rewrite_header(conn: aiosqlite.Connection) -> None:
-    """Write the file's header once (``user_version`` to its own value): a write probe."""
+    """Write the file's header once (``user_version`` to its own value): a write probe. On
+    PostgreSQL (no file header) a write transaction that takes a transaction id."""
+    if backend_of(conn) == "postgresql":
+        async with write_transaction(conn):
+            await fetch_value(conn, "SELECT txid_current()")
+        return
     async with write_transaction(conn):
         version = int(await fetch_value(conn, "PRAGMA user_version") or 0)
         await conn.execute(f"PRAGMA user_version = {version}")

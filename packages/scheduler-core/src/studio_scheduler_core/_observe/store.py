@@ -16,7 +16,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_all, fetch_one, fetch_value
+from studio_state import backend_of, fetch_all, fetch_one, fetch_value
 
 _RUN_COLUMNS = (
     "r.id, r.schedule_id, r.action_kind, r.status, r.exit_code, r.chain_depth, r.fired_at, "
@@ -58,7 +58,14 @@ async def read_slot_holders(conn: aiosqlite.Connection) -> tuple[list[dict[str, 
 
 async def schedules_have_zones(conn: aiosqlite.Connection) -> bool:
     """Whether ``schedules`` has a per-schedule ``timezone`` column (newer schemas)."""
-    rows = await fetch_all(conn, "SELECT name FROM pragma_table_info('schedules')")
+    if backend_of(conn) == "postgresql":  # PostgreSQL's catalogue instead of a pragma
+        rows = await fetch_all(
+            conn,
+            "SELECT column_name AS name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = 'schedules'",
+        )
+    else:
+        rows = await fetch_all(conn, "SELECT name FROM pragma_table_info('schedules')")
     return any(row["name"] == "timezone" for row in rows)
 
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import aiosqlite
 
+from studio_state import is_postgres
+
 from .._runlog import run_log_dir
 from .._settings import SchedulerSettings
-from .._target import is_postgres
 from .reconcile import reap_stale
 from .retention import RetentionReport, retention_pass
 from .store import checkpoint
@@ -53,17 +54,24 @@ class Reapers:
             deadline_seconds=self._settings.invocation_deadline_seconds,
             owned_runs=set(self._owned_runs()),
         )
+        # On PostgreSQL there is no database file to keep logs beside: the configured run
+        # log directory (which the engine requires there).
+        runs_dir = (
+            run_log_dir(self._db_path, self._settings)
+            if is_postgres(self._db_path)
+            else Path(self._db_path).parent / "runs"
+        )
         self.last_retention = await retention_pass(
             self._conn,
             now=now,
             retention_days=self._settings.retention_days,
-            runs_dir=Path(run_log_dir(self._db_path, self._settings)),
+            runs_dir=runs_dir,
         )
         return reaped
 
     async def checkpoint(self, now: float) -> dict[str, Any] | None:
-        """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet, or a
-        PostgreSQL database, which has no WAL file of Studio's to truncate)."""
+        """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet; always
+        on PostgreSQL, whose server manages its own checkpoints)."""
         if is_postgres(self._db_path):
             return None
         if now - self._last_checkpoint < self._settings.checkpoint_interval_seconds:

@@ -17,7 +17,8 @@ everything else): its commit then does not wait on a WAL fsync while holding the
 batch lost to power failure costs nothing: the rows it deleted are back, still old and
 terminal, and the next pass deletes them again; it becomes durable at the next ``FULL`` commit
 or checkpoint anyway.
-Rows are visited in ``rowid`` order (insertion order, so oldest first) and a pass stops at
+Rows are visited in ``rowid`` order (insertion order, so oldest first; on PostgreSQL an identity
+column of that name) and a pass stops at
 the first row newer than the cut-off, so a pass reads only what it deletes plus one batch.
 
 A run is deleted with its invocations, their sessions, the transition rows of all of them,
@@ -41,7 +42,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import run_sync, run_write_transaction
+from studio_state import backend_of, run_sync, run_write_transaction
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -225,6 +226,9 @@ def _unlink_logs(runs_dir: Path, ids: Sequence[str]) -> int:
 
 
 async def _database_file(conn: aiosqlite.Connection) -> str | None:
+    if backend_of(conn) == "postgresql":
+        return None  # no file, no WAL of Studio's to checkpoint
+
     def fn(db: sqlite3.Connection) -> str | None:
         for row in db.execute("PRAGMA database_list").fetchall():
             _, name, file = tuple(row.values()) if isinstance(row, dict) else tuple(row)
@@ -270,7 +274,10 @@ class _Checkpointer:
 
 
 async def _set_autocheckpoint(conn: aiosqlite.Connection, pages: int | None) -> int:
-    """Set the connection's ``wal_autocheckpoint`` (``None``: leave it); return the old value."""
+    """Set the connection's ``wal_autocheckpoint`` (``None``: leave it); return the old value.
+    PostgreSQL has no WAL checkpoint of Studio's to hold off: nothing is set there."""
+    if backend_of(conn) == "postgresql":
+        return 0
 
     def fn(db: sqlite3.Connection) -> int:
         row = db.execute("PRAGMA wal_autocheckpoint").fetchone()

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import connect, fetch_all
+from studio_state import backend_of, connect, fetch_all
 
 
 async def unleased_running_runs(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
@@ -58,7 +58,10 @@ async def invocations_started_before(
 
 
 async def database_path(conn: aiosqlite.Connection) -> str | None:
-    """The file of the connection's main database (what children get as LIONAGI_STUDIO_DB)."""
+    """The file of the connection's main database (what children get as LIONAGI_STUDIO_DB);
+    ``None`` on PostgreSQL, which has no file (its callers pass the URL instead)."""
+    if backend_of(conn) == "postgresql":
+        return None
     for row in await fetch_all(conn, "PRAGMA database_list"):
         if row.get("name") == "main":
             return str(row.get("file") or "") or None

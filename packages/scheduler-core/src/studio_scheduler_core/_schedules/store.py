@@ -14,7 +14,14 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_all, fetch_one, fetch_value, record_transition, write_transaction
+from studio_state import (
+    backend_of,
+    fetch_all,
+    fetch_one,
+    fetch_value,
+    record_transition,
+    write_transaction,
+)
 
 from .._exceptions import ScheduleNameTaken, ScheduleValidationError
 from .._notify.service import notify_schedule_disabled
@@ -307,10 +314,15 @@ async def backfilled_due_times(
     conn: aiosqlite.Connection, schedule_id: str, first: float, last: float
 ) -> set[float]:
     """The due times in [first, last) the schedule already has a (not skipped) run for."""
+    # JSON paths differ: SQLite's json_extract, PostgreSQL's ->> on the text cast to json.
+    due = (
+        "(trigger_context::json ->> 'due_at')::double precision"
+        if backend_of(conn) == "postgresql"
+        else "json_extract(trigger_context, '$.due_at')"
+    )
     rows = await conn.execute_fetchall(
-        "SELECT json_extract(trigger_context, '$.due_at') AS due FROM schedule_runs "
-        "WHERE schedule_id = ? AND json_extract(trigger_context, '$.due_at') >= ? "
-        "AND json_extract(trigger_context, '$.due_at') < ? AND status != 'skipped'",
+        f"SELECT {due} AS due FROM schedule_runs WHERE schedule_id = ? AND {due} >= ? "
+        f"AND {due} < ? AND status != 'skipped'",
         (schedule_id, first, last),
     )
     return {float(row["due"]) for row in rows if row["due"] is not None}

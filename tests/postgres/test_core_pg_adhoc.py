@@ -1,0 +1,16 @@
+"""scheduler-core's tests/test_adhoc.py on PostgreSQL (see core_pg.py)."""
+
+from __future__ import annotations
+
+from studio_state.testing import load_beside
+
+_core = load_beside(__file__, "core_pg.py", "studio_core_pg")
+globals().update(
+    _core.core_tests(
+        "test_adhoc",
+        {
+            _core.PLAN: ("test_the_claim_query_uses_the_queue_indexes",),
+        },
+    )
+)
+db_target = _core.db_target

@@ -1,0 +1,16 @@
+"""scheduler-core's tests/test_records.py on PostgreSQL (see core_pg.py)."""
+
+from __future__ import annotations
+
+from studio_state.testing import load_beside
+
+_core = load_beside(__file__, "core_pg.py", "studio_core_pg")
+globals().update(
+    _core.core_tests(
+        "test_records",
+        {
+            _core.FILE: ("test_record_fields_are_the_table_columns_in_order",),
+        },
+    )
+)
+db_target = _core.db_target
