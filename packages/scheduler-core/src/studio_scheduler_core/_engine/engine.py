@@ -40,7 +40,7 @@ from .._recovery.retention import RetentionReport
 from .._schedules.service import ScheduleService
 from .._schedules.store import load_schedule
 from .._settings import SchedulerSettings
-from .._target import child_db_value, is_postgres, normalise
+from .._target import child_db_value, normalise
 from .._triggers.cadence import rearm
 from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
