@@ -194,12 +194,24 @@ CREATE FUNCTION dispatch_outbox_counts_compact() RETURNS void LANGUAGE sql AS $$
 $$;
 """
 
+# A ``rowid`` as SQLite's tables have: the order of enqueue that list pages sort and seek by, so
+# the list and keyset-page steps run unchanged on both backends. Existing rows are numbered in
+# their physical order when the column is added.
+_V6 = """
+ALTER TABLE dispatch_outbox ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY;
+CREATE UNIQUE INDEX idx_dispatch_outbox_rowid ON dispatch_outbox(rowid);
+CREATE INDEX idx_dispatch_outbox_status_rowid ON dispatch_outbox(status, rowid);
+CREATE INDEX idx_dispatch_outbox_kind_rowid ON dispatch_outbox(kind, rowid);
+CREATE INDEX idx_dispatch_outbox_status_kind_rowid ON dispatch_outbox(status, kind, rowid);
+"""
+
 MIGRATIONS: tuple[studio_state.Migration, ...] = (
     studio_state.Migration(1, "dispatch_outbox", _V1),
     studio_state.Migration(2, "dispatch_outbox.claimed_by", _V2),
     studio_state.Migration(3, "dispatch_outbox_counts and list indexes", _V3),
     studio_state.Migration(4, "dispatch_outbox wake-ups (NOTIFY)", _V4),
     studio_state.Migration(5, "dispatch_outbox_counts as delta rows", _V5),
+    studio_state.Migration(6, "dispatch_outbox.rowid and the list pages' indexes", _V6),
 )
 
 
