@@ -1,6 +1,7 @@
 """studio-state: the shared SQLite kernel of Studio.
 
-Connections with Studio's PRAGMAs, a per-package migration runner, the ``status_transitions``
+Connections (a SQLite file with Studio's PRAGMAs, or a PostgreSQL URL behind the same
+``aiosqlite.Connection`` interface), a per-package migration runner, the ``status_transitions``
 audit table with a guarded transition helper, write transactions that join a caller's open
 transaction (also as one trip to the connection's thread: ``run_write_transaction``), an
 injectable clock and 12-hex ids.
@@ -9,6 +10,7 @@ injectable clock and 12-hex ids.
 from __future__ import annotations
 
 from .__about__ import __version__
+from ._backend import Backend, backend_of, is_postgres
 from ._clock import Clock, ManualClock, system_clock
 from ._complete import run_to_completion
 from ._connection import (
@@ -17,6 +19,7 @@ from ._connection import (
     SYNCHRONOUS_MODES,
     check_synchronous,
     connect,
+    connect_sync,
     dict_row_factory,
     open_connection,
 )
@@ -32,6 +35,7 @@ from ._exceptions import (
 from ._hop import run_sync
 from ._ids import new_id
 from ._migrations import Migration, applied_version, migrate, split_statements
+from ._pg_errors import PostgresError, PostgresIntegrityError, PostgresOperationalError
 from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_value
 from ._schema import ENTITY_TYPES, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
@@ -40,6 +44,7 @@ from ._transitions_sync import record_transition_sync, record_transitions_sync, 
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "Backend",
     "Clock",
     "ConnectionClosed",
     "DEFAULT_SYNCHRONOUS",
@@ -49,6 +54,9 @@ __all__ = [
     "ManualClock",
     "Migration",
     "MigrationError",
+    "PostgresError",
+    "PostgresIntegrityError",
+    "PostgresOperationalError",
     "Row",
     "SYNCHRONOUS_MODES",
     "SchemaTooNew",
@@ -57,8 +65,10 @@ __all__ = [
     "Transition",
     "__version__",
     "applied_version",
+    "backend_of",
     "check_synchronous",
     "connect",
+    "connect_sync",
     "dict_row_factory",
     "ensure_schema",
     "execute",
@@ -67,6 +77,7 @@ __all__ = [
     "fetch_one",
     "fetch_value",
     "in_owned_transaction",
+    "is_postgres",
     "migrate",
     "new_id",
     "open_connection",

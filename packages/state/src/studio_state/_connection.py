@@ -1,15 +1,18 @@
-"""Opening connections with Studio's PRAGMAs."""
+"""Opening connections: a SQLite file with Studio's PRAGMAs, or a PostgreSQL URL."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiosqlite
 
+from ._backend import connect_postgres, is_postgres, postgres_module, register
 from ._exceptions import InvalidSetting
 
 BUSY_TIMEOUT_MS = 5000
@@ -43,7 +46,7 @@ def dict_row_factory(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, 
     return {col[0]: value for col, value in zip(cursor.description, row, strict=True)}
 
 
-def _prepare_path(path: str | Path) -> str:
+def _prepare_path(path: str | os.PathLike[str]) -> str:
     if str(path) == ":memory:":
         return ":memory:"
     db_path = Path(path).expanduser()
@@ -51,22 +54,42 @@ def _prepare_path(path: str | Path) -> str:
     return str(db_path)
 
 
+_LEVELS = {"normal": 1, "full": 2}
+
+
 async def open_connection(
-    path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS
+    target: str | os.PathLike[str],
+    *,
+    synchronous: str = DEFAULT_SYNCHRONOUS,
+    application_name: str | None = None,
 ) -> aiosqlite.Connection:
     """Open and configure a connection; the caller must ``await conn.close()``.
 
+    ``target`` is a SQLite database path or a PostgreSQL URL (``postgresql://…``, see
+    :func:`is_postgres`; needs ``pip install 'studio-state[postgres]'``, else
+    :class:`InvalidSetting`). Either way the result is an ``aiosqlite.Connection`` with
+    ``dict`` rows on which Studio's stores, transactions and :func:`run_sync` work; on
+    PostgreSQL its worker thread drives a DB-API object over a psycopg connection (qmark
+    placeholders, ``BEGIN IMMEDIATE`` as ``BEGIN``, Studio's ``PRAGMA`` statements answered,
+    errors as ``sqlite3`` classes; see ``studio_state._pg_dbapi``). ``backend_of(conn)`` tells
+    which one it is.
+
     ``synchronous`` is ``"full"`` (default: an acknowledged commit survives power loss) or
     ``"normal"`` (WAL's cheaper mode, which may lose the last commits on power loss); anything
-    else raises :class:`InvalidSetting` before the file is touched.
+    else raises :class:`InvalidSetting` before the file is touched. On PostgreSQL the value is
+    checked and reported by ``PRAGMA synchronous`` but changes nothing: durability is the
+    server's ``synchronous_commit``. ``application_name`` names a PostgreSQL session (as
+    ``pg_stat_activity`` shows it); it is ignored for SQLite.
 
     The connection runs in autocommit mode (``isolation_level=None``): transactions are only
     the explicit ones opened by :func:`studio_state.write_transaction` or by the caller, so
     ``conn.in_transaction`` tells exactly whether a caller's transaction is open.
     """
     pragmas = _pragmas(synchronous)
+    if is_postgres(target):
+        return await _open_postgres(str(target), synchronous, application_name)
     conn = await aiosqlite.connect(
-        _prepare_path(path),
+        _prepare_path(target),
         isolation_level=None,
         timeout=BUSY_TIMEOUT_MS / 1000,
     )
@@ -80,18 +103,69 @@ async def open_connection(
     return conn
 
 
+async def _open_postgres(
+    url: str, synchronous: str, application_name: str | None
+) -> aiosqlite.Connection:
+    postgres_module()  # InvalidSetting naming the extra, before a thread is started
+    level = _LEVELS[check_synchronous(synchronous)]
+    connector = partial(connect_postgres, url, synchronous=level, application_name=application_name)
+    # aiosqlite drives whatever its connector returns with sqlite3's DB-API calls.
+    conn = aiosqlite.Connection(
+        cast("Callable[[], sqlite3.Connection]", connector), iter_chunk_size=64
+    )
+    await conn
+    register(conn)
+    return conn
+
+
 @asynccontextmanager
 async def connect(
-    path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS
+    target: str | os.PathLike[str],
+    *,
+    synchronous: str = DEFAULT_SYNCHRONOUS,
+    application_name: str | None = None,
 ) -> AsyncIterator[aiosqlite.Connection]:
-    """Open ``path`` (creating its parent directory) as an async context manager.
+    """Open ``target`` (a SQLite path, its parent directory created, or a PostgreSQL URL) as
+    an async context manager; arguments as :func:`open_connection`.
 
-    The connection has ``journal_mode=WAL``, ``synchronous=FULL`` (or ``NORMAL`` when asked),
-    ``foreign_keys=ON`` and ``busy_timeout=5000``, and returns rows as ``dict``. It is closed on
+    A SQLite connection has ``journal_mode=WAL``, ``synchronous=FULL`` (or ``NORMAL`` when
+    asked), ``foreign_keys=ON`` and ``busy_timeout=5000``. Rows are ``dict``. It is closed on
     exit.
     """
-    conn = await open_connection(path, synchronous=synchronous)
+    conn = await open_connection(target, synchronous=synchronous, application_name=application_name)
     try:
         yield conn
     finally:
         await conn.close()
+
+
+def connect_sync(
+    target: str | os.PathLike[str],
+    *,
+    synchronous: str = DEFAULT_SYNCHRONOUS,
+    application_name: str | None = None,
+) -> sqlite3.Connection:
+    """A synchronous connection to ``target`` (arguments as :func:`open_connection`).
+
+    For a SQLite path: a ``sqlite3.Connection`` with the same settings as
+    :func:`open_connection` (autocommit, Studio's PRAGMAs, ``dict`` rows). For a PostgreSQL
+    URL: the DB-API object that :func:`open_connection` drives on its thread (typed as a
+    ``sqlite3.Connection``: it answers the same calls), usable from one thread at a time.
+    The caller closes it.
+    """
+    pragmas = _pragmas(synchronous)
+    if is_postgres(target):
+        level = _LEVELS[check_synchronous(synchronous)]
+        db = connect_postgres(str(target), synchronous=level, application_name=application_name)
+        return cast(sqlite3.Connection, db)
+    conn = sqlite3.connect(
+        _prepare_path(target), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+    )
+    try:
+        for pragma in pragmas:
+            conn.execute(pragma)
+    except BaseException:
+        conn.close()
+        raise
+    conn.row_factory = dict_row_factory
+    return conn

@@ -1,0 +1,345 @@
+"""A ``sqlite3.Connection``-shaped object over a psycopg 3 (sync) PostgreSQL connection.
+
+``aiosqlite.Connection(connector, iter_chunk_size)`` runs ``connector()`` on its worker thread
+and then drives whatever it returned with sqlite3's DB-API calls; :func:`studio_state.run_sync`
+hands the same object to plain functions on that thread. :class:`PostgresConnection` answers
+those calls on PostgreSQL, so Studio's stores, ``write_transaction``,
+``run_write_transaction`` and ``run_sync`` run unchanged on it:
+
+- autocommit (psycopg ``autocommit=True``): transactions are only the explicit
+  ``BEGIN … COMMIT``/``ROLLBACK`` ones, as on SQLite's ``isolation_level=None``;
+  ``BEGIN IMMEDIATE`` (and SQLite's other ``BEGIN`` forms) run as ``BEGIN`` (READ COMMITTED);
+- statements with parameters are rewritten for psycopg (:mod:`._pg_sql`), rows are ``dict``
+  under Studio's ``dict_row_factory`` (tuples with no row factory);
+- ``PRAGMA`` statements are answered (:mod:`._pg_pragma`), errors mapped (:mod:`._pg_errors`).
+
+One difference remains: a failed statement inside a transaction aborts the whole PostgreSQL
+transaction (SQLite undoes only that statement). Such a transaction can only be rolled back;
+committing it raises :class:`PostgresOperationalError` (psycopg would silently roll back).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import psycopg
+from psycopg import pq
+from psycopg.rows import tuple_row
+
+from ._backend import redact
+from ._exceptions import InvalidSetting
+from ._pg_errors import (
+    OPERATIONAL_CLASSES,
+    PostgresError,
+    PostgresIntegrityError,
+    PostgresOperationalError,
+)
+from ._pg_pragma import PragmaState, answer
+from ._pg_sql import begin_statement, end_statement, pragma, to_psycopg
+
+RowFactory = Callable[[Any, tuple[Any, ...]], Any] | None
+
+_IN_TRANSACTION: Final = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
+_KEY_COLUMNS: Final = re.compile(r"Key \((.+?)\)=")
+_CHANGES: Final = ("INSERT", "UPDATE", "DELETE", "MERGE")
+
+
+def _sqlite_shape(exc: psycopg.Error) -> str:
+    """The start of SQLite's message for a constraint failure (Studio matches on it)."""
+    diag = exc.diag
+    table = diag.table_name or "?"
+    state = exc.sqlstate or ""
+    if state == "23505":
+        found = _KEY_COLUMNS.search(diag.message_detail or "")
+        columns = found.group(1).split(", ") if found else [diag.constraint_name or "?"]
+        return "UNIQUE constraint failed: " + ", ".join(f"{table}.{c}" for c in columns)
+    if state == "23502":
+        return f"NOT NULL constraint failed: {table}.{diag.column_name or '?'}"
+    if state == "23503":
+        return "FOREIGN KEY constraint failed"
+    if state == "23514":
+        return f"CHECK constraint failed: {diag.constraint_name or '?'}"
+    return "constraint failed"
+
+
+def map_error(exc: psycopg.Error) -> PostgresError:
+    """The ``sqlite3``-class error for a psycopg error (set ``from exc`` by the caller)."""
+    text = str(exc).strip() or type(exc).__name__
+    state = exc.sqlstate
+    if state is not None and state.startswith("23"):
+        return PostgresIntegrityError(f"{_sqlite_shape(exc)} ({text})", state)
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or (
+        state is not None and state[:2] in OPERATIONAL_CLASSES
+    ):
+        return PostgresOperationalError(text, state)
+    return PostgresError(text, state)
+
+
+def _no_params(params: object) -> bool:
+    if params is None:
+        return True
+    if isinstance(params, Mapping | Sequence) and not isinstance(params, str | bytes):
+        return len(params) == 0
+    return False
+
+
+def _query(sql: str, params: Any) -> tuple[str, Any]:
+    """``(statement, params)`` for psycopg; no parameters: the text as written."""
+    if _no_params(params):
+        return sql, None
+    if isinstance(params, Mapping):
+        return to_psycopg(sql, True), params
+    return to_psycopg(sql), params
+
+
+Description = tuple[tuple[str, None, None, None, None, None, None], ...]
+
+
+def _description(names: Iterable[str]) -> Description:
+    return tuple((name, None, None, None, None, None, None) for name in names)
+
+
+class PostgresCursor:
+    """A ``sqlite3.Cursor``-shaped cursor of :class:`PostgresConnection`."""
+
+    arraysize: int
+    lastrowid: None
+    """Always ``None``: PostgreSQL has no rowid (use ``RETURNING``)."""
+
+    def __init__(self, connection: PostgresConnection) -> None:
+        self._connection = connection
+        self._rows: list[Any] = []
+        self._position = 0
+        self._description: Description | None = None
+        self.rowcount = -1
+        self.arraysize = 1
+        self.lastrowid = None
+
+    @property
+    def connection(self) -> PostgresConnection:
+        """The connection this cursor runs on."""
+        return self._connection
+
+    @property
+    def description(self) -> Description | None:
+        """Column names of the last result as sqlite3's 7-tuples (``None``: no result)."""
+        return self._description
+
+    def execute(self, sql: str, parameters: Any = ()) -> PostgresCursor:
+        """Run one statement (or, without parameters, a script) and keep its rows."""
+        self._connection._run(self, sql, parameters, many=False)
+        return self
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> PostgresCursor:
+        """Run ``sql`` for each parameter set; ``rowcount`` is the total of changed rows."""
+        self._connection._run(self, sql, seq_of_parameters, many=True)
+        return self
+
+    def _set(self, names: Sequence[str] | None, rows: list[Any], rowcount: int) -> None:
+        self._description = None if names is None else _description(names)
+        self._rows = rows
+        self._position = 0
+        self.rowcount = rowcount
+
+    def fetchone(self) -> Any:
+        """The next row, or ``None``."""
+        if self._position >= len(self._rows):
+            return None
+        row = self._rows[self._position]
+        self._position += 1
+        return row
+
+    def fetchmany(self, size: int | None = None) -> list[Any]:
+        """Up to ``size`` (default ``arraysize``) next rows."""
+        count = self.arraysize if size is None else size
+        rows = self._rows[self._position : self._position + count]
+        self._position += len(rows)
+        return rows
+
+    def fetchall(self) -> list[Any]:
+        """Every remaining row."""
+        rows = self._rows[self._position :]
+        self._position = len(self._rows)
+        return rows
+
+    def close(self) -> None:
+        """Drop the rows (the results were already read from the server)."""
+        self._rows = []
+        self._position = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        while (row := self.fetchone()) is not None:
+            yield row
+
+
+class PostgresConnection:
+    """A ``sqlite3.Connection``-shaped object over a psycopg autocommit connection.
+
+    ``raw`` is the psycopg connection (for PostgreSQL-only work, such as the outbox's
+    schema); ``backend`` is ``"postgresql"``. It is safe to use from one thread at a time
+    (aiosqlite's worker thread drives it).
+    """
+
+    backend: Final = "postgresql"
+    isolation_level: None = None
+
+    def __init__(self, raw: psycopg.Connection[Any], *, synchronous: int = 2) -> None:
+        self.raw = raw
+        self.row_factory: RowFactory = None
+        self._pragmas = PragmaState(synchronous=synchronous)
+        self._in_transaction = False
+        self._changes = 0
+
+    @property
+    def in_transaction(self) -> bool:
+        """True exactly between an explicit ``BEGIN`` and its ``COMMIT``/``ROLLBACK``."""
+        return self._in_transaction
+
+    @property
+    def total_changes(self) -> int:
+        """Rows inserted, updated or deleted through this object since it was opened."""
+        return self._changes
+
+    def cursor(self) -> PostgresCursor:
+        """A new cursor."""
+        return PostgresCursor(self)
+
+    def execute(self, sql: str, parameters: Any = ()) -> PostgresCursor:
+        """Run one statement (or, without parameters, a script) on a new cursor."""
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> PostgresCursor:
+        """Run ``sql`` once per parameter set, on a new cursor."""
+        return self.cursor().executemany(sql, seq_of_parameters)
+
+    def commit(self) -> None:
+        """Commit the open transaction (nothing when none is open).
+
+        A transaction aborted by a failed statement is rolled back and
+        :class:`PostgresOperationalError` raised: its writes did not happen.
+        """
+        self._end("COMMIT")
+
+    def rollback(self) -> None:
+        """Roll back the open transaction (nothing when none is open)."""
+        self._end("ROLLBACK")
+
+    def close(self) -> None:
+        """Close the connection (an open transaction is rolled back by the server)."""
+        self._in_transaction = False
+        self.raw.close()
+
+    def __enter__(self) -> PostgresConnection:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """As sqlite3: commit the open transaction, or roll it back on an exception."""
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+
+    def _status(self) -> None:
+        self._in_transaction = self.raw.info.transaction_status in _IN_TRANSACTION
+
+    def _end(self, command: str) -> None:
+        status = self.raw.info.transaction_status
+        if status == pq.TransactionStatus.IDLE:
+            self._in_transaction = False
+            return
+        aborted = status == pq.TransactionStatus.INERROR
+        try:
+            self.raw.execute("ROLLBACK" if aborted else command)
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+        finally:
+            self._status()
+        if aborted and command == "COMMIT":
+            raise PostgresOperationalError(
+                "cannot commit: a statement failed earlier in this transaction, so PostgreSQL "
+                "aborted it; it has been rolled back",
+                "25P02",
+            )
+
+    def _run(self, cursor: PostgresCursor, sql: str, params: Any, *, many: bool) -> None:
+        if not many:
+            statement = pragma(sql)
+            if statement is not None:
+                columns, answered = answer(self._pragmas, statement[0], statement[1], self._value)
+                cursor._set(columns or None, answered, -1)
+                self._apply_factory(cursor)
+                return
+            ending = end_statement(sql)
+            if ending is not None:
+                self._end(ending)
+                cursor._set(None, [], -1)
+                return
+            if begin_statement(sql):
+                sql = "BEGIN"
+        try:
+            with self.raw.cursor(row_factory=tuple_row) as pg:
+                if many:
+                    batches = list(params)
+                    if not batches:
+                        cursor._set(None, [], 0)
+                        return
+                    pg.executemany(to_psycopg(sql, isinstance(batches[0], Mapping)), batches)
+                else:
+                    pg.execute(*_query(sql, params))
+                names = None if pg.description is None else [c.name for c in pg.description]
+                rows = pg.fetchall() if names is not None else []
+                rowcount = pg.rowcount
+                changed = (pg.statusmessage or "").startswith(_CHANGES)
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+        finally:
+            self._status()
+        if changed:
+            self._changes += max(rowcount, 0)
+        cursor._set(names, rows, rowcount)
+        self._apply_factory(cursor)
+
+    def _apply_factory(self, cursor: PostgresCursor) -> None:
+        """Turn the cursor's tuples into the row factory's rows (``dict`` for Studio's)."""
+        factory = self.row_factory
+        if factory is None or cursor._description is None:
+            return
+        from ._connection import dict_row_factory
+
+        if factory is dict_row_factory:
+            names = [column[0] for column in cursor._description]
+            cursor._rows = [dict(zip(names, row, strict=True)) for row in cursor._rows]
+        else:
+            cursor._rows = [factory(cursor, row) for row in cursor._rows]
+
+    def _value(self, sql: str) -> Any:
+        try:
+            cursor = self.raw.execute(sql)
+            row = cursor.fetchone() if cursor.description is not None else None
+        except psycopg.Error as exc:
+            raise map_error(exc) from exc
+        finally:
+            self._status()
+        return None if row is None else row[0]
+
+
+def connect_postgres(
+    url: str, *, synchronous: int = 2, application_name: str | None = None
+) -> PostgresConnection:
+    """Open ``url`` (autocommit) as a :class:`PostgresConnection` with ``dict`` rows."""
+    from ._connection import dict_row_factory
+
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if application_name is not None:
+        kwargs["application_name"] = application_name
+    try:
+        raw = psycopg.connect(url, **kwargs)
+    except psycopg.ProgrammingError as exc:  # a malformed URL or option
+        raise InvalidSetting(f"invalid PostgreSQL URL {redact(url)}: {exc}") from exc
+    except psycopg.Error as exc:
+        raise map_error(exc) from exc
+    conn = PostgresConnection(raw, synchronous=synchronous)
+    conn.row_factory = dict_row_factory
+    return conn
