@@ -37,7 +37,7 @@ from ._pg_errors import (
     PostgresOperationalError,
 )
 from ._pg_pragma import PragmaState, answer
-from ._pg_sql import begin_statement, end_statement, pragma, to_psycopg
+from ._pg_sql import begin_statement, end_statement, pragma, to_psycopg, without_index_hints
 
 RowFactory = Callable[[Any, tuple[Any, ...]], Any] | None
 
@@ -116,6 +116,9 @@ class PostgresCursor:
         self.rowcount = -1
         self.arraysize = 1
         self.lastrowid = None
+        # As on sqlite3: each cursor starts with its connection's factory and may change it
+        # (``None``: plain tuples) before it runs a statement.
+        self.row_factory: RowFactory = connection.row_factory
 
     @property
     def connection(self) -> PostgresConnection:
@@ -264,6 +267,7 @@ class PostgresConnection:
             )
 
     def _run(self, cursor: PostgresCursor, sql: str, params: Any, *, many: bool) -> None:
+        sql = without_index_hints(sql)
         if not many:
             statement = pragma(sql)
             if statement is not None:
@@ -303,7 +307,7 @@ class PostgresConnection:
 
     def _apply_factory(self, cursor: PostgresCursor) -> None:
         """Turn the cursor's tuples into the row factory's rows (``dict`` for Studio's)."""
-        factory = self.row_factory
+        factory = cursor.row_factory
         if factory is None or cursor._description is None:
             return
         from ._connection import dict_row_factory
