@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiosqlite
+import psycopg
 import pytest
 
 import studio_state
+import studio_state.testing
 from studio_state import (
     PostgresIntegrityError,
     PostgresOperationalError,
@@ -215,3 +218,141 @@ async def test_a_closed_connection_refuses_calls(pg_dsn: str) -> None:
         await run_sync(opened, lambda db: db.execute("SELECT 1"))
     with pytest.raises(ValueError):
         await opened.execute("SELECT 1")
+
+
+async def test_a_failed_statement_aborts_the_transaction_and_commit_says_so(
+    conn: aiosqlite.Connection,
+) -> None:
+    with pytest.raises(sqlite3.OperationalError, match="rolled back") as caught:
+        async with write_transaction(conn):
+            await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("a", "new"))
+            with pytest.raises(sqlite3.IntegrityError):
+                await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("a", "new"))
+    assert isinstance(caught.value, PostgresOperationalError)
+    assert not conn.in_transaction
+    assert await fetch_all(conn, "SELECT id FROM items") == []
+
+
+async def test_executemany_counts_rows_and_takes_any_iterable(conn: aiosqlite.Connection) -> None:
+    rows = ((f"k{i}", "new") for i in range(5))
+    async with conn.executemany("INSERT INTO items (id, status) VALUES (?, ?)", rows) as cursor:
+        assert cursor.rowcount == 5
+    async with conn.executemany("UPDATE items SET n = ? WHERE id = ?", []) as cursor:
+        assert cursor.rowcount == 0
+
+    def count(db: sqlite3.Connection) -> tuple[int, list[str]]:
+        changed = db.executemany(
+            "UPDATE items SET n = 1 WHERE id = ? AND n IS NULL", [("k1",), ("k2",), ("k2",)]
+        ).rowcount
+        return changed, [row["id"] for row in db.execute("SELECT id FROM items ORDER BY id")]
+
+    changed, ids = await run_sync(conn, count)
+    assert changed == 2
+    assert ids == ["k0", "k1", "k2", "k3", "k4"]
+
+
+async def test_cursor_iteration_in_chunks_and_explicit_cursors(conn: aiosqlite.Connection) -> None:
+    await conn.executemany(
+        "INSERT INTO items (id, status, n) VALUES (?, 'new', ?)",
+        [(f"i{i:03}", i) for i in range(150)],
+    )
+    async with conn.execute("SELECT n FROM items ORDER BY n") as cursor:
+        seen = [row["n"] async for row in cursor]
+    assert seen == list(range(150))
+    async with conn.cursor() as cursor:
+        await cursor.execute("SELECT count(*) AS c FROM items WHERE n < ?", (10,))
+        assert await cursor.fetchall() == [{"c": 10}]
+        assert cursor.lastrowid is None
+
+
+async def test_connect_sync_on_a_url_is_the_same_db_api_object(pg_dsn: str) -> None:
+    db = studio_state.connect_sync(pg_dsn, application_name="studio:sync")
+    try:
+        assert backend_of(db) == "postgresql"
+        db.execute(TABLE)
+        with db:  # as sqlite3: commits the open transaction on exit
+            db.execute("BEGIN")
+            db.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("s", "new"))
+            assert db.in_transaction
+        assert not db.in_transaction
+        assert db.execute("SELECT id, status FROM items").fetchall() == [
+            {"id": "s", "status": "new"}
+        ]
+        assert db.total_changes == 1
+        name = db.execute("SELECT current_setting('application_name') AS a").fetchone()
+        assert name == {"a": "studio:sync"}
+    finally:
+        db.close()
+
+
+async def test_application_name_names_the_session(pg_dsn: str) -> None:
+    async with connect(pg_dsn, application_name="studio:node-1") as opened:
+        assert await fetch_value(opened, "SELECT current_setting('application_name')") == (
+            "studio:node-1"
+        )
+
+
+async def test_a_dropped_session_is_an_operational_error(pg_dsn: str, pg_rows: Any) -> None:
+    async with connect(pg_dsn, application_name="studio:doomed") as opened:
+        await opened.execute("BEGIN")
+        await pg_rows(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'studio:doomed'"
+        )
+        with pytest.raises(sqlite3.OperationalError) as caught:
+            await opened.execute("SELECT 1")
+        assert isinstance(caught.value, PostgresOperationalError)
+        assert not opened.in_transaction
+
+
+async def test_unreachable_server_and_bad_url(pg_dsn: str) -> None:
+    port = studio_state.testing.free_port()
+    with pytest.raises(sqlite3.OperationalError):
+        await studio_state.open_connection(f"postgresql://u@127.0.0.1:{port}/db?connect_timeout=5")
+    with pytest.raises(studio_state.InvalidSetting, match="invalid PostgreSQL URL") as caught:
+        studio_state.connect_sync("postgresql://u:s3cret@127.0.0.1:notaport/db")
+    assert "s3cret" not in str(caught.value)
+
+
+async def test_synchronous_is_checked_and_reported_but_the_server_decides(pg_dsn: str) -> None:
+    with pytest.raises(studio_state.InvalidSetting, match="synchronous"):
+        await studio_state.open_connection(pg_dsn, synchronous="off")
+    async with connect(pg_dsn, synchronous="normal") as opened:
+        assert await fetch_value(opened, "PRAGMA synchronous") == 1
+        assert await fetch_value(opened, "SHOW synchronous_commit") == "off"  # the test cluster's
+
+
+async def test_cancelled_write_transaction_leaves_no_open_transaction(
+    conn: aiosqlite.Connection,
+) -> None:
+    entered = asyncio.Event()
+
+    async def slow() -> None:
+        async with write_transaction(conn):
+            await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("a", "new"))
+            entered.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(slow())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not conn.in_transaction
+    async with write_transaction(conn):
+        await conn.execute("INSERT INTO items (id, status) VALUES (?, ?)", ("b", "new"))
+    assert await fetch_all(conn, "SELECT id FROM items") == [{"id": "b"}]
+
+
+async def test_the_pragma_answers_need_no_superuser(pg_dsn: str) -> None:
+    role = f"studio_app_{secrets.token_hex(4)}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as admin:
+        await admin.execute(f"CREATE ROLE {role} LOGIN")
+        try:
+            async with connect(pg_dsn.replace("postgres@", f"{role}@", 1)) as opened:
+                assert isinstance(await fetch_value(opened, "PRAGMA data_version"), int)
+                await opened.execute("PRAGMA query_only = 1")
+                assert await fetch_value(opened, "PRAGMA query_only") == 1
+                assert await fetch_value(opened, "SELECT current_user") == role
+        finally:
+            await admin.execute(f"DROP ROLE {role}")

@@ -34,10 +34,16 @@ from ._exceptions import (
 )
 from ._hop import run_sync
 from ._ids import new_id
-from ._migrations import Migration, applied_version, migrate, split_statements
+from ._migrations import (
+    POSTGRES_MIGRATION_LOCK,
+    Migration,
+    applied_version,
+    migrate,
+    split_statements,
+)
 from ._pg_errors import PostgresError, PostgresIntegrityError, PostgresOperationalError
 from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_value
-from ._schema import ENTITY_TYPES, ensure_schema
+from ._schema import ENTITY_TYPES, STATE_MIGRATIONS, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
 from ._transitions import Transition, record_transition, record_transitions, transition
 from ._transitions_sync import record_transition_sync, record_transitions_sync, transition_sync
@@ -54,10 +60,12 @@ __all__ = [
     "ManualClock",
     "Migration",
     "MigrationError",
+    "POSTGRES_MIGRATION_LOCK",
     "PostgresError",
     "PostgresIntegrityError",
     "PostgresOperationalError",
     "Row",
+    "STATE_MIGRATIONS",
     "SYNCHRONOUS_MODES",
     "SchemaTooNew",
     "StateError",

@@ -26,9 +26,11 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 
 from ._backend import redact
+from ._connection import dict_row_factory
 from ._exceptions import InvalidSetting
 from ._pg_errors import (
     OPERATIONAL_CLASSES,
@@ -310,8 +312,6 @@ class PostgresConnection:
         factory = cursor.row_factory
         if factory is None or cursor._description is None:
             return
-        from ._connection import dict_row_factory
-
         if factory is dict_row_factory:
             names = [column[0] for column in cursor._description]
             cursor._rows = [dict(zip(names, row, strict=True)) for row in cursor._rows]
@@ -329,12 +329,22 @@ class PostgresConnection:
         return None if row is None else row[0]
 
 
+def _check_url(url: str) -> None:
+    """Refuse a URL libpq cannot parse (or whose port is not a number) before connecting."""
+    try:
+        options = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidSetting(f"invalid PostgreSQL URL {redact(url)}: {exc}") from exc
+    port = str(options.get("port") or "")
+    if port and not all(part.strip().isdigit() for part in port.split(",")):
+        raise InvalidSetting(f"invalid PostgreSQL URL {redact(url)}: port {port!r} is not a number")
+
+
 def connect_postgres(
     url: str, *, synchronous: int = 2, application_name: str | None = None
 ) -> PostgresConnection:
     """Open ``url`` (autocommit) as a :class:`PostgresConnection` with ``dict`` rows."""
-    from ._connection import dict_row_factory
-
+    _check_url(url)
     kwargs: dict[str, Any] = {"autocommit": True}
     if application_name is not None:
         kwargs["application_name"] = application_name

@@ -23,7 +23,7 @@ _TOKEN: Final = re.compile(
     r"""
       (?P<quoted>'(?:[^']|'')*'|"(?:[^"]|"")*")      # string literal / quoted identifier
     | (?P<comment>--[^\n]*|/\*.*?\*/)                 # comments
-    | (?P<dollar>\$(?P<tag>[A-Za-z_][A-Za-z0-9_]*)?\$.*?\$(?P=tag)\$)  # $tag$ … $tag$
+    | (?P<dollar>\$(?P<tag>[A-Za-z_][A-Za-z0-9_]*|)\$.*?\$(?P=tag)\$)  # $tag$ … $tag$
     | (?P<qmark>\?)
     | (?P<percent>%)
     | (?<!:):(?P<name>[A-Za-z_][A-Za-z0-9_]*)        # :name (never the :: of a cast)

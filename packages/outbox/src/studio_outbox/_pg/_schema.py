@@ -31,7 +31,7 @@ CHANNEL: Final = "studio_outbox"
 """The ``LISTEN`` channel notified when dispatches are enqueued (on commit)."""
 
 # One key for every Studio migration on a database: concurrent ensure_schema calls serialise.
-MIGRATION_LOCK: Final = 0x5354_5544_494F  # "STUDIO"
+MIGRATION_LOCK: Final = studio_state.POSTGRES_MIGRATION_LOCK
 
 _MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -42,29 +42,19 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )
 """
 
-STATE_MIGRATIONS: tuple[studio_state.Migration, ...] = (
-    studio_state.Migration(
-        1,
-        "status_transitions",
-        """
-        CREATE TABLE IF NOT EXISTS status_transitions (
-          id              TEXT PRIMARY KEY,
-          entity_type     TEXT NOT NULL CHECK(entity_type IN
-                            ('schedule', 'schedule_run', 'invocation', 'dispatch')),
-          entity_id       TEXT NOT NULL,
-          previous_status TEXT,
-          status          TEXT NOT NULL,
-          reason_code     TEXT NOT NULL,
-          reason_summary  TEXT,
-          evidence_refs   JSON,
-          actor           TEXT,
-          metadata        JSON,
-          created_at      DOUBLE PRECISION NOT NULL
-        );
-        CREATE INDEX IF NOT EXISTS idx_status_transitions_entity
-          ON status_transitions(entity_type, entity_id, created_at);
-        """,
-    ),
+
+# studio-state's own step (status_transitions), in its PostgreSQL text: identical whichever
+# of studio_state.migrate and this runner creates it first.
+def _postgres_form(migration: studio_state.Migration) -> studio_state.Migration:
+    if migration.postgres is None:  # pragma: no cover - studio-state ships both dialects
+        raise studio_state.MigrationError(
+            f"studio-state v{migration.version} has no PostgreSQL text"
+        )
+    return studio_state.Migration(migration.version, migration.description, migration.postgres)
+
+
+STATE_MIGRATIONS: tuple[studio_state.Migration, ...] = tuple(
+    _postgres_form(m) for m in studio_state.STATE_MIGRATIONS
 )
 
 # The SQLite migrations' columns and constraints, version for version; ``json`` keeps the
