@@ -111,3 +111,62 @@ async def test_purge_refuses_a_row_whose_send_may_be_in_flight(pg_dsn: str) -> N
         clock.advance(16)
         await pg.purge_dispatch(conn, dispatch_id, clock=clock)
         assert await pg.count_dispatches(conn) == 0
+
+
+async def test_list_and_keyset_pages_newest_first(pg_dsn: str) -> None:
+    clock = ManualClock()
+    async with await _ready(pg_dsn) as conn:
+        ids = [
+            await pg.enqueue_dispatch(
+                conn, kind="a" if i % 2 else "b", deliver_to="x", body={"i": i}, clock=clock
+            )
+            for i in range(7)
+        ]
+        listed = await pg.list_dispatches(conn)
+        assert [row["id"] for row in listed] == ids[::-1]
+        assert [row["id"] for row in await pg.list_dispatches(conn, kind="a", limit=2)] == [
+            ids[5],
+            ids[3],
+        ]
+        assert await pg.list_dispatches(conn, status="acked") == []
+        seen: list[str] = []
+        before: int | None = None
+        while True:
+            page, before = await pg.page_dispatches(conn, limit=3, before=before)
+            seen.extend(row["id"] for row in page)
+            if before is None:
+                break
+        assert seen == ids[::-1]
+        assert "ack_token" not in listed[0] and listed[0]["payload"]["body"] == {"i": 6}
+        with pytest.raises(InvalidArgument, match="before"):
+            await pg.page_dispatches(conn, before=0)
+        with pytest.raises(InvalidArgument, match="limit"):
+            await pg.list_dispatches(conn, limit=0)
+
+
+async def test_rows_enqueued_before_the_rowid_migration_are_numbered(pg_dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        # Apply migrations 1–5 only (the schema as the previous release left it), enqueue,
+        # then let ensure_schema add the rowid column.
+        older = pg.MIGRATIONS[:5]
+        async with conn.transaction():
+            for steps in (pg.STATE_MIGRATIONS, older):
+                for migration in steps:
+                    await conn.execute(migration.sql)  # type: ignore[arg-type]
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (package TEXT NOT NULL, "
+                "version INTEGER NOT NULL, applied_at DOUBLE PRECISION NOT NULL, "
+                "PRIMARY KEY (package, version))"
+            )
+            for migration in older:
+                await conn.execute(
+                    "INSERT INTO schema_migrations VALUES ('studio-outbox', %s, 0)",
+                    (migration.version,),
+                )
+            await conn.execute("INSERT INTO schema_migrations VALUES ('studio-state', 1, 0)")
+        first = await pg.enqueue_dispatch(conn, kind="k", deliver_to="x")
+        second = await pg.enqueue_dispatch(conn, kind="k", deliver_to="x")
+        await pg.ensure_schema(conn)
+        assert [row["id"] for row in await pg.list_dispatches(conn)] == [second, first]
+        third = await pg.enqueue_dispatch(conn, kind="k", deliver_to="x")
+        assert [row["id"] for row in await pg.list_dispatches(conn, limit=1)] == [third]

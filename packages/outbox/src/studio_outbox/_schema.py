@@ -119,7 +119,20 @@ async def ensure_schema(conn: aiosqlite.Connection, *, synchronous: str | None =
     :func:`studio_outbox.connect` open with ``full``). Raises :class:`InvalidArgument` for
     another ``synchronous`` value and :class:`studio_state.SchemaTooNew` when the database was
     migrated by a newer studio-outbox.
+
+    On a PostgreSQL connection from :func:`studio_state.connect` (a ``postgresql://`` URL) this
+    applies the PostgreSQL schema of :mod:`studio_outbox.postgres` instead; ``synchronous`` is
+    checked and otherwise left to the server's ``synchronous_commit``.
     """
+    if studio_state.backend_of(conn) == "postgresql":
+        # A studio-state connection on PostgreSQL: the PostgreSQL schema (its own migrations,
+        # triggers and NOTIFY), applied on the connection's own psycopg handle.
+        if synchronous is not None:
+            check_synchronous(synchronous)
+        from ._pg._schema import ensure_schema_sync as ensure_postgres_schema
+
+        await studio_state.run_sync(conn, lambda db: ensure_postgres_schema(db.raw))  # type: ignore[attr-defined]
+        return
     if synchronous is not None:
         await conn.execute(synchronous_pragma(synchronous))
     # The migration runner reads rows by column name: give it dict rows for the duration of

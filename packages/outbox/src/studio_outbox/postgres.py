@@ -13,7 +13,8 @@ table without sending a dispatch twice. :func:`run_deliverer` runs passes until 
 sleeping on ``LISTEN`` between them.
 
 Operators and consumers: :func:`ack_dispatch`, :func:`retry_dispatch`, :func:`purge_dispatch`,
-:func:`get_dispatch`, :func:`dispatch_id_for_dedup_key`, :func:`count_dispatches` and
+:func:`get_dispatch`, :func:`list_dispatches`, :func:`page_dispatches`,
+:func:`dispatch_id_for_dedup_key`, :func:`count_dispatches` and
 :func:`dispatch_backlog`, with the SQLite functions' rules and errors.
 """
 
@@ -34,6 +35,8 @@ from ._pg._operations import (
     dispatch_backlog,
     dispatch_id_for_dedup_key,
     get_dispatch,
+    list_dispatches,
+    page_dispatches,
     purge_dispatch,
     retry_dispatch,
 )
@@ -64,7 +67,9 @@ __all__ = [
     "ensure_schema",
     "ensure_schema_sync",
     "get_dispatch",
+    "list_dispatches",
     "next_due_at",
+    "page_dispatches",
     "purge_dispatch",
     "retry_dispatch",
     "run_deliverer",

@@ -56,6 +56,9 @@ __all__ = [
 
 
 def _conn(conn: object) -> sqlite3.Connection:
+    if getattr(conn, "backend", None) == "postgresql":
+        # studio_state.connect_sync's PostgreSQL connection: it answers sqlite3's calls.
+        return conn  # type: ignore[return-value]
     if not isinstance(conn, sqlite3.Connection):
         raise InvalidArgument(
             "conn",
@@ -88,12 +91,18 @@ def ensure_schema(conn: sqlite3.Connection, *, synchronous: str | None = None) -
     The migrations are the asynchronous :func:`studio_outbox.ensure_schema`'s, applied through
     a short-lived connection of their own to the same file, so ``conn`` must be a database
     file (not ``:memory:``) with no transaction open. ``synchronous`` (``"full"`` or
-    ``"normal"``) sets ``conn``'s durability; None keeps its current setting.
+    ``"normal"``) sets ``conn``'s durability; None keeps its current setting. On a PostgreSQL
+    connection from :func:`studio_state.connect_sync` it applies the PostgreSQL schema.
     """
     connection = _conn(conn)
     pragma = None if synchronous is None else synchronous_pragma(synchronous)
     if connection.in_transaction:
         raise InvalidArgument("conn", "ensure_schema must not run inside an open transaction")
+    if studio_state.backend_of(connection) == "postgresql":
+        from ._pg._schema import ensure_schema_sync as ensure_postgres_schema
+
+        ensure_postgres_schema(connection.raw)  # type: ignore[attr-defined]
+        return
     path = _database_file(connection)
     if not path:
         raise InvalidArgument("conn", "ensure_schema needs a database file, not :memory:")

@@ -40,7 +40,7 @@ from ._pg_errors import (
     PostgresOperationalError,
 )
 from ._pg_pragma import PragmaState, answer
-from ._pg_sql import begin_statement, end_statement, pragma, to_psycopg
+from ._pg_sql import begin_statement, end_statement, pragma, to_psycopg, without_index_hints
 
 RowFactory = Callable[[Any, tuple[Any, ...]], Any] | None
 
@@ -307,6 +307,7 @@ class PostgresConnection:
             )
 
     def _run(self, cursor: PostgresCursor, sql: str, params: Any, *, many: bool) -> None:
+        sql = without_index_hints(sql)
         if not many:
             statement = pragma(sql)
             if statement is not None:

@@ -69,6 +69,27 @@ def to_psycopg(sql: str, named: bool = False) -> str:
     return _TOKEN.sub(replace, sql)
 
 
+_HINT: Final = re.compile(
+    r"""
+      (?P<quoted>'(?:[^']|'')*'|"(?:[^"]|"")*")
+    | (?P<hint>\s+INDEXED\s+BY\s+[A-Za-z_][A-Za-z0-9_]*\b|\s+NOT\s+INDEXED\b)
+    """,
+    re.VERBOSE | re.IGNORECASE,
+)
+
+
+@lru_cache(maxsize=1024)
+def without_index_hints(sql: str) -> str:
+    """``sql`` without SQLite's ``INDEXED BY name`` / ``NOT INDEXED`` (PostgreSQL has none).
+
+    The hints only pin SQLite's choice of index; PostgreSQL's planner chooses on its own, so
+    dropping them keeps the statement's meaning.
+    """
+    if "INDEXED" not in sql.upper():
+        return sql
+    return _HINT.sub(lambda m: m.group(0) if m.lastgroup == "quoted" else "", sql)
+
+
 def begin_statement(sql: str) -> bool:
     """Whether ``sql`` is SQLite's ``BEGIN [DEFERRED|IMMEDIATE|EXCLUSIVE] [TRANSACTION]``."""
     return _BEGIN.fullmatch(sql) is not None

@@ -3,7 +3,8 @@
 The steps are the SQLite path's own (``studio_outbox._operations``, ``studio_outbox._queries``):
 the same checks, the same guarded transitions, the same errors, run by this package's
 PostgreSQL driver on a psycopg ``AsyncConnection`` or an asyncpg connection. Only the backlog
-query has a PostgreSQL text (SQLite's names its indexes).
+query has a PostgreSQL text (SQLite's names its indexes); the list pages order by the
+``rowid`` column PostgreSQL's table has since migration 6.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from studio_state import Clock, system_clock
 
 from .._constants import DISPATCH_STATUSES
 from .._operations import ack_steps, check_dispatch_id, purge_steps, retry_steps
-from .._queries import count_steps, dedup_steps, get_steps
+from .._queries import count_steps, dedup_steps, get_steps, list_steps, page_steps
 from ._drive import PgSteps, fetch, run_async, run_in_transaction_async
 
 
@@ -57,6 +58,31 @@ async def get_dispatch(conn: Any, dispatch_id: str) -> dict[str, Any] | None:
 async def dispatch_id_for_dedup_key(conn: Any, dedup_key: str) -> str | None:
     """:func:`studio_outbox.dispatch_id_for_dedup_key` on PostgreSQL: the id a key names."""
     return await run_async(conn, dedup_steps(dedup_key))
+
+
+async def list_dispatches(
+    conn: Any,
+    *,
+    status: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """:func:`studio_outbox.list_dispatches` on PostgreSQL: newest enqueued first."""
+    return await run_async(conn, list_steps(status, kind, limit, offset))
+
+
+async def page_dispatches(
+    conn: Any,
+    *,
+    status: str | None = None,
+    kind: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    before: int | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """:func:`studio_outbox.page_dispatches` on PostgreSQL: a page and the keyset after it."""
+    return await run_async(conn, page_steps(status, kind, limit, offset, before))
 
 
 async def count_dispatches(conn: Any, *, status: str | None = None, kind: str | None = None) -> int:

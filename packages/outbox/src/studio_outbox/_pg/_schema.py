@@ -185,10 +185,14 @@ $$;
 """
 
 # SQLite's rowid, which its SQL orders and pages by (list pages, retention's walk), as an
-# identity column of that name: the same statements order the same way on PostgreSQL.
+# identity column of that name: the same statements order and seek the same way on PostgreSQL,
+# with the list pages' indexes. Existing rows are numbered in their physical order.
 _V6 = """
 ALTER TABLE dispatch_outbox ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY;
 CREATE UNIQUE INDEX idx_dispatch_outbox_rowid ON dispatch_outbox(rowid);
+CREATE INDEX idx_dispatch_outbox_status_rowid ON dispatch_outbox(status, rowid);
+CREATE INDEX idx_dispatch_outbox_kind_rowid ON dispatch_outbox(kind, rowid);
+CREATE INDEX idx_dispatch_outbox_status_kind_rowid ON dispatch_outbox(status, kind, rowid);
 """
 
 MIGRATIONS: tuple[studio_state.Migration, ...] = (
@@ -197,7 +201,7 @@ MIGRATIONS: tuple[studio_state.Migration, ...] = (
     studio_state.Migration(3, "dispatch_outbox_counts and list indexes", _V3),
     studio_state.Migration(4, "dispatch_outbox wake-ups (NOTIFY)", _V4),
     studio_state.Migration(5, "dispatch_outbox_counts as delta rows", _V5),
-    studio_state.Migration(6, "dispatch_outbox.rowid (SQLite's insertion order)", _V6),
+    studio_state.Migration(6, "dispatch_outbox.rowid and the list pages' indexes", _V6),
 )
 
 
