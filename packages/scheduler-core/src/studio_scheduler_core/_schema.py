@@ -21,6 +21,7 @@ from ._records.vocab import (
     SESSION_STATUSES,
     TRIGGER_TYPES,
 )
+from ._schema_pg import POSTGRES
 
 PACKAGE = "studio-scheduler-core"
 
@@ -338,6 +339,18 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_retry_of
   ON schedule_runs(retry_of) WHERE retry_of IS NOT NULL;
 """
 
+# Several nodes on one database: the node that ran a run keeps its log, so the run names it,
+# and each node records the URL its API answers on, for the others to fetch that log from.
+_V11_NODES = """
+ALTER TABLE schedule_runs ADD COLUMN node_id TEXT;
+CREATE TABLE IF NOT EXISTS studio_nodes (
+  node_id    TEXT PRIMARY KEY,
+  url        TEXT,
+  started_at REAL NOT NULL,
+  seen_at    REAL NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2),
@@ -349,6 +362,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "schedule policies: overlap values, catch-up, jitter, retries", _V8_POLICIES),
     Migration(9, "runs page indexes end in the id: keyset paging", _V9_KEYSET),
     Migration(10, "retry_of index: a retry's attempt found without a scan", _V10_RETRY_OF),
+    Migration(
+        11,
+        "the node that ran a run; the nodes and their API URLs",
+        _V11_NODES,
+        postgres=POSTGRES[11],
+    ),
 )
 
 
