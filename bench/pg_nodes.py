@@ -184,7 +184,9 @@ async def _check(url: str, what: str, rows: int) -> dict[str, int]:
         return {}
 
 
-def _measure(admin: str, name: str, what: str, count: int, rows: int) -> tuple[float, dict[str, int]]:
+def _measure(
+    admin: str, name: str, what: str, count: int, rows: int
+) -> tuple[float, dict[str, int]]:
     import psycopg
 
     with psycopg.connect(admin, autocommit=True) as conn:
