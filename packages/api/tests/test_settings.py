@@ -39,6 +39,7 @@ ALL_VARS = {
     "LIONAGI_STUDIO_METRICS_PUBLIC",
     "LIONAGI_STUDIO_WEBHOOK_SECRET",
     "LIONAGI_STUDIO_NODE_ID",
+    "LIONAGI_STUDIO_NODE_URL",
 }
 
 
@@ -158,6 +159,9 @@ def test_unrelated_environment_names_are_not_read(monkeypatch: pytest.MonkeyPatc
         ("LIONAGI_STUDIO_DB", "mysql://db/studio", "give a SQLite file path or a postgresql://"),
         ("LIONAGI_STUDIO_NODE_ID", "n\u00e9", "printable ASCII"),
         ("LIONAGI_STUDIO_NODE_ID", "x" * 57, "at most 56"),
+        ("LIONAGI_STUDIO_NODE_URL", "10.0.0.5:8765", "http(s) URL"),
+        ("LIONAGI_STUDIO_NODE_URL", "http://10.0.0.5:8765/api", "base URL"),
+        ("LIONAGI_STUDIO_NODE_URL", "http://u:p@10.0.0.5:8765", "base URL"),
         ("LIONAGI_STUDIO_AUTH_TOKEN", "has space", "printable ASCII"),
         ("LIONAGI_STUDIO_TICK_SECONDS", "0", "greater than 0"),
         ("LIONAGI_STUDIO_TICK_SECONDS", "nan", "finite"),
@@ -359,3 +363,10 @@ def test_a_bad_url_never_echoes_its_password() -> None:
         StudioSettings.from_env({"LIONAGI_STUDIO_DB": "postgresql://u:s3cret@db:x/s?password=p2"})
     assert "s3cret" not in str(info.value) and "p2" not in str(info.value)
     assert "postgresql://u:***@db:x/s?password=***" in str(info.value)
+
+
+def test_node_url_reaches_the_scheduler_settings() -> None:
+    s = StudioSettings.from_env({"LIONAGI_STUDIO_NODE_URL": " http://10.0.0.5:8765/ "})
+    assert s.node_url == "http://10.0.0.5:8765"
+    assert s.to_scheduler_settings().node_url == "http://10.0.0.5:8765"
+    assert StudioSettings.from_env({}).to_scheduler_settings().node_url is None

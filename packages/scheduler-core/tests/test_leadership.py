@@ -15,9 +15,12 @@ from studio_scheduler_core import (
     FireRefused,
     SchedulerEngine,
     SchedulerSettings,
+    read_node,
+    read_run_status,
 )
 from studio_scheduler_core.abc import Leadership
 from studio_state import fetch_all
+from studio_state.testing import eventually
 
 
 class Baton:
@@ -147,3 +150,45 @@ async def test_taking_over_reconciles_others_runs_but_never_its_own(
         for engine in (a, b):
             await engine.wait_idle()
             await engine.stop()
+
+
+async def test_a_run_names_the_node_that_ran_it_and_the_node_its_url(
+    db_path: Path, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
+) -> None:
+    flag = tmp_path / "release"
+
+    def engine(url: str | None) -> SchedulerEngine:
+        own = SchedulerSettings(**{**settings.__dict__, "node_url": url})
+        baton = Baton("node-a", leading=True)
+        return SchedulerEngine(db_path, settings=own, clock=clock, leadership=baton)
+
+    first = engine("http://10.0.0.5:8765")
+    await first.start(loop=False)
+    try:
+        node = await read_node(first.conn, "node-a")
+        assert node is not None and node["url"] == "http://10.0.0.5:8765"
+        assert node["started_at"] == node["seen_at"] == clock()
+        assert await read_node(first.conn, "node-b") is None
+        created = await first.service.create(h.command_schedule(h.blocker, str(flag)))
+        clock.advance(61)
+        await first.tick_once()
+        (run,) = await _runs(first.conn, created["id"])
+
+        async def named() -> dict[str, Any] | None:
+            row = await read_run_status(first.conn, run["id"])
+            return row if row is not None and row["node_id"] is not None else None
+
+        assert (await eventually(named))["node_id"] == "node-a"
+        flag.write_text("go")
+    finally:
+        await first.stop()
+
+    # Started again under the same name, without a URL: the node's row follows.
+    clock.advance(5)
+    again = engine(None)
+    await again.start(loop=False)
+    try:
+        node = await read_node(again.conn, "node-a")
+        assert node is not None and node["url"] is None and node["started_at"] == clock()
+    finally:
+        await again.stop()

@@ -308,6 +308,19 @@ def notify_template(value: Any) -> Any:
     return tuple(value)
 
 
+def node_url(value: str | None) -> str | None:
+    """This node's API base URL for other nodes: http(s)://host[:port], no path or query."""
+    if value is None or not value.strip():
+        return None
+    url = value.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+        raise ValueError("must be an http(s) URL such as http://10.0.0.5:8765")
+    if parts.path or parts.username or parts.password:
+        raise ValueError("must be the API's base URL (scheme, host and port only)")
+    return url
+
+
 def github_url(value: str) -> str:
     """The GitHub API base URL: http(s), without a trailing slash."""
     url = value.strip().rstrip("/")

@@ -26,6 +26,7 @@ from ._setting_values import (
     is_postgres_url,
     li_path,
     node_id,
+    node_url,
     notify_template,
     printable_token,
     project_paths,
@@ -65,6 +66,7 @@ _READ_OS_ENVIRON: contextvars.ContextVar[bool] = contextvars.ContextVar(
 # parse what the environment gives (a string), "after" checks see the typed value.
 _DbPath = Annotated[Path | str, BeforeValidator(db_path)]
 _NodeId = Annotated[str | None, AfterValidator(node_id)]
+_NodeUrl = Annotated[str | None, AfterValidator(node_url)]
 _Host = Annotated[str, AfterValidator(host_name)]
 _Token = Annotated[SecretStr | None, AfterValidator(printable_token)]
 _WebhookSecret = Annotated[SecretStr | None, AfterValidator(webhook_secret)]
@@ -180,6 +182,7 @@ class StudioSettings(BaseSettings):
     )
     metrics_public: bool = Field(default=False, validation_alias="LIONAGI_STUDIO_METRICS_PUBLIC")
     node_id: _NodeId = _env("LIONAGI_STUDIO_NODE_ID")
+    node_url: _NodeUrl = _env("LIONAGI_STUDIO_NODE_URL")
 
     #: field name -> environment variable name
     ENV_VARS: ClassVar[dict[str, str]] = {}
@@ -312,6 +315,7 @@ class StudioSettings(BaseSettings):
                 else str(self.runs_dir)
             ),
             run_log_bytes=self.run_log_bytes,
+            node_url=self.node_url,
             retention_days=self.retention_days,
             webhook_secret=(
                 self.webhook_secret.get_secret_value() if self.webhook_secret is not None else None

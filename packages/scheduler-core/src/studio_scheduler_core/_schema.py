@@ -341,6 +341,18 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_retry_of
   ON schedule_runs(retry_of) WHERE retry_of IS NOT NULL;
 """
 
+# Several nodes on one database: the node that ran a run keeps its log, so the run names it,
+# and each node records the URL its API answers on, for the others to fetch that log from.
+_V11_NODES = """
+ALTER TABLE schedule_runs ADD COLUMN node_id TEXT;
+CREATE TABLE IF NOT EXISTS studio_nodes (
+  node_id    TEXT PRIMARY KEY,
+  url        TEXT,
+  started_at REAL NOT NULL,
+  seen_at    REAL NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1, postgres=POSTGRES[1]),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2, postgres=POSTGRES[2]),
@@ -370,6 +382,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "retry_of index: a retry's attempt found without a scan",
         _V10_RETRY_OF,
         postgres=POSTGRES[10],
+    ),
+    Migration(
+        11,
+        "the node that ran a run; the nodes and their API URLs",
+        _V11_NODES,
+        postgres=POSTGRES[11],
     ),
 )
 

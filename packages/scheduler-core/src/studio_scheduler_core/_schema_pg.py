@@ -275,6 +275,16 @@ CREATE INDEX IF NOT EXISTS idx_schedule_runs_retry_of
   ON schedule_runs(retry_of) WHERE retry_of IS NOT NULL;
 """
 
+_V11_NODES = """
+ALTER TABLE schedule_runs ADD COLUMN node_id TEXT;
+CREATE TABLE IF NOT EXISTS studio_nodes (
+  node_id    TEXT PRIMARY KEY,
+  url        TEXT,
+  started_at DOUBLE PRECISION NOT NULL,
+  seen_at    DOUBLE PRECISION NOT NULL
+);
+"""
+
 POSTGRES: Final[dict[int, str]] = {
     1: _V1,
     2: _V2,
@@ -286,5 +296,6 @@ POSTGRES: Final[dict[int, str]] = {
     8: _V8_POLICIES,
     9: _V9_KEYSET,
     10: _V10_RETRY_OF,
+    11: _V11_NODES,
 }
 """Each migration's PostgreSQL text, by version."""

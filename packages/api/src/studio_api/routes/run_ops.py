@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from studio_launcher import RUN_LOG_HEAD_BYTES
@@ -26,6 +26,7 @@ from studio_scheduler_core import (
 
 from .._deps import EngineDep, responses
 from .._models import RunOut
+from .._node_proxy import fetch_log, node_elsewhere, open_stream
 
 router = APIRouter(prefix="/api/schedules/runs", tags=["runs"])
 
@@ -58,17 +59,23 @@ def _json_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-@router.get("/{run_id}/log", response_class=PlainTextResponse, responses=_json_errors(404))
+@router.get("/{run_id}/log", response_class=PlainTextResponse, responses=_json_errors(404, 409))
 async def run_log(
     engine: EngineDep,
+    request: Request,
     run_id: str,
     tail: Annotated[int | None, Query(description="Only the last N bytes (1..log bound)")] = None,
 ) -> PlainTextResponse:
-    """The run's output (stdout and stderr, interleaved), as text; empty while queued."""
+    """The run's output (stdout and stderr, interleaved), as text; empty while queued. A run
+    another node ran is fetched from that node (409 naming it when it cannot be reached)."""
     bound = engine.settings.run_log_bytes
     if tail is not None and not 1 <= tail <= bound:
         raise HTTPException(422, detail=f"tail: must be between 1 and {bound}, got {tail}")
-    await _run_row(engine, run_id)
+    row = await _run_row(engine, run_id)
+    elsewhere = await node_elsewhere(engine, row, request)
+    if elsewhere is not None:
+        text = await fetch_log(*elsewhere, request.url.path, request, {"tail": tail})
+        return PlainTextResponse(text)
     data = await asyncio.to_thread(read_run_log, _log_path(engine, run_id), tail=tail)
     return PlainTextResponse(data.decode("utf-8", errors="replace"))
 
@@ -124,14 +131,20 @@ async def follow_log(engine: SchedulerEngine, run_id: str, path: str) -> AsyncIt
 @router.get(
     "/{run_id}/log/stream",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}}, **_json_errors(404)},
+    responses={200: {"content": {"text/event-stream": {}}}, **_json_errors(404, 409)},
 )
-async def run_log_stream(engine: EngineDep, run_id: str) -> StreamingResponse:
-    """The run's output as Server-Sent Events while it runs; ``event: end`` when it ends."""
-    await _run_row(engine, run_id)
-    path = _log_path(engine, run_id)
+async def run_log_stream(engine: EngineDep, request: Request, run_id: str) -> StreamingResponse:
+    """The run's output as Server-Sent Events while it runs; ``event: end`` when it ends. A
+    run another node runs is streamed from that node (409 naming it when unreachable)."""
+    row = await _run_row(engine, run_id)
+    elsewhere = await node_elsewhere(engine, row, request)
+    events: AsyncIterator[Any]
+    if elsewhere is not None:
+        events = await open_stream(*elsewhere, request.url.path, request)
+    else:
+        events = follow_log(engine, run_id, _log_path(engine, run_id))
     return StreamingResponse(
-        follow_log(engine, run_id, path),
+        events,
         media_type="text/event-stream",
         headers={"cache-control": "no-store", "x-accel-buffering": "no"},
     )

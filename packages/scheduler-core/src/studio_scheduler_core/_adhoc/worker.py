@@ -93,6 +93,8 @@ class AdhocWorker:
         """Runs whose execution began (a child may exist): never requeued by :meth:`stop`."""
         self.storage = StorageHealth()
         """Where terminal writes report a storage fault (the engine shares its own)."""
+        self.node_id: str | None = None
+        """The node whose runs these are (the engine sets its own), written on each run."""
         self.reaper = OrphanReaper()
         """Terminates the orphans recovery finds, in the background (closed by :meth:`stop`)."""
         self._watch = LeaseWatch(
@@ -175,6 +177,7 @@ class AdhocWorker:
                 clock=self.clock,
                 db_path=self.db_path,
                 storage=self.storage,
+                node_id=self.node_id,
             )
             self._stopping = False
         return self._env

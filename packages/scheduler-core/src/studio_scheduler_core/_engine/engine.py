@@ -49,6 +49,7 @@ from .database import EngineDatabase
 from .figures import Figures, run_concerns
 from .leadership import FileLockLeadership, PostgresLeadership
 from .running import Running, build, logged
+from .store import register_node
 from .waker import Waker
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -120,6 +121,8 @@ class SchedulerEngine:
             )
         self.leadership = leadership
         """Whether this engine leads (see :class:`~studio_scheduler_core.abc.Leadership`)."""
+        if isinstance(self._worker, AdhocWorker):
+            self._worker.node_id = leadership.node_id  # its runs are this node's too
         self._db = EngineDatabase(
             self.db_path,
             storage,
@@ -193,7 +196,9 @@ class SchedulerEngine:
                 on_terminal=self._on_run_terminal,
                 wake=self.wake,
                 now=now,
+                node_id=self.leadership.node_id,
             )
+            await register_node(conn, self.leadership.node_id, self.settings.node_url, now)
             self._leading = False
             if await self.leadership.tick():
                 await self._take_over(run, now, startup=True)

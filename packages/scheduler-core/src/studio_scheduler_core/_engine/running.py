@@ -74,9 +74,17 @@ def build(
     on_terminal: RunTerminalHook | None,
     wake: Callable[[], None],
     now: float,
+    node_id: str | None = None,
 ) -> Running:
     """The components of an engine started at ``now`` on ``conn``."""
-    env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=db_path, storage=storage)
+    env = FireEnv(
+        conn=conn,
+        settings=settings,
+        clock=clock,
+        db_path=db_path,
+        storage=storage,
+        node_id=node_id,
+    )
     admission = Admission(conn, settings, threshold)
     runner = FireRunner(env, on_terminal=on_terminal, wake=wake)
     return Running(

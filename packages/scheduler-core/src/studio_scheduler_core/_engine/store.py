@@ -126,3 +126,19 @@ async def rewrite_header(conn: aiosqlite.Connection) -> None:
     async with write_transaction(conn):
         version = int(await fetch_value(conn, "PRAGMA user_version") or 0)
         await conn.execute(f"PRAGMA user_version = {version}")
+
+
+async def register_node(
+    conn: aiosqlite.Connection, node_id: str, url: str | None, now: float
+) -> None:
+    """Record this node and the URL its API answers on (``None``: not reachable by others).
+
+    Its own transaction. A node that starts again under the same id replaces its row.
+    """
+    async with write_transaction(conn):
+        await conn.execute(
+            "INSERT INTO studio_nodes (node_id, url, started_at, seen_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (node_id) DO UPDATE SET url = excluded.url, "
+            "started_at = excluded.started_at, seen_at = excluded.seen_at",
+            (node_id, url, now, now),
+        )

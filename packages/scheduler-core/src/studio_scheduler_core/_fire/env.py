@@ -37,6 +37,8 @@ class FireEnv:
     """The terminal writes of fires that end in the same loop turn, committed together."""
     closing: bool = False
     """Set at shutdown: a failing terminal write is then given up (start-up reconciles it)."""
+    node_id: str | None = None
+    """The node running these fires, written on each run with its child (its log is here)."""
 
     def grouped(self) -> WriteGroup:
         """The group the terminal writes on :attr:`conn` share (made on first use)."""

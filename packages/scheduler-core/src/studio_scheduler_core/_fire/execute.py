@@ -31,7 +31,7 @@ logger = logging.getLogger("studio_scheduler_core")
 async def _record_child(env: FireEnv, fire: Prepared, pid: int) -> None:
     started = process_start_time(pid)
     env.live[fire.run_id] = (pid, started)
-    if await store.record_child(env.conn, fire.run_id, pid, started):
+    if await store.record_child(env.conn, fire.run_id, pid, started, env.node_id):
         # Cancelled (by another process) before its child was recorded: stop the child now;
         # the launcher then ends whatever it left behind.
         logger.info("run %s ended before its child %d was recorded: stopping it", fire.run_id, pid)

@@ -78,7 +78,7 @@ _DEFERRAL_TRANSITION = (
     "WHERE EXISTS (SELECT 1 FROM schedule_runs WHERE id = ?)"
 )
 _RECORD_CHILD = (
-    "UPDATE schedule_runs SET child_pid = ?, child_started_at = ? "
+    "UPDATE schedule_runs SET child_pid = ?, child_started_at = ?, node_id = ? "
     "WHERE id = ? AND status = 'running'"
 )
 
@@ -225,10 +225,15 @@ async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | 
 
 
 async def record_child(
-    conn: aiosqlite.Connection, run_id: str, pid: int, started: float | None
+    conn: aiosqlite.Connection,
+    run_id: str,
+    pid: int,
+    started: float | None,
+    node_id: str | None = None,
 ) -> bool:
-    """Write the spawned child of a ``running`` run: one guarded statement in one trip to the
-    connection's thread. Returns whether the run had already ended (its child must stop).
+    """Write the spawned child of a ``running`` run and the node running it (where its log
+    is): one guarded statement in one trip to the connection's thread. Returns whether the run
+    had already ended (its child must stop).
 
     Committed at ``synchronous=NORMAL``: a pid is only worth anything while this machine keeps
     running (after a power loss the child is gone too), and a crash of this process alone does
@@ -237,7 +242,7 @@ async def record_child(
     """
 
     def write(db: sqlite3.Connection) -> bool:
-        if db.execute(_RECORD_CHILD, (pid, started, run_id)).rowcount == 1:
+        if db.execute(_RECORD_CHILD, (pid, started, node_id, run_id)).rowcount == 1:
             return False
         row = db.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
         return row is not None and row["status"] != "running"

@@ -26,13 +26,25 @@ _RUN_COLUMNS = (
 
 
 async def read_run_status(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
-    """A run's ``id``, ``status``, ``status_reason_code`` and ``status_reason_summary`` (any
-    kind of run: scheduled, follow-up or ad-hoc), or ``None`` when there is no such run."""
+    """A run's ``id``, ``status``, ``status_reason_code``, ``status_reason_summary`` and
+    ``node_id`` (the node that ran it, where its log is; ``None`` before its child started)
+    for any kind of run (scheduled, follow-up or ad-hoc), or ``None`` when there is no such
+    run."""
     return await fetch_one(
         conn,
-        "SELECT id, status, status_reason_code, status_reason_summary "
+        "SELECT id, status, status_reason_code, status_reason_summary, node_id "
         "FROM schedule_runs WHERE id = ?",
         (run_id,),
+    )
+
+
+async def read_node(conn: aiosqlite.Connection, node_id: str) -> dict[str, Any] | None:
+    """A node's ``node_id``, ``url`` (its API; ``None`` when it gave none), ``started_at`` and
+    ``seen_at``, or ``None`` when no node of that id ever started on this database."""
+    return await fetch_one(
+        conn,
+        "SELECT node_id, url, started_at, seen_at FROM studio_nodes WHERE node_id = ?",
+        (node_id,),
     )
 
 

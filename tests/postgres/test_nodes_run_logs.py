@@ -1,0 +1,125 @@
+"""A run's log asked of a node that did not run it: fetched from the node that did.
+
+Two real Studio apps (uvicorn on loopback, each with its engine) share one throwaway
+PostgreSQL database; the first leads and runs the ad-hoc run, whose output is only in its own
+run-log directory. The second node answers the log and its event stream by fetching them from
+the first, and answers 409 naming the first once that node is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from studio_api import StudioSettings
+from studio_api.testing import StudioServer
+from studio_state.testing import free_port
+
+
+def _eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.1)
+
+
+def _node(pg_dsn: str, tmp_path: Path, name: str, *, with_url: bool = True) -> StudioServer:
+    port = free_port()
+    settings = StudioSettings.from_env(
+        {},
+        db=pg_dsn,
+        port=port,
+        node_id=name,
+        node_url=f"http://127.0.0.1:{port}" if with_url else None,
+        run_log_dir=tmp_path / name,
+        tick_seconds=0.5,
+    )
+    server = StudioServer(settings)
+    server.start()
+    return server
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[StudioServer]]:
+    started: list[StudioServer] = []
+    yield started
+    for server in reversed(started):
+        server.stop()
+
+
+def _ran(url: str, tmp_path: Path) -> str:
+    body = {
+        "action_kind": "command",
+        "action_command": "sh",
+        "action_command_args": ["-c", "echo first line; echo second line"],
+        "action_cwd": str(tmp_path),
+    }
+    run_id = str(httpx.post(f"{url}/api/runs", json=body).json()["run_id"])
+    _eventually(
+        lambda: httpx.get(f"{url}/api/schedules/runs/{run_id}").json()["status"] == "completed"
+    )
+    return run_id
+
+
+def test_a_node_serves_the_log_of_a_run_another_node_ran(
+    pg_dsn: str, tmp_path: Path, nodes: list[StudioServer]
+) -> None:
+    leader = _node(pg_dsn, tmp_path, "node-a")
+    nodes.append(leader)
+    _eventually(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
+    other = _node(pg_dsn, tmp_path, "node-b")
+    nodes.append(other)
+    assert httpx.get(f"{other.base_url}/api/health").json()["leader"] is False
+
+    run_id = _ran(leader.url, tmp_path)
+    assert (tmp_path / "node-a" / f"{run_id}.log").is_file()
+    assert not (tmp_path / "node-b" / f"{run_id}.log").exists()
+
+    local = httpx.get(f"{leader.base_url}/api/schedules/runs/{run_id}/log")
+    proxied = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log")
+    assert proxied.status_code == 200, proxied.text
+    assert proxied.text == local.text == "first line\nsecond line\n"
+    tail = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log", params={"tail": 12})
+    assert tail.text == "second line\n"
+    bad = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log", params={"tail": -1})
+    assert bad.status_code == 422  # refused by the asked node, nothing forwarded
+
+    with httpx.stream("GET", f"{other.base_url}/api/schedules/runs/{run_id}/log/stream") as stream:
+        assert stream.status_code == 200
+        text = "".join(stream.iter_text())
+    assert "data: first line" in text and "data: second line" in text
+    assert "event: end" in text and '"completed"' in text
+
+    leader.stop()
+    nodes.remove(leader)
+    gone = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log")
+    assert gone.status_code == 409
+    assert "node-a" in gone.json()["detail"]
+    gone_stream = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log/stream")
+    assert gone_stream.status_code == 409 and "node-a" in gone_stream.json()["detail"]
+
+
+def test_a_node_without_a_url_is_named_in_the_refusal(
+    pg_dsn: str, tmp_path: Path, nodes: list[StudioServer]
+) -> None:
+    leader = _node(pg_dsn, tmp_path, "node-a", with_url=False)
+    nodes.append(leader)
+    _eventually(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
+    other = _node(pg_dsn, tmp_path, "node-b")
+    nodes.append(other)
+    run_id = _ran(leader.url, tmp_path)
+    answer = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log")
+    assert answer.status_code == 409
+    detail = answer.json()["detail"]
+    assert "node-a" in detail and "LIONAGI_STUDIO_NODE_URL" in detail
+    row = httpx.get(f"{leader.base_url}/api/schedules/runs/{run_id}/log")
+    assert row.status_code == 200 and row.text.startswith("first line")
