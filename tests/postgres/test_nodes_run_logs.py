@@ -80,7 +80,7 @@ def test_a_node_serves_the_log_of_a_run_another_node_ran(
     nodes.append(other)
     assert httpx.get(f"{other.base_url}/api/health").json()["leader"] is False
 
-    run_id = _ran(leader.url, tmp_path)
+    run_id = _ran(leader.base_url, tmp_path)
     assert (tmp_path / "node-a" / f"{run_id}.log").is_file()
     assert not (tmp_path / "node-b" / f"{run_id}.log").exists()
 
@@ -116,7 +116,7 @@ def test_a_node_without_a_url_is_named_in_the_refusal(
     _eventually(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
     other = _node(pg_dsn, tmp_path, "node-b")
     nodes.append(other)
-    run_id = _ran(leader.url, tmp_path)
+    run_id = _ran(leader.base_url, tmp_path)
     answer = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log")
     assert answer.status_code == 409
     detail = answer.json()["detail"]
