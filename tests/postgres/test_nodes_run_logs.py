@@ -42,6 +42,7 @@ def _node(pg_dsn: str, tmp_path: Path, name: str, *, with_url: bool = True) -> S
         node_url=f"http://127.0.0.1:{port}" if with_url else None,
         run_log_dir=tmp_path / name,
         tick_seconds=0.5,
+        command_allowlist=("sh",),
     )
     server = StudioServer(settings)
     server.start()
@@ -63,7 +64,9 @@ def _ran(url: str, tmp_path: Path) -> str:
         "action_command_args": ["-c", "echo first line; echo second line"],
         "action_cwd": str(tmp_path),
     }
-    run_id = str(httpx.post(f"{url}/api/runs", json=body).json()["run_id"])
+    answer = httpx.post(f"{url}/api/runs", json=body)
+    assert answer.status_code == 202, answer.text
+    run_id = str(answer.json()["run_id"])
     _eventually(
         lambda: httpx.get(f"{url}/api/schedules/runs/{run_id}").json()["status"] == "completed"
     )
