@@ -85,7 +85,8 @@ async def test_a_follower_evaluates_nothing_until_it_leads(
     try:
         created = await engine.service.create(h.command_schedule(h.blocker, "/nonexistent"))
         clock.advance(61)
-        assert await engine.tick_once() == {"leader": False}
+        report = await engine.tick_once()
+        assert report["leader"] is False and set(report) == {"leader", "dispatch", "worker"}
         assert await _runs(engine.conn, created["id"]) == []
         health = engine.health()
         assert (health["leader"], health["node_id"]) == (False, "node-b")
@@ -126,7 +127,7 @@ async def test_taking_over_reconciles_others_runs_but_never_its_own(
 
         # a stops leading (still alive); b takes over and owns nothing of a's
         batons[0].leading, batons[1].leading = False, True
-        assert await a.tick_once() == {"leader": False}
+        assert (await a.tick_once())["leader"] is False
         mine = await b.service.create(h.command_schedule(h.blocker, str(flag), name="b"))
         await b.tick_once()
         (lost,) = await _runs(b.conn, theirs["id"])
@@ -192,3 +193,32 @@ async def test_a_run_names_the_node_that_ran_it_and_the_node_its_url(
         assert node is not None and node["url"] is None and node["started_at"] == clock()
     finally:
         await again.stop()
+
+
+async def test_a_follower_claims_queued_ad_hoc_runs_but_fires_no_schedule(
+    db_path: Path, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
+) -> None:
+    flag = tmp_path / "release"
+    flag.write_text("go")
+    follower = SchedulerEngine(
+        db_path, settings=settings, clock=clock, leadership=Baton("node-b", leading=False)
+    )
+    await follower.start(loop=False)
+    try:
+        created = await follower.service.create(h.command_schedule(h.blocker, str(flag)))
+        action = h.command_schedule(h.blocker, str(flag))
+        queued = await follower.runs.enqueue(
+            {key: action[key] for key in ("action_kind", "action_command", "action_command_args")}
+        )
+        clock.advance(61)
+        report = await follower.tick_once()
+        assert report["leader"] is False and "worker" in report
+        assert await _runs(follower.conn, created["id"]) == []
+
+        async def ended() -> dict[str, Any] | None:
+            row = await read_run_status(follower.conn, queued["id"])
+            return row if row is not None and row["status"] == "completed" else None
+
+        assert (await eventually(ended))["node_id"] == "node-b"
+    finally:
+        await follower.stop()

@@ -46,7 +46,7 @@ from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import Leadership, RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 from .database import EngineDatabase
-from .figures import Figures, run_concerns
+from .figures import Concern, Figures, run_concerns
 from .leadership import FileLockLeadership, PostgresLeadership
 from .running import Running, build, logged
 from .store import register_node
@@ -331,20 +331,24 @@ class SchedulerEngine:
         if refusal is not None:
             self._figures.ticked(now, refusal[1])
             return {"database": refusal[0]}
-        if not await self._lead(run, now):
-            self._figures.ticked(now, None)  # a follower: serves the API, waits to lead
-            return {"leader": False}
-        report, errors = await run_concerns(
-            (
+        worker = ("worker", lambda now: self._worker.run(conn, now=now))
+        leading = await self._lead(run, now)
+        if leading:
+            concerns: tuple[Concern, ...] = (
                 ("reapers", run.reapers.reap),
                 ("checkpoint", run.reapers.checkpoint),
                 ("dispatch", run.delivery.tick),
-                ("worker", lambda now: self._worker.run(conn, now=now)),
+                worker,
                 ("schedules", run.evaluator.evaluate),
-            ),
-            now,
-            self._db.storage,
-        )
+            )
+        else:
+            # Every node drains the outbox and claims queued ad-hoc runs: both are leased rows
+            # taken by guarded claims, so nodes share them without taking one twice. Schedule
+            # evaluation, the reapers and the scheduled slots stay with the leader.
+            concerns = (("dispatch", run.delivery.tick), worker)
+        report, errors = await run_concerns(concerns, now, self._db.storage)
+        if not leading:
+            report["leader"] = False
         self._figures.ticked(now, "; ".join(errors) or None)
         await self._figures.read_backlogs(run, now)
         emit("tick", "tick", level=logging.DEBUG, seconds=time.perf_counter() - began)
