@@ -133,7 +133,7 @@ async def test_taking_over_reconciles_others_runs_but_never_its_own(
         (lost,) = await _runs(b.conn, theirs["id"])
         assert (lost["status"], lost["status_reason_code"]) == (
             "failed",
-            "run.failed.daemon_restart",
+            "run.failed.node_lost",
         )
         clock.advance(61)
         await b.tick_once()

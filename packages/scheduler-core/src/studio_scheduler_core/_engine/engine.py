@@ -230,13 +230,15 @@ class SchedulerEngine:
             self._run = None
 
     async def _take_over(self, run: Running, now: float, *, startup: bool = False) -> None:
-        """This engine starts leading: re-arm cron cadence, reconcile runs a previous process
-        (SQLite) or a previous leader (PostgreSQL: ``run.failed.node_lost``) left running,
-        and, when it leads from its start, apply missed-fire policies once.
+        """This engine starts leading: re-arm cron cadence, reconcile the runs a previous
+        leader left running, and, when it leads from its start, apply missed-fire policies once.
 
-        A takeover later in the process's life (another node's leader session ended) applies
-        no missed-fire policy: the service did not stop, so the rows due meanwhile are late,
-        not missed, and the next evaluation fires them (interval slots coalesced as ever).
+        Leading from its start, the scheduler restarted: those runs are
+        ``run.failed.daemon_restart``, as on SQLite. A takeover later in the process's life
+        (PostgreSQL: another node's leader session ended) fails them as
+        ``run.failed.node_lost`` and applies no missed-fire policy: the service did not stop,
+        so the rows due meanwhile are late, not missed, and the next evaluation fires them
+        (interval slots coalesced as ever).
         """
         conn = run.conn
         postgres = self.backend == "postgresql"
@@ -246,7 +248,7 @@ class SchedulerEngine:
             now=now,
             reaper=self.reaper,
             db_path=child_db_value(self.db_path) if postgres else None,
-            node_lost=postgres,
+            node_lost=not startup,
             owned_runs=set(run.env.committed) | set(run.env.live),
             owned_invocations={p.invocation_id for p in run.env.committed.values()},
         )

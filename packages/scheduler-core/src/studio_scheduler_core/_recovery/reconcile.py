@@ -150,10 +150,10 @@ async def reconcile_startup(
 ) -> int:
     """Fail every scheduled run left ``running`` by a previous process; return how many.
 
-    ``node_lost`` (PostgreSQL, a node taking leadership over): the runs were fired by a leader
-    whose session ended; they become ``failed`` with ``run.failed.node_lost`` instead of
-    ``run.failed.daemon_restart``. ``owned_runs`` and ``owned_invocations`` (this engine's own,
-    in flight) are left alone.
+    ``node_lost`` (a running engine taking leadership over from another node): the runs were
+    fired by a leader whose session ended; they become ``failed`` with
+    ``run.failed.node_lost`` instead of ``run.failed.daemon_restart``. ``owned_runs`` and
+    ``owned_invocations`` (this engine's own, in flight) are left alone.
 
     Every live orphan is terminated: the recorded ``(child_pid, child_started_at)`` groups and
     every process still carrying one of those invocations' ids in its environment (a child

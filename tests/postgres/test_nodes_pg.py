@@ -1,0 +1,296 @@
+"""Studio on PostgreSQL end to end: real ``studio serve`` processes on one throwaway cluster.
+
+One node serves, migrates and fires an interval schedule; the CLI works against the same URL.
+Three nodes elect one leader; ``kill -9`` of the leader hands schedule evaluation to another
+node within a tick (plus slack for a loaded machine); no occurrence fires twice and every run
+ends terminal. The commands are the ones ``docs/operations.md`` ("Running several nodes")
+shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from studio_state.testing import db_rows, free_port, pid_alive
+
+# The nodes are real `studio serve` processes of this environment: the postgres test entry
+# must install studio-api and studio-cli (hatch.toml's postgres workspace members).
+pytest.importorskip("studio_cli", reason="the postgres entry does not install studio-cli")
+
+TICK = 1.0
+CAP = 4
+SCHEDULES = 30
+#: Failover must land within one tick; the slack covers a loaded two-core machine.
+FAILOVER_SLACK = 4.0
+TERMINAL = {"completed", "failed", "timed_out", "cancelled", "skipped"}
+
+
+class Node:
+    """One ``studio serve`` process."""
+
+    def __init__(self, name: str, dsn: str, home: Path) -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        home.mkdir(parents=True, exist_ok=True)
+        self.log = home / f"{name}.log"
+        env = {
+            **os.environ,
+            "HOME": str(home),
+            "LIONAGI_STUDIO_NODE_ID": name,
+            "LIONAGI_STUDIO_TICK_SECONDS": str(TICK),
+            "LIONAGI_STUDIO_RUN_LOG_DIR": str(home / "runs"),
+            "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "true,sleep",
+            "LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT": str(CAP),
+        }
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [*studio(), "serve", "--port", str(self.port), "--db", dsn],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=5) as answer:
+            return json.load(answer)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.load(answer)
+
+    def post_status(self, path: str, body: dict[str, Any]) -> tuple[int, str | None]:
+        """POST expecting a refusal: its status and ``reason_code``."""
+        try:
+            self.post(path, body)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc).get("reason_code")
+        return 200, None
+
+    def health(self) -> dict[str, Any] | None:
+        try:
+            return dict(self.get("/api/health"))
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def studio() -> list[str]:
+    """The ``studio`` command of this interpreter's environment."""
+    return [sys.executable, "-m", "studio_cli"]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout}s: {what}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def nodes(dsn: str, home: Path, names: list[str]) -> Iterator[list[Node]]:
+    started = [Node(name, dsn, home) for name in names]
+    try:
+        for node in started:
+            wait_until(
+                lambda node=node: node.health() or node.proc.poll() is not None,
+                60,
+                f"{node.name} serving",
+            )
+            assert node.proc.poll() is None, node.log.read_text()
+        yield started
+    finally:
+        for node in started:
+            node.stop()
+
+
+def cli(dsn: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "LIONAGI_STUDIO_RUN_LOG_DIR": str(home / "runs"),
+        "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "true",
+        "COLUMNS": "240",
+    }
+    # --db before a "--": what follows it is the command's own argv
+    cut = args.index("--") if "--" in args else len(args)
+    return subprocess.run(
+        [*studio(), *args[:cut], "--db", dsn, *args[cut:]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def schedule(name: str, interval: int, *argv: str) -> dict[str, Any]:
+    command, *args = argv or ("true",)
+    return {
+        "name": name,
+        "trigger_type": "interval",
+        "interval_sec": interval,
+        "action_kind": "command",
+        "action_command": command,
+        "action_command_args": args,
+    }
+
+
+def scheduled_runs(dsn: str) -> list[dict[str, Any]]:
+    return db_rows(
+        dsn,
+        "SELECT id, schedule_id, status, status_reason_code, trigger_context, child_pid "
+        "FROM schedule_runs",
+    )
+
+
+def test_one_node_serves_fires_and_the_cli_shares_its_database(pg_dsn: str, tmp_path: Path) -> None:
+    with nodes(pg_dsn, tmp_path, ["solo"]) as (solo,):
+        health = solo.health()
+        assert health is not None
+        assert (health["backend"], health["leader"], health["node_id"]) == (
+            "postgresql",
+            True,
+            "solo",
+        )
+        assert health["status"] == "ok", health
+        created = cli(
+            pg_dsn, tmp_path, "schedule", "create", "every-second", "--interval", "1s",
+            "--command", "true",
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        listed = cli(pg_dsn, tmp_path, "schedule", "list")
+        assert listed.returncode == 0 and "every-second" in listed.stdout, listed.stderr
+        wait_until(
+            lambda: [r for r in scheduled_runs(pg_dsn) if r["status"] == "completed"],
+            30,
+            "a completed fire",
+        )
+        shown = cli(pg_dsn, tmp_path, "schedule", "show", "every-second")
+        assert shown.returncode == 0 and "every-second" in shown.stdout, shown.stderr
+        served = solo.get("/api/schedules")
+        assert [s["name"] for s in served["schedules"]] == ["every-second"]
+        adhoc = cli(pg_dsn, tmp_path, "run", "command", "--wait", "--", "true")
+        assert adhoc.returncode == 0, adhoc.stderr
+        listed_runs = cli(pg_dsn, tmp_path, "run", "list")
+        assert listed_runs.returncode == 0 and "completed" in listed_runs.stdout, listed_runs
+
+
+def test_three_nodes_one_leader_and_failover_after_kill_9(pg_dsn: str, tmp_path: Path) -> None:
+    with nodes(pg_dsn, tmp_path, ["node-a", "node-b", "node-c"]) as started:
+        leaders = wait_until(
+            lambda: [n for n in started if (n.health() or {}).get("leader")],
+            30,
+            "a leader",
+        )
+        assert len(leaders) == 1
+        (leader,) = leaders
+        followers = [n for n in started if n is not leader]
+        for node in started:
+            health = node.health()
+            assert health is not None and health["status"] == "ok", health
+        # Every node serves the API: schedules are created through the followers.
+        long = followers[0].post("/api/schedules", schedule("long", 1, "sleep", "120"))
+        for i in range(SCHEDULES):
+            followers[i % 2].post("/api/schedules", schedule(f"s{i}", 1))
+        wait_until(
+            lambda: len({r["schedule_id"] for r in scheduled_runs(pg_dsn)}) == SCHEDULES + 1,
+            60,
+            "every schedule fired",
+        )
+        in_flight = sample_in_flight(started, seconds=2.0)
+        refused = followers[1].post_status(f"/api/schedules/{long['id']}/trigger", {})
+        assert refused == (409, "schedule.refused.not_leader"), refused
+        (sleeper,) = [
+            r for r in scheduled_runs(pg_dsn) if r["schedule_id"] == long["id"] and r["child_pid"]
+        ]
+        assert sleeper["status"] == "running"
+
+        os.killpg(leader.proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        leader.proc.wait(timeout=10)
+        successor = wait_until(
+            lambda: next((n for n in followers if (n.health() or {}).get("leader")), None),
+            TICK + FAILOVER_SLACK + 10,
+            "a new leader",
+        )
+        failover = time.monotonic() - killed_at
+        print(f"failover after kill -9: {failover:.2f}s (tick {TICK}s)")
+        assert failover <= TICK + FAILOVER_SLACK, failover
+        # The dead leader's run in flight: failed as node_lost, its child terminated.
+        lost = wait_until(
+            lambda: [
+                r
+                for r in scheduled_runs(pg_dsn)
+                if r["id"] == sleeper["id"] and r["status"] != "running"
+            ],
+            30,
+            "the dead leader's run reconciled",
+        )
+        assert (lost[0]["status"], lost[0]["status_reason_code"]) == (
+            "failed",
+            "run.failed.node_lost",
+        )
+        wait_until(lambda: not pid_alive(int(sleeper["child_pid"])), 30, "its child gone")
+        before = len(scheduled_runs(pg_dsn))
+        wait_until(
+            lambda: len(scheduled_runs(pg_dsn)) >= before + SCHEDULES,
+            60,
+            "fires under the new leader",
+        )
+        in_flight += sample_in_flight(followers, seconds=2.0)
+        assert [n for n in followers if (n.health() or {}).get("leader")] == [successor]
+    assert max(in_flight) <= CAP, in_flight
+    runs = scheduled_runs(pg_dsn)
+    occurrences = [
+        (r["schedule_id"], json.loads(r["trigger_context"]).get("due_at"))
+        for r in runs
+        if json.loads(r["trigger_context"]).get("scheduled")
+    ]
+    assert len(occurrences) == len(set(occurrences)), "an occurrence fired twice"
+    unfinished = [r for r in runs if r["status"] not in TERMINAL]
+    assert unfinished == [], unfinished
+
+
+def sample_in_flight(started: list[Node], *, seconds: float) -> list[int]:
+    """The scheduled fires in flight on all nodes together, sampled for ``seconds``."""
+    samples: list[int] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        samples.append(
+            sum(int((n.health() or {}).get("scheduler", {}).get("in_flight", 0)) for n in started)
+        )
+        time.sleep(0.05)
+    return samples
