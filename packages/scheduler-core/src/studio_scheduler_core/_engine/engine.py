@@ -169,7 +169,13 @@ class SchedulerEngine:
                 now=now,
             )
             await rearm(conn, now=now, timezone=self.settings.timezone)
-            recovered = await reconcile_startup(conn, now=now, reaper=self.reaper)
+            recovered = await reconcile_startup(
+                conn,
+                now=now,
+                reaper=self.reaper,
+                # Children carry the URL on PostgreSQL (there is no file to read it from).
+                db_path=self.db_path if is_postgres(self.db_path) else None,
+            )
             missed = await run.evaluator.missed_fires(now)
             recovery_event(recovered, self.reaper, missed)
             await self._waker.open(conn)
