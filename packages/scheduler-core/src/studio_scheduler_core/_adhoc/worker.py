@@ -25,7 +25,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock, run_to_completion
+from studio_state import Clock, is_postgres, run_to_completion
 
 from .._dbfile import StorageHealth
 from .._exceptions import InvalidSettings
@@ -190,6 +190,8 @@ class AdhocWorker:
             now=now,
             max_attempts=self.max_lease_attempts,
             reaper=self.reaper,
+            # Children carry the URL on PostgreSQL (there is no file to read it from).
+            db_path=self.db_path if is_postgres(self.db_path) else None,
         )
 
     async def claim(self, conn: aiosqlite.Connection, *, now: float) -> list[tuple[Prepared, int]]:
