@@ -41,6 +41,7 @@ async def test_run_status_and_slots(conn: Any, service: Any, h: Any) -> None:
         "status": "running",
         "status_reason_code": None,
         "status_reason_summary": None,
+        "node_id": None,
     }
     holders, adhoc = await read_slot_holders(conn)
     holder = {"schedule_id": created["id"], "run_id": "r-sched", "since": T0}
