@@ -6,7 +6,7 @@ processes (`python -m studio_cli serve`, each its own node id, port and run-log 
 started on it and waited for (`/api/health`). Then the work is written in one transaction
 straight into the database (so the figure is the nodes', not an HTTP client's):
 
-  - runs: ROWS ad-hoc `command` runs of `/bin/true` (the API's enqueue path,
+  - runs: ROWS ad-hoc `command` runs of `true` (the API's enqueue path,
     `AdhocRunService.enqueue`, on a studio-state connection to the same URL); the figure is
     ROWS over the time from the commit to the last run becoming terminal;
   - deliveries: ROWS dispatches (`studio_outbox.enqueue_many`) to a notify template of
@@ -58,6 +58,7 @@ def _env(url: str, port: int, node: str, logs: Path) -> dict[str, str]:
             "LIONAGI_STUDIO_MAX_ADHOC_CONCURRENT": str(ADHOC_CONCURRENT),
             "LIONAGI_STUDIO_NOTIFY_TEMPLATE": json.dumps(["/bin/true", "{deliver_to}"]),
             "LIONAGI_STUDIO_RETENTION_DAYS": "0",
+            "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "true",
         }
     )
     return env
@@ -121,10 +122,11 @@ async def _enqueue(url: str, what: str, rows: int, work: Path) -> float:
     async with connect(url) as conn:
         async with write_transaction(conn):
             if what == "runs":
-                service = AdhocRunService(conn, settings=SchedulerSettings())
+                settings = SchedulerSettings(command_allowlist=("true",))
+                service = AdhocRunService(conn, settings=settings)
                 body = {
                     "action_kind": "command",
-                    "action_command": "/bin/true",
+                    "action_command": "true",
                     "action_cwd": str(work),
                 }
                 for _ in range(rows):
