@@ -82,7 +82,8 @@ def test_dispatch_routes_and_cli_on_postgresql(pg_dsn: str, node: str, tmp_path:
     second = httpx.post(f"{node}/api/dispatch", json=keyed)
     assert second.status_code == 201
     again = httpx.post(f"{node}/api/dispatch", json=keyed)
-    assert again.status_code == 200 and again.json() == {"id": second.json()["id"], "created": False}
+    assert again.status_code == 200
+    assert again.json() == {"id": second.json()["id"], "created": False}
     bad = httpx.post(f"{node}/api/dispatch", json={"kind": "k"})
     assert bad.status_code == 422
 

@@ -52,6 +52,8 @@ class Run:
     """The run this one re-runs (a retry), or ``None``."""
     attempt: int | None = field(default=None, metadata=column())
     """The attempt number of a run under a retry policy (1 = the first)."""
+    node_id: str | None = field(default=None, metadata=column())
+    """The node that started the run's child (its log is there); ``None`` before that."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Run:
