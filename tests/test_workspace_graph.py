@@ -60,8 +60,9 @@ def _members(root: Path) -> dict[str, set[str]]:
 
 # Suites beyond one package each, and the package whose sibling closure each installs: the
 # dashboard drives the whole app (the CLI's closure is every package); the PostgreSQL suite
-# tests the outbox alone on PostgreSQL.
-EXTRA_SUITES = {"dashboard": "cli", "postgres": "outbox"}
+# tests the outbox and scheduler-core on PostgreSQL (and, once the entry installs studio-api and
+# studio-cli, real `studio serve` nodes: then its closure is the CLI's).
+EXTRA_SUITES = {"dashboard": "cli", "postgres": "scheduler-core"}
 
 
 def test_matrix_has_every_package_and_all(repo_root: Path) -> None:

@@ -55,6 +55,7 @@ class Node:
             "LIONAGI_STUDIO_RUN_LOG_DIR": str(home / "runs"),
             "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "true,sleep",
             "LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT": str(CAP),
+            "LIONAGI_STUDIO_NOTIFY_TEMPLATE": '["true", "{deliver_to}"]',
         }
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
@@ -206,6 +207,23 @@ def test_one_node_serves_fires_and_the_cli_shares_its_database(pg_dsn: str, tmp_
         assert adhoc.returncode == 0, adhoc.stderr
         listed_runs = cli(pg_dsn, tmp_path, "run", "list")
         assert listed_runs.returncode == 0 and "completed" in listed_runs.stdout, listed_runs
+        # The outbox: enqueued by the CLI, delivered by the node.
+        enqueued = cli(
+            pg_dsn, tmp_path, "dispatch", "enqueue", "--kind", "deploy.finished", "--to", "ops",
+            "--body", '{"ok": true}',
+        )  # fmt: skip
+        assert enqueued.returncode == 0, enqueued.stderr
+        dispatch_id = enqueued.stdout.split()[0]
+        wait_until(
+            lambda: (
+                db_rows(pg_dsn, "SELECT status FROM dispatch_outbox WHERE id = ?", (dispatch_id,))
+                == [{"status": "delivered"}]
+            ),
+            30,
+            "the dispatch delivered",
+        )
+        listed_dispatches = cli(pg_dsn, tmp_path, "dispatch", "list")
+        assert dispatch_id in listed_dispatches.stdout, listed_dispatches
 
 
 def test_three_nodes_one_leader_and_failover_after_kill_9(pg_dsn: str, tmp_path: Path) -> None:

@@ -147,12 +147,15 @@ async def open_db(
     """Open the database and apply every migration the command needs (idempotent).
 
     ``outbox_only`` migrates just studio-state and the outbox tables (dispatch commands work on
-    a standalone producer's database too); otherwise scheduler-core migrates everything.
+    a standalone producer's SQLite database too); otherwise, and always on PostgreSQL,
+    scheduler-core migrates everything.
     """
-    from studio_state import connect
+    from studio_state import connect, is_postgres
 
     async with connect(db_path, synchronous=synchronous_mode()) as conn:
-        if outbox_only:
+        # On PostgreSQL the outbox's tables come with scheduler-core's schema (its PostgreSQL
+        # form is the outbox's own, created through the connection's psycopg session).
+        if outbox_only and not is_postgres(db_path):
             from studio_outbox import ensure_schema as outbox_schema
 
             await outbox_schema(conn)
