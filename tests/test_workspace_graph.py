@@ -60,9 +60,8 @@ def _members(root: Path) -> dict[str, set[str]]:
 
 # Suites beyond one package each, and the package whose sibling closure each installs: the
 # dashboard drives the whole app (the CLI's closure is every package); the PostgreSQL suite
-# tests the outbox and scheduler-core on PostgreSQL (and, once the entry installs studio-api and
-# studio-cli, real `studio serve` nodes: then its closure is the CLI's).
-EXTRA_SUITES = {"dashboard": "cli", "postgres": "scheduler-core"}
+# tests every package on PostgreSQL, up to real `studio serve` nodes and the CLI.
+EXTRA_SUITES = {"dashboard": "cli", "postgres": "cli"}
 
 
 def test_matrix_has_every_package_and_all(repo_root: Path) -> None:

@@ -28,7 +28,6 @@ from studio_state.testing import db_rows, free_port, pid_alive
 
 # The nodes are real `studio serve` processes of this environment: the postgres test entry
 # must install studio-api and studio-cli (hatch.toml's postgres workspace members).
-pytest.importorskip("studio_cli", reason="the postgres entry does not install studio-cli")
 
 TICK = 1.0
 CAP = 4
