@@ -24,6 +24,7 @@ CORE_TESTS = Path(__file__).resolve().parents[2] / "packages" / "scheduler-core"
 PLAN = "reads SQLite's query plan"
 TRACE = "counts statements with sqlite3's trace callback"
 FILE = "reads the SQLite file or its schema itself"
+FUNCTION = "slows a statement down with an SQL function defined through sqlite3"
 
 
 def core_tests(

@@ -47,6 +47,12 @@ def db_target(db_path: Path) -> str:
 
 
 @pytest.fixture
+def studio_db(db_target: str) -> str:
+    """What an engine on ``db_target`` gives its children as ``LIONAGI_STUDIO_DB``."""
+    return db_target if is_postgres(db_target) else str(Path(db_target).resolve())
+
+
+@pytest.fixture
 def child_env(tmp_path: Path) -> dict[str, str]:
     import os
 

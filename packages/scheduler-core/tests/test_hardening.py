@@ -23,13 +23,13 @@ async def _run(conn: Any, run_id: str) -> dict[str, Any]:
 
 
 async def test_the_lease_watcher_never_sees_the_runs_own_uncommitted_terminal_write(
-    settings, db_path, clock, h
+    settings, db_target, clock, h
 ) -> None:
     """The terminal write is held open (a slow SQLite trigger inside it) while the watcher
     checks the lease every 10 ms: the watcher must not read the uncommitted status, cancel
     the run mid-commit and leave it ``running``."""
-    worker = AdhocWorker(settings=settings, db_path=str(db_path), clock=clock, watch_seconds=0.01)
-    engine = SchedulerEngine(db_path, settings=settings, clock=clock, worker=worker)
+    worker = AdhocWorker(settings=settings, db_path=db_target, clock=clock, watch_seconds=0.01)
+    engine = SchedulerEngine(db_target, settings=settings, clock=clock, worker=worker)
     await engine.start(loop=False)
     try:
         await engine.conn.create_function("studio_test_pause", 0, lambda: time.sleep(0.3))
@@ -39,7 +39,7 @@ async def test_the_lease_watcher_never_sees_the_runs_own_uncommitted_terminal_wr
 
         async def ended() -> bool:
             # On a connection of its own: the engine's shows its open terminal transaction.
-            async with connect(db_path) as reader:
+            async with connect(db_target) as reader:
                 return (await _run(reader, run["id"]))["status"] != "running"
 
         await h.eventually(ended)
@@ -88,7 +88,7 @@ async def test_a_schedule_deleted_before_the_deferral_flush_does_not_sink_the_ba
 
 
 async def test_queued_adhoc_runs_stay_queued_across_an_engine_stop(
-    make_engine, db_path, h, tmp_path
+    make_engine, db_target, h, tmp_path
 ) -> None:
     from studio_state import connect
 
@@ -118,7 +118,7 @@ async def test_queued_adhoc_runs_stay_queued_across_an_engine_stop(
     await h.eventually(first_started)
     pgid = int((await _run(engine.conn, first["id"]))["child_pid"])
     await engine.stop()
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         stopped = await _run(conn, first["id"])
         assert (stopped["status"], stopped["status_reason_code"]) == (
             "cancelled",
@@ -131,14 +131,14 @@ async def test_queued_adhoc_runs_stay_queued_across_an_engine_stop(
 
 
 async def test_runs_claimed_but_not_started_go_back_to_queued_on_stop(
-    settings, db_path, clock, h
+    settings, db_target, clock, h
 ) -> None:
     """The stop lands right after the worker claimed and launched two runs, before either
     launch task ran (no child exists): they are queued again, not cancelled."""
     from studio_state import connect
 
-    worker = AdhocWorker(settings=settings, db_path=str(db_path), clock=clock)
-    engine = SchedulerEngine(db_path, settings=settings, clock=clock, worker=worker)
+    worker = AdhocWorker(settings=settings, db_path=db_target, clock=clock)
+    engine = SchedulerEngine(db_target, settings=settings, clock=clock, worker=worker)
     await engine.start(loop=False)
     action = {"action_kind": "command", "action_command": "true"}
     runs = [await engine.runs.enqueue(action) for _ in range(2)]
@@ -147,7 +147,7 @@ async def test_runs_claimed_but_not_started_go_back_to_queued_on_stop(
     for fire, attempt in claimed:
         worker.launch(fire, attempt)
     await engine.stop()
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         for run in runs:
             row = await _run(conn, run["id"])
             assert (row["status"], row["leased_by"], row["lease_attempts"]) == ("queued", None, 0)
@@ -157,7 +157,7 @@ async def test_runs_claimed_but_not_started_go_back_to_queued_on_stop(
                 "run.queued.shutdown",
             )
     # A restarted engine runs them.
-    again = SchedulerEngine(db_path, settings=settings, clock=clock)
+    again = SchedulerEngine(db_target, settings=settings, clock=clock)
     await again.start(loop=False)
     try:
         await again.tick_once()

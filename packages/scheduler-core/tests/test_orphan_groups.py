@@ -51,11 +51,9 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _spawn(
-    procs: list[Any], db_path: Path, invocation_id: str, code: str, flag: Path
+    procs: list[Any], studio_db: str, invocation_id: str, code: str, flag: Path
 ) -> subprocess.Popen[bytes]:
-    env = dict(
-        os.environ, LIONAGI_INVOCATION_ID=invocation_id, LIONAGI_STUDIO_DB=str(db_path.resolve())
-    )
+    env = dict(os.environ, LIONAGI_INVOCATION_ID=invocation_id, LIONAGI_STUDIO_DB=studio_db)
     proc = subprocess.Popen(
         [sys.executable, "-c", code, str(flag)],
         stdin=subprocess.DEVNULL,
@@ -67,10 +65,10 @@ def _spawn(
     return proc
 
 
-async def _insert(db_path: Path, invocation_id: str, *, pid: int, adhoc: bool, now: float) -> str:
+async def _insert(db_target: str, invocation_id: str, *, pid: int, adhoc: bool, now: float) -> str:
     """A ``running`` run + invocation with a recorded child, as a crashed daemon leaves it."""
     run_id = new_id()
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         await ensure_schema(conn)
         await conn.execute("BEGIN IMMEDIATE")
         await conn.execute(
@@ -91,25 +89,25 @@ async def _insert(db_path: Path, invocation_id: str, *, pid: int, adhoc: bool, n
 
 
 async def _stubborn_orphans(
-    procs: list[Any], db_path: Path, tmp_path: Path, *, n: int, adhoc: bool
+    procs: list[Any], db_target: str, studio_db: str, tmp_path: Path, *, n: int, adhoc: bool
 ) -> list[tuple[str, int]]:
     out = []
     for index in range(n):
         invocation_id = new_id()
-        proc = _spawn(procs, db_path, invocation_id, STUBBORN, tmp_path / f"ready{index}")
-        run_id = await _insert(db_path, invocation_id, pid=proc.pid, adhoc=adhoc, now=time.time())
+        proc = _spawn(procs, studio_db, invocation_id, STUBBORN, tmp_path / f"ready{index}")
+        run_id = await _insert(db_target, invocation_id, pid=proc.pid, adhoc=adhoc, now=time.time())
         out.append((run_id, proc.pid))
     return out
 
 
 @pytest.mark.parametrize("adhoc", [False, True], ids=["startup", "worker_tick"])
 async def test_term_ignoring_orphans_never_hold_up_startup_or_the_tick(
-    db_path: Path, settings: Any, tmp_path: Path, procs: list[Any], adhoc: bool
+    db_target: str, studio_db: str, settings: Any, tmp_path: Path, procs: list[Any], adhoc: bool
 ) -> None:
     """Four orphans that ignore SIGTERM: one by one with a 5 s grace each took 20 s."""
-    orphans = await _stubborn_orphans(procs, db_path, tmp_path, n=4, adhoc=adhoc)
-    worker = AdhocWorker(settings=settings, db_path=str(db_path))
-    engine = SchedulerEngine(db_path, settings=settings, worker=worker)
+    orphans = await _stubborn_orphans(procs, db_target, studio_db, tmp_path, n=4, adhoc=adhoc)
+    worker = AdhocWorker(settings=settings, db_path=db_target)
+    engine = SchedulerEngine(db_target, settings=settings, worker=worker)
     engine.reaper.grace = worker.reaper.grace = 1.0
     began = time.monotonic()
     await engine.start(loop=False)
@@ -138,17 +136,19 @@ async def _check_stubborn(
 
 @pytest.mark.parametrize("adhoc", [False, True], ids=["scheduled", "adhoc"])
 async def test_a_descendant_that_escaped_with_setsid_is_killed_at_recovery(
-    db_path: Path, make_engine: Any, tmp_path: Path, procs: list[Any], adhoc: bool
+    db_target: str, studio_db: str, make_engine: Any, tmp_path: Path, procs: list[Any], adhoc: bool
 ) -> None:
     """The child's pid was recorded; its grandchild left the group with setsid."""
     flag = tmp_path / "grandchild.pid"
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         await ensure_schema(conn)
     invocation_id = new_id()
-    child = _spawn(procs, db_path, invocation_id, ESCAPER, flag)
+    child = _spawn(procs, studio_db, invocation_id, ESCAPER, flag)
     grandchild = int(flag.read_text())
     try:
-        run_id = await _insert(db_path, invocation_id, pid=child.pid, adhoc=adhoc, now=time.time())
+        run_id = await _insert(
+            db_target, invocation_id, pid=child.pid, adhoc=adhoc, now=time.time()
+        )
         assert os.getpgid(grandchild) != os.getpgid(child.pid)
         engine = await make_engine()
         if adhoc:

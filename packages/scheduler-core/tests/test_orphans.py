@@ -31,10 +31,10 @@ time.sleep(120)
 """
 
 
-async def _insert_running(db_path: Path, *, adhoc: bool, now: float) -> tuple[str, str]:
+async def _insert_running(db_target: str, *, adhoc: bool, now: float) -> tuple[str, str]:
     """A ``running`` run + invocation as a crashed daemon leaves them: no child_pid."""
     run_id, invocation_id = "a1b2c3d4e5f6", "0f1e2d3c4b5a"
-    async with connect(db_path) as conn:
+    async with connect(db_target) as conn:
         await ensure_schema(conn)
         await conn.execute("BEGIN IMMEDIATE")
         await conn.execute(
@@ -61,15 +61,15 @@ async def _insert_running(db_path: Path, *, adhoc: bool, now: float) -> tuple[st
 
 @pytest.mark.parametrize("adhoc", [False, True], ids=["scheduled", "adhoc"])
 async def test_an_unrecorded_child_is_found_by_its_environment_and_terminated(
-    db_path: Path, make_engine: Any, tmp_path: Path, adhoc: bool
+    db_target: str, studio_db: str, make_engine: Any, tmp_path: Path, adhoc: bool
 ) -> None:
     now = time.time()
-    run_id, invocation_id = await _insert_running(db_path, adhoc=adhoc, now=now)
+    run_id, invocation_id = await _insert_running(db_target, adhoc=adhoc, now=now)
     pid_file = tmp_path / "grandchild.pid"
     env = dict(
         os.environ,
         LIONAGI_INVOCATION_ID=invocation_id,
-        LIONAGI_STUDIO_DB=str(db_path.resolve()),
+        LIONAGI_STUDIO_DB=studio_db,
     )
     child = subprocess.Popen(
         [sys.executable, "-c", TREE, str(pid_file)],

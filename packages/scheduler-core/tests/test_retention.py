@@ -9,7 +9,7 @@ from typing import Any
 from studio_outbox import deliver_due_dispatches, enqueue_dispatch
 from studio_scheduler_core import SchedulerSettings
 from studio_scheduler_core._recovery.retention import retention_pass
-from studio_state import fetch_all, fetch_value
+from studio_state import fetch_all, fetch_value, is_postgres
 
 DAY = 86400.0
 
@@ -23,12 +23,26 @@ async def _fire(engine: Any, clock: Any, schedule_id: str) -> None:
     await engine.wait_idle()
 
 
-async def _count(conn: Any, table: str, where: str = "1", params: tuple[Any, ...] = ()) -> int:
+async def _deliver(conn: Any, db_target: str, **options: Any) -> None:
+    """A delivery pass: the outbox's own on SQLite; on PostgreSQL its PostgreSQL pass, on a
+    psycopg connection of its own (what an engine there does)."""
+    if not is_postgres(db_target):
+        await deliver_due_dispatches(conn, **options)
+        return
+    import psycopg
+
+    from studio_outbox import postgres
+
+    async with await psycopg.AsyncConnection.connect(db_target, autocommit=True) as pg:
+        await postgres.deliver_due_dispatches(pg, **options)
+
+
+async def _count(conn: Any, table: str, where: str = "1 = 1", params: tuple[Any, ...] = ()) -> int:
     return int(await fetch_value(conn, f"SELECT COUNT(*) FROM {table} WHERE {where}", params))
 
 
 async def test_old_rows_go_recent_and_live_rows_stay(
-    make_engine, clock, h, db_path: Path, tmp_path: Path
+    make_engine, clock, h, db_path: Path, db_target: str, tmp_path: Path
 ) -> None:
     engine = await make_engine(clock=clock, retention_days=2, reaper_interval_seconds=1.0)
     conn = engine.conn
@@ -44,7 +58,7 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     await usage(conn, old_run["invocation_id"], clock)
     await enqueue_dispatch(conn, kind="k", deliver_to="x", clock=clock)
     await enqueue_dispatch(conn, kind="k", deliver_to="y", clock=clock)
-    await deliver_due_dispatches(conn, notify_template=["true"], clock=clock, limit=1)
+    await _deliver(conn, db_target, notify_template=["true"], clock=clock, limit=1)
     rows = await fetch_all(conn, "SELECT id, status FROM dispatch_outbox")
     statuses = {r["id"]: r["status"] for r in rows}
     assert sorted(statuses.values()) == ["delivered", "pending"]
@@ -111,11 +125,13 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     assert all(hold < 1.0 for hold in report.holds)
 
 
-async def test_zero_days_keeps_everything(conn, clock, tmp_path: Path, service, h) -> None:
+async def test_zero_days_keeps_everything(
+    conn, db_target: str, clock, tmp_path: Path, service, h
+) -> None:
     ok = h.script("ok.py", "pass\n")
     await service.create(h.command_schedule(ok))
     await enqueue_dispatch(conn, kind="k", deliver_to="x", clock=clock)
-    await deliver_due_dispatches(conn, notify_template=["true"], clock=clock)
+    await _deliver(conn, db_target, notify_template=["true"], clock=clock)
     report = await retention_pass(
         conn, now=clock() + 1000 * DAY, retention_days=0, runs_dir=tmp_path
     )

@@ -114,8 +114,11 @@ async def recover_abandoned(
     now: float,
     max_attempts: int,
     reaper: OrphanReaper | None = None,
+    db_path: str | None = None,
 ) -> dict[str, int]:
     """Requeue or fail the running rows of other workers that are gone; counts per outcome.
+    ``db_path``: what the children got as ``LIONAGI_STUDIO_DB`` (default: the connection's
+    file; a PostgreSQL database has none, so its URL is passed).
 
     Every live process of an abandoned row is terminated: its recorded group, and every
     process carrying its invocation id in the environment (a child whose pid was never
@@ -136,7 +139,7 @@ async def recover_abandoned(
     if not abandoned:
         return counts
     found = await find_orphans(
-        conn, [str(r["invocation_id"]) for r in abandoned if r["invocation_id"]]
+        conn, [str(r["invocation_id"]) for r in abandoned if r["invocation_id"]], db_path=db_path
     )
     pids: set[int] = set()
     launched: dict[str, bool] = {}

@@ -25,7 +25,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock, run_to_completion
+from studio_state import Clock, is_postgres, run_to_completion
 
 from .._dbfile import StorageHealth
 from .._exceptions import InvalidSettings
@@ -37,6 +37,7 @@ from .._fire.prepare import prepare
 from .._recovery.orphans import OrphanReaper
 from .._rows import decode_run
 from .._settings import SchedulerSettings
+from .._target import child_db_value
 from . import store
 from .claim import Slot, action_of, commit_claim
 from .lease import (
@@ -187,6 +188,8 @@ class AdhocWorker:
             now=now,
             max_attempts=self.max_lease_attempts,
             reaper=self.reaper,
+            # Children carry the URL on PostgreSQL (there is no file to read it from).
+            db_path=child_db_value(self.db_path) if is_postgres(self.db_path) else None,
         )
 
     async def claim(self, conn: aiosqlite.Connection, *, now: float) -> list[tuple[Prepared, int]]:

@@ -94,7 +94,8 @@ async def read_overview(
         conn,
         f"SELECT {_RUN_COLUMNS}, {zone} AS timezone FROM schedule_runs r "
         "LEFT JOIN schedules s ON s.id = r.schedule_id "
-        "WHERE r.status IN ('failed', 'timed_out') ORDER BY r.ended_at DESC LIMIT ?",
+        # NULLS LAST is SQLite's order for DESC and not PostgreSQL's (same plan on SQLite).
+        "WHERE r.status IN ('failed', 'timed_out') ORDER BY r.ended_at DESC NULLS LAST LIMIT ?",
         (limit,),
     )
     by_status = await fetch_all(

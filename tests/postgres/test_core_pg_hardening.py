@@ -1,0 +1,18 @@
+"""scheduler-core's tests/test_hardening.py on PostgreSQL (see core_pg.py)."""
+
+from __future__ import annotations
+
+from studio_state.testing import load_beside
+
+_core = load_beside(__file__, "core_pg.py", "studio_core_pg")
+globals().update(
+    _core.core_tests(
+        "test_hardening",
+        {
+            _core.FUNCTION: (
+                "test_the_lease_watcher_never_sees_the_runs_own_uncommitted_terminal_write",
+            ),
+        },
+    )
+)
+db_target = _core.db_target
