@@ -37,6 +37,7 @@ from .._fire.prepare import prepare
 from .._recovery.orphans import OrphanReaper
 from .._rows import decode_run
 from .._settings import SchedulerSettings
+from .._target import child_db_value
 from . import store
 from .claim import Slot, action_of, commit_claim
 from .lease import (
@@ -191,7 +192,7 @@ class AdhocWorker:
             max_attempts=self.max_lease_attempts,
             reaper=self.reaper,
             # Children carry the URL on PostgreSQL (there is no file to read it from).
-            db_path=self.db_path if is_postgres(self.db_path) else None,
+            db_path=child_db_value(self.db_path) if is_postgres(self.db_path) else None,
         )
 
     async def claim(self, conn: aiosqlite.Connection, *, now: float) -> list[tuple[Prepared, int]]:
