@@ -11,26 +11,15 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from studio_api import StudioSettings
 from studio_api.testing import StudioServer
-from studio_state.testing import free_port
-
-
-def _eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.1)
-    return value
+from studio_state.testing import free_port, wait_for
 
 
 @pytest.fixture
@@ -88,7 +77,7 @@ def test_dispatch_routes_and_cli_on_postgresql(pg_dsn: str, node: str, tmp_path:
     assert bad.status_code == 422
 
     receipts = tmp_path / "receipts"
-    _eventually(lambda: (receipts / "a").exists() and (receipts / "b").exists())
+    wait_for(lambda: (receipts / "a").exists() and (receipts / "b").exists(), 30)
     sent = json.loads((receipts / "b").read_text())
     listed = httpx.get(f"{node}/api/dispatch").json()
     ids = [row["id"] for row in listed["dispatches"]]

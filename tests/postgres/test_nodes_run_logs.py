@@ -8,28 +8,15 @@ the first, and answers 409 naming the first once that node is gone.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from studio_api import StudioSettings
 from studio_api.testing import StudioServer
-from studio_state.testing import free_port
-
-
-def _eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.1)
+from studio_state.testing import free_port, wait_for
 
 
 def _node(pg_dsn: str, tmp_path: Path, name: str, *, with_url: bool = True) -> StudioServer:
@@ -67,7 +54,7 @@ def _ran(url: str, tmp_path: Path) -> str:
     answer = httpx.post(f"{url}/api/runs", json=body)
     assert answer.status_code == 202, answer.text
     run_id = str(answer.json()["run_id"])
-    _eventually(
+    wait_for(
         lambda: httpx.get(f"{url}/api/schedules/runs/{run_id}").json()["status"] == "completed"
     )
     return run_id
@@ -78,7 +65,7 @@ def test_a_node_serves_the_log_of_a_run_another_node_ran(
 ) -> None:
     leader = _node(pg_dsn, tmp_path, "node-a")
     nodes.append(leader)
-    _eventually(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
+    wait_for(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
     other = _node(pg_dsn, tmp_path, "node-b")
     nodes.append(other)
     assert httpx.get(f"{other.base_url}/api/health").json()["leader"] is False
@@ -116,7 +103,7 @@ def test_a_node_without_a_url_is_named_in_the_refusal(
 ) -> None:
     leader = _node(pg_dsn, tmp_path, "node-a", with_url=False)
     nodes.append(leader)
-    _eventually(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
+    wait_for(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
     other = _node(pg_dsn, tmp_path, "node-b")
     nodes.append(other)
     run_id = _ran(leader.base_url, tmp_path)

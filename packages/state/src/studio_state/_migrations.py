@@ -149,26 +149,39 @@ async def migrate(
     applied_now: list[int] = []
     for migration in migrations:
         async with write_transaction(conn):
-            versions = await _applied_versions(conn, package)
-            newest = max(versions, default=0)
-            if newest > code_version:
-                raise SchemaTooNew(package, newest, code_version)
-            if migration.version in versions:
-                continue
-            try:
-                for statement in split_statements(migration.sql):
-                    await conn.execute(statement)
-            except sqlite3.Error as exc:
-                raise MigrationError(
-                    f"migration {package} v{migration.version} ({migration.description}) "
-                    f"failed: {exc}"
-                ) from exc
-            await conn.execute(
-                "INSERT INTO schema_migrations (package, version, applied_at) VALUES (?, ?, ?)",
-                (package, migration.version, time.time() if now is None else now),
-            )
-            applied_now.append(migration.version)
+            statements = split_statements(migration.sql)
+            if await _apply(conn, package, migration, statements, code_version, now):
+                applied_now.append(migration.version)
     return applied_now
+
+
+async def _apply(
+    conn: aiosqlite.Connection,
+    package: str,
+    migration: Migration,
+    statements: Sequence[str],
+    code_version: int,
+    now: float | None,
+) -> bool:
+    """One step inside its transaction: re-check the versions, run it, record it."""
+    versions = await _applied_versions(conn, package)
+    newest = max(versions, default=0)
+    if newest > code_version:
+        raise SchemaTooNew(package, newest, code_version)
+    if migration.version in versions:
+        return False
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    except sqlite3.Error as exc:
+        raise MigrationError(
+            f"migration {package} v{migration.version} ({migration.description}) failed: {exc}"
+        ) from exc
+    await conn.execute(
+        "INSERT INTO schema_migrations (package, version, applied_at) VALUES (?, ?, ?)",
+        (package, migration.version, time.time() if now is None else now),
+    )
+    return True
 
 
 async def _migrate_postgres(
@@ -195,22 +208,7 @@ async def _migrate_postgres(
         async with write_transaction(conn):
             await conn.execute("SELECT pg_advisory_xact_lock(?)", (POSTGRES_MIGRATION_LOCK,))
             await conn.execute(_PG_MIGRATIONS_TABLE)
-            versions = await _applied_versions(conn, package)
-            newest = max(versions, default=0)
-            if newest > code_version:
-                raise SchemaTooNew(package, newest, code_version)
-            if migration.version in versions:
-                continue
-            try:
-                await conn.execute(str(migration.postgres))
-            except sqlite3.Error as exc:
-                raise MigrationError(
-                    f"migration {package} v{migration.version} ({migration.description}) "
-                    f"failed: {exc}"
-                ) from exc
-            await conn.execute(
-                "INSERT INTO schema_migrations (package, version, applied_at) VALUES (?, ?, ?)",
-                (package, migration.version, time.time() if now is None else now),
-            )
-            applied_now.append(migration.version)
+            statements = [str(migration.postgres)]
+            if await _apply(conn, package, migration, statements, code_version, now):
+                applied_now.append(migration.version)
     return applied_now
