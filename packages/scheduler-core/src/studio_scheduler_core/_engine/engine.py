@@ -33,15 +33,12 @@ from .._fire.occurrence import ScheduleClaim
 from .._fire.pipeline import fire
 from .._github.source import GithubPollSource
 from .._observe.events import emit
-from .._observe.summary import recovery_event
 from .._recovery.orphans import OrphanReaper
-from .._recovery.reconcile import reconcile_startup
 from .._recovery.retention import RetentionReport
 from .._schedules.service import ScheduleService
 from .._schedules.store import load_schedule
 from .._settings import SchedulerSettings
 from .._target import child_db_value, normalise
-from .._triggers.cadence import rearm
 from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import Leadership, RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
@@ -49,6 +46,7 @@ from .database import EngineDatabase
 from .figures import Figures, run_concerns
 from .leadership import FileLockLeadership, PostgresLeadership
 from .running import Running, build, logged
+from .takeover import take_over
 from .waker import Waker
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -225,32 +223,17 @@ class SchedulerEngine:
             self._run = None
 
     async def _take_over(self, run: Running, now: float, *, startup: bool = False) -> None:
-        """This engine starts leading: re-arm cron cadence, reconcile the runs a previous
-        leader left running, and, when it leads from its start, apply missed-fire policies once.
-
-        Leading from its start, the scheduler restarted: those runs are
-        ``run.failed.daemon_restart``, as on SQLite. A takeover later in the process's life
-        (PostgreSQL: another node's leader session ended) fails them as
-        ``run.failed.node_lost`` and applies no missed-fire policy: the service did not stop,
-        so the rows due meanwhile are late, not missed, and the next evaluation fires them
-        (interval slots coalesced as ever).
-        """
-        conn = run.conn
-        postgres = self.backend == "postgresql"
-        await rearm(conn, now=now, timezone=self.settings.timezone)
-        recovered = await reconcile_startup(
-            conn,
+        """This engine starts leading (see :func:`~.takeover.take_over`)."""
+        await take_over(
+            run,
             now=now,
+            settings=self.settings,
             reaper=self.reaper,
-            db_path=child_db_value(self.db_path) if postgres else None,
-            node_lost=not startup,
-            owned_runs=set(run.env.committed) | set(run.env.live),
-            owned_invocations={p.invocation_id for p in run.env.committed.values()},
+            children_db=child_db_value(self.db_path) if self.backend == "postgresql" else None,
+            startup=startup,
         )
-        missed = await run.evaluator.missed_fires(now) if startup else {}
-        recovery_event(recovered, self.reaper, missed)
         self._leading = True
-        if postgres:
+        if self.backend == "postgresql":
             logger.info("studio node %s leads schedule evaluation", self.leadership.node_id)
 
     async def _lead(self, run: Running, now: float) -> bool:
