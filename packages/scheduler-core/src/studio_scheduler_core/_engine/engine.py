@@ -269,22 +269,40 @@ class SchedulerEngine:
 
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
-        while not self._waker.closed:
-            started = self.clock()
-            self._waker.begin_tick()
-            try:
-                await self.tick_once()
-                if self._db.problem:  # nothing advances: no spin
+        try:
+            while not self._waker.closed:
+                started = self.clock()
+                self._waker.begin_tick()
+                try:
+                    await self.tick_once()
+                    if self._db.problem:  # nothing advances: no spin
+                        target = started + self.settings.tick_seconds
+                    else:
+                        target = await self._next_wake(started)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    logger.exception("scheduler tick failed")
+                    self._figures.last_tick_error = f"{type(exc).__name__}: {exc}"
                     target = started + self.settings.tick_seconds
-                else:
-                    target = await self._next_wake(started)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.exception("scheduler tick failed")
-                self._figures.last_tick_error = f"{type(exc).__name__}: {exc}"
-                target = started + self.settings.tick_seconds
-            await self._waker.sleep_until(self.conn, target)
+                await self._waker.sleep_until(self.conn, target)
+        finally:
+            if self.backend == "postgresql" and not self._waker.closed:
+                await self._abdicate()
+
+    async def _abdicate(self) -> None:
+        """The loop died while the engine runs (its connection broke): on PostgreSQL another
+        node must lead, so give the lock up and stop being a candidate (only the loop ticks
+        the election). Health stays ``degraded`` (the loop is not running) until a restart."""
+        self._leading = False
+        logger.error(
+            "studio node %s stops leading: its scheduler loop ended; restart it",
+            self.leadership.node_id,
+        )
+        try:
+            await self.leadership.release()
+        except Exception:
+            logger.exception("giving up leadership failed")
 
     async def _next_wake(self, started: float) -> float:
         run = self._started()
