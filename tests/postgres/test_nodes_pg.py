@@ -311,3 +311,25 @@ def sample_in_flight(started: list[Node], *, seconds: float) -> list[int]:
         )
         time.sleep(0.05)
     return samples
+
+
+def test_a_leader_whose_connection_breaks_hands_over(pg_dsn: str, tmp_path: Path) -> None:
+    """Every session of the leader but its election's ends (a server-side kill): its loop
+    stops, it gives the lock up, and the other node leads."""
+    import psycopg
+
+    with nodes(pg_dsn, tmp_path, ["node-a"]) as (first,):
+        wait_until(lambda: (first.health() or {}).get("leader"), 30, "node-a leads")
+        with nodes(pg_dsn, tmp_path, ["node-b"]) as (second,):
+            assert (second.health() or {}).get("leader") is False
+            with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                ended = admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'studio:node-a' AND pid NOT IN "
+                    "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)"
+                ).fetchall()
+            assert ended, "node-a had sessions besides its election's"
+            wait_until(lambda: (second.health() or {}).get("leader"), 30, "node-b leads")
+            health = first.health()
+            assert health is not None and health["leader"] is False, health
+            assert health["status"] == "degraded", health

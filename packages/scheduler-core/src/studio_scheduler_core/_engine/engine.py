@@ -33,15 +33,12 @@ from .._fire.occurrence import ScheduleClaim
 from .._fire.pipeline import fire
 from .._github.source import GithubPollSource
 from .._observe.events import emit
-from .._observe.summary import recovery_event
 from .._recovery.orphans import OrphanReaper
-from .._recovery.reconcile import reconcile_startup
 from .._recovery.retention import RetentionReport
 from .._schedules.service import ScheduleService
 from .._schedules.store import load_schedule
 from .._settings import SchedulerSettings
 from .._target import child_db_value, normalise
-from .._triggers.cadence import rearm
 from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import Leadership, RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
@@ -50,6 +47,7 @@ from .figures import Concern, Figures, run_concerns
 from .leadership import FileLockLeadership, PostgresLeadership
 from .running import Running, build, logged
 from .store import register_node
+from .takeover import take_over
 from .waker import Waker
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -230,32 +228,17 @@ class SchedulerEngine:
             self._run = None
 
     async def _take_over(self, run: Running, now: float, *, startup: bool = False) -> None:
-        """This engine starts leading: re-arm cron cadence, reconcile the runs a previous
-        leader left running, and, when it leads from its start, apply missed-fire policies once.
-
-        Leading from its start, the scheduler restarted: those runs are
-        ``run.failed.daemon_restart``, as on SQLite. A takeover later in the process's life
-        (PostgreSQL: another node's leader session ended) fails them as
-        ``run.failed.node_lost`` and applies no missed-fire policy: the service did not stop,
-        so the rows due meanwhile are late, not missed, and the next evaluation fires them
-        (interval slots coalesced as ever).
-        """
-        conn = run.conn
-        postgres = self.backend == "postgresql"
-        await rearm(conn, now=now, timezone=self.settings.timezone)
-        recovered = await reconcile_startup(
-            conn,
+        """This engine starts leading (see :func:`~.takeover.take_over`)."""
+        await take_over(
+            run,
             now=now,
+            settings=self.settings,
             reaper=self.reaper,
-            db_path=child_db_value(self.db_path) if postgres else None,
-            node_lost=not startup,
-            owned_runs=set(run.env.committed) | set(run.env.live),
-            owned_invocations={p.invocation_id for p in run.env.committed.values()},
+            children_db=child_db_value(self.db_path) if self.backend == "postgresql" else None,
+            startup=startup,
         )
-        missed = await run.evaluator.missed_fires(now) if startup else {}
-        recovery_event(recovered, self.reaper, missed)
         self._leading = True
-        if postgres:
+        if self.backend == "postgresql":
             logger.info("studio node %s leads schedule evaluation", self.leadership.node_id)
 
     async def _lead(self, run: Running, now: float) -> bool:
@@ -291,22 +274,40 @@ class SchedulerEngine:
 
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
-        while not self._waker.closed:
-            started = self.clock()
-            self._waker.begin_tick()
-            try:
-                await self.tick_once()
-                if self._db.problem:  # nothing advances: no spin
+        try:
+            while not self._waker.closed:
+                started = self.clock()
+                self._waker.begin_tick()
+                try:
+                    await self.tick_once()
+                    if self._db.problem:  # nothing advances: no spin
+                        target = started + self.settings.tick_seconds
+                    else:
+                        target = await self._next_wake(started)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    logger.exception("scheduler tick failed")
+                    self._figures.last_tick_error = f"{type(exc).__name__}: {exc}"
                     target = started + self.settings.tick_seconds
-                else:
-                    target = await self._next_wake(started)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.exception("scheduler tick failed")
-                self._figures.last_tick_error = f"{type(exc).__name__}: {exc}"
-                target = started + self.settings.tick_seconds
-            await self._waker.sleep_until(self.conn, target)
+                await self._waker.sleep_until(self.conn, target)
+        finally:
+            if self.backend == "postgresql" and not self._waker.closed:
+                await self._abdicate()
+
+    async def _abdicate(self) -> None:
+        """The loop died while the engine runs (its connection broke): on PostgreSQL another
+        node must lead, so give the lock up and stop being a candidate (only the loop ticks
+        the election). Health stays ``degraded`` (the loop is not running) until a restart."""
+        self._leading = False
+        logger.error(
+            "studio node %s stops leading: its scheduler loop ended; restart it",
+            self.leadership.node_id,
+        )
+        try:
+            await self.leadership.release()
+        except Exception:
+            logger.exception("giving up leadership failed")
 
     async def _next_wake(self, started: float) -> float:
         run = self._started()
