@@ -157,6 +157,15 @@ async def test_p95_latency_nearest_rank_and_exclusions(conn, service):
         reason="run.failed.daemon_restart",
     )
     await _run(
+        conn,
+        other,
+        status="failed",
+        started_at=T0 - 100,
+        ended_at=T0,
+        inv="failed",
+        reason="run.failed.node_lost",
+    )  # its node died: the time is the takeover's, not the run's
+    await _run(
         conn, other, status="completed", started_at=T0 - 1000, ended_at=T0, inv="completed"
     )  # started before the window
     value, extras = await measure(conn, "p95_latency_ms", now=T0, window_minutes=5, own=own)

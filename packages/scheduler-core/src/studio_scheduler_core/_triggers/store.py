@@ -44,7 +44,8 @@ SQL: dict[str, str] = {
         "FROM invocations i LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
         "WHERE i.started_at >= ? AND i.ended_at IS NOT NULL AND i.ended_at >= i.started_at "
         "AND i.status NOT IN ('running', 'cancelled') "
-        "AND COALESCE(i.status_reason_code, '') != 'run.failed.daemon_restart' "
+        "AND COALESCE(i.status_reason_code, '') "
+        "NOT IN ('run.failed.daemon_restart', 'run.failed.node_lost') "
         "AND (r.schedule_id IS NULL OR r.schedule_id != ?)"
     ),
     "dead_letters": (
