@@ -43,8 +43,8 @@ from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import Leadership, RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 from .database import EngineDatabase
-from .figures import Concern, Figures, run_concerns
-from .leadership import FileLockLeadership, PostgresLeadership
+from .figures import Figures, run_concerns
+from .leadership import default_leadership
 from .running import Running, build, logged
 from .store import register_node
 from .takeover import take_over
@@ -110,13 +110,7 @@ class SchedulerEngine:
         self.reaper = OrphanReaper()
         """Terminates the orphans start-up recovery finds, in the background."""
         if leadership is None:
-            leadership = (
-                PostgresLeadership(
-                    self.db_path, node_id=node_id, tick_seconds=settings.tick_seconds
-                )
-                if self.backend == "postgresql"
-                else FileLockLeadership(self.db_path, node_id=node_id)
-            )
+            leadership = default_leadership(self.db_path, settings, node_id)
         self.leadership = leadership
         """Whether this engine leads (see :class:`~studio_scheduler_core.abc.Leadership`)."""
         if isinstance(self._worker, AdhocWorker):
@@ -334,21 +328,8 @@ class SchedulerEngine:
         if refusal is not None:
             self._figures.ticked(now, refusal[1])
             return {"database": refusal[0]}
-        worker = ("worker", lambda now: self._worker.run(conn, now=now))
         leading = await self._lead(run, now)
-        if leading:
-            concerns: tuple[Concern, ...] = (
-                ("reapers", run.reapers.reap),
-                ("checkpoint", run.reapers.checkpoint),
-                ("dispatch", run.delivery.tick),
-                worker,
-                ("schedules", run.evaluator.evaluate),
-            )
-        else:
-            # Every node drains the outbox and claims queued ad-hoc runs: both are leased rows
-            # taken by guarded claims, so nodes share them without taking one twice. Schedule
-            # evaluation, the reapers and the scheduled slots stay with the leader.
-            concerns = (("dispatch", run.delivery.tick), worker)
+        concerns = run.concerns(self._worker, leading=leading)
         report, errors = await run_concerns(concerns, now, self._db.storage)
         if not leading:
             report["leader"] = False

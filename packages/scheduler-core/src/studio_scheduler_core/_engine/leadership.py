@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from studio_state import default_node_id
+from studio_state import default_node_id, is_postgres
 
+from .._settings import SchedulerSettings
 from .lock import EngineLock
 
 if TYPE_CHECKING:
@@ -98,3 +99,13 @@ class PostgresLeadership:
     async def release(self) -> None:
         """Unlock and close the election's connection (a follower takes over at once)."""
         await self.election.close()
+
+
+def default_leadership(
+    db_path: str, settings: SchedulerSettings, node_id: str | None
+) -> FileLockLeadership | PostgresLeadership:
+    """The file lock on a SQLite path; an advisory-lock election (every node a candidate,
+    checked every ``tick_seconds``) on a PostgreSQL URL."""
+    if is_postgres(db_path):
+        return PostgresLeadership(db_path, node_id=node_id, tick_seconds=settings.tick_seconds)
+    return FileLockLeadership(db_path, node_id=node_id)

@@ -26,9 +26,10 @@ from .._recovery.reapers import Reapers
 from .._schedules.service import ScheduleService
 from .._settings import SchedulerSettings
 from .._triggers.registry import TriggerRegistry
-from ..abc import RunTerminalHook, ThresholdGate
+from ..abc import RunTerminalHook, ThresholdGate, WorkerPass
 from .delivery import Delivery
 from .evaluation import Evaluator
+from .figures import Concern
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -47,6 +48,22 @@ class Running:
     reapers: Reapers
     stack: AsyncExitStack
     loop_task: asyncio.Task[None] | None = None
+
+    def concerns(self, worker: WorkerPass, *, leading: bool) -> tuple[Concern, ...]:
+        """A tick's concerns, in order: the leader's all of them; a follower's the outbox and
+        the ad-hoc queue only (both are leased rows taken by guarded claims, so nodes share
+        them without taking one twice; schedules, reapers and scheduled slots stay with the
+        leader)."""
+        pass_ = ("worker", lambda now: worker.run(self.conn, now=now))
+        if not leading:
+            return (("dispatch", self.delivery.tick), pass_)
+        return (
+            ("reapers", self.reapers.reap),
+            ("checkpoint", self.reapers.checkpoint),
+            ("dispatch", self.delivery.tick),
+            pass_,
+            ("schedules", self.evaluator.evaluate),
+        )
 
 
 def logged(name: str, close: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:
