@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
@@ -29,7 +29,9 @@ from .._triggers.registry import TriggerRegistry
 from ..abc import RunTerminalHook, ThresholdGate, WorkerPass
 from .delivery import Delivery
 from .evaluation import Evaluator
-from .figures import Concern
+
+if TYPE_CHECKING:
+    from .figures import Concern
 
 logger = logging.getLogger("studio_scheduler_core")
 
