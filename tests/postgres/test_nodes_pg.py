@@ -31,7 +31,8 @@ from studio_state.testing import db_rows, free_port, pid_alive
 
 TICK = 1.0
 CAP = 4
-SCHEDULES = 30
+SCHEDULES = 100
+DISPATCHES = 60
 #: Failover must land within one tick; the slack covers a loaded two-core machine.
 FAILOVER_SLACK = 4.0
 TERMINAL = {"completed", "failed", "timed_out", "cancelled", "skipped"}
@@ -254,6 +255,9 @@ def test_three_nodes_one_leader_and_failover_after_kill_9(pg_dsn: str, tmp_path:
             r for r in scheduled_runs(pg_dsn) if r["schedule_id"] == long["id"] and r["child_pid"]
         ]
         assert sleeper["status"] == "running"
+        # Dispatches enqueued on every node just before the kill; every node delivers.
+        for i in range(DISPATCHES):
+            started[i % 3].post("/api/dispatch", {"kind": "k", "deliver_to": f"d{i}"})
 
         os.killpg(leader.proc.pid, signal.SIGKILL)
         killed_at = time.monotonic()
@@ -289,6 +293,24 @@ def test_three_nodes_one_leader_and_failover_after_kill_9(pg_dsn: str, tmp_path:
         )
         in_flight += sample_in_flight(followers, seconds=2.0)
         assert [n for n in followers if (n.health() or {}).get("leader")] == [successor]
+        # A dispatch the dead node had claimed is claimed again once its lease lapses (15 s).
+        wait_until(
+            lambda: db_rows(
+                pg_dsn, "SELECT count(*) AS n FROM dispatch_outbox WHERE status = 'delivered'"
+            )[0]["n"]
+            == DISPATCHES,
+            60,
+            "every dispatch delivered",
+        )
+    claims = db_rows(
+        pg_dsn,
+        "SELECT d.id, d.attempt, count(t.id) AS claims FROM dispatch_outbox d "
+        "LEFT JOIN status_transitions t ON t.entity_id = d.id "
+        "AND t.reason_code = 'dispatch.delivering.claimed' GROUP BY d.id, d.attempt",
+    )
+    assert len(claims) == DISPATCHES
+    # none lost; each attempt claimed (and so sent) once
+    assert all(row["claims"] == row["attempt"] >= 1 for row in claims), claims
     assert max(in_flight) <= CAP, in_flight
     runs = scheduled_runs(pg_dsn)
     occurrences = [
