@@ -295,10 +295,12 @@ def test_three_nodes_one_leader_and_failover_after_kill_9(pg_dsn: str, tmp_path:
         assert [n for n in followers if (n.health() or {}).get("leader")] == [successor]
         # A dispatch the dead node had claimed is claimed again once its lease lapses (15 s).
         wait_until(
-            lambda: db_rows(
-                pg_dsn, "SELECT count(*) AS n FROM dispatch_outbox WHERE status = 'delivered'"
-            )[0]["n"]
-            == DISPATCHES,
+            lambda: (
+                db_rows(
+                    pg_dsn, "SELECT count(*) AS n FROM dispatch_outbox WHERE status = 'delivered'"
+                )[0]["n"]
+                == DISPATCHES
+            ),
             60,
             "every dispatch delivered",
         )
