@@ -8,6 +8,9 @@ the first, and answers 409 naming the first once that node is gone.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +45,17 @@ def nodes() -> Iterator[list[StudioServer]]:
     yield started
     for server in reversed(started):
         server.stop()
+
+
+def _cli(dsn: str, logs: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "studio_cli", *args, "--db", dsn],
+        env={**os.environ, "LIONAGI_STUDIO_RUN_LOG_DIR": str(logs)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _ran(url: str, tmp_path: Path) -> str:
@@ -89,8 +103,19 @@ def test_a_node_serves_the_log_of_a_run_another_node_ran(
     assert "data: first line" in text and "data: second line" in text
     assert "event: end" in text and '"completed"' in text
 
+    # The CLI on another machine (its own run-log directory) asks the node that ran it.
+    shown = _cli(pg_dsn, tmp_path / "elsewhere", "schedule", "logs", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == "first line\nsecond line\n"
+    followed = _cli(pg_dsn, tmp_path / "elsewhere", "schedule", "logs", run_id, "--follow")
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout == "first line\nsecond line\n" and "completed" in followed.stderr
+
     leader.stop()
     nodes.remove(leader)
+    refused = _cli(pg_dsn, tmp_path / "elsewhere", "schedule", "logs", run_id)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert len(refused.stderr.splitlines()) == 1 and "node-a" in refused.stderr
     gone = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log")
     assert gone.status_code == 409
     assert "node-a" in gone.json()["detail"]
@@ -111,5 +136,7 @@ def test_a_node_without_a_url_is_named_in_the_refusal(
     assert answer.status_code == 409
     detail = answer.json()["detail"]
     assert "node-a" in detail and "LIONAGI_STUDIO_NODE_URL" in detail
+    cli = _cli(pg_dsn, tmp_path / "elsewhere", "schedule", "logs", run_id)
+    assert cli.returncode == 1 and "LIONAGI_STUDIO_NODE_URL" in cli.stderr
     row = httpx.get(f"{leader.base_url}/api/schedules/runs/{run_id}/log")
     assert row.status_code == 200 and row.text.startswith("first line")

@@ -2,7 +2,8 @@
 
 Both work on the database directly (no server needed), for every run kind (scheduled,
 follow-up, ad-hoc). The log file is found through the same settings the server reads
-(``LIONAGI_STUDIO_RUN_LOG_DIR``, else ``runs/`` beside the database).
+(``LIONAGI_STUDIO_RUN_LOG_DIR``, else ``runs/`` beside the database); a log another node keeps
+is asked of that node's API (``remote_log``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .._context import open_db, resolve_db_path, run_async, scheduler_settings
 from .._errors import CliError
 from .._output import emit_json, note, say
 from ._common import db_option, json_option
+from .remote_log import node_url, print_remote
 
 FOLLOW_SECONDS = 0.2
 FAILURE_TAIL_BYTES = 2048
@@ -114,6 +116,10 @@ def logs(run_id: str, follow: bool, tail: int | None, db: str | None) -> None:
     db_path = resolve_db_path(db, existing=True)
     path = log_file(db_path, run_id)
     run = _status(db_path, run_id)
+    url = node_url(db_path, run, path)
+    if url is not None:  # another node ran it and keeps its log: ask that node
+        print_remote(run, url, tail=tail, follow=follow)
+        return
     from studio_scheduler_core import read_run_log
 
     data = read_run_log(path, tail=tail)

@@ -1,0 +1,105 @@
+"""A run's log kept by another node (several nodes on one PostgreSQL database).
+
+A run's output is written on the machine of the node that ran it, and the run names that node.
+When the log is not in this machine's run-log directory, ``studio schedule logs`` asks that
+node's API (its ``LIONAGI_STUDIO_NODE_URL``, recorded in the database) with this shell's
+``LIONAGI_STUDIO_AUTH_TOKEN``, the way any node's API does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .._context import open_db, run_async
+from .._errors import CliError
+from .._output import note
+
+CONNECT_TIMEOUT = 5.0
+
+
+def node_url(db_path: Path | str, run: dict[str, Any], path: str) -> str | None:
+    """The API base URL of the node that ran ``run``, when its log is not here at ``path``.
+
+    ``None`` when the log is on this machine (or the run has not started a child yet). A node
+    that gave no URL is a :class:`CliError` naming it.
+    """
+    node = run.get("node_id")
+    if node is None or os.path.exists(path):
+        return None
+
+    async def _read() -> dict[str, Any] | None:
+        from studio_scheduler_core import read_node
+
+        async with open_db(db_path) as conn:
+            return await read_node(conn, str(node))
+
+    info = run_async(_read)
+    url = None if info is None else info["url"]
+    if not url:
+        raise CliError(
+            f"run {run['id']} ran on node {node}, which keeps its log and has no "
+            "LIONAGI_STUDIO_NODE_URL: run this command on that node's machine"
+        )
+    return str(url)
+
+
+def _headers() -> dict[str, str]:
+    token = os.environ.get("LIONAGI_STUDIO_AUTH_TOKEN")
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def _failed(run: dict[str, Any], url: str, what: str) -> CliError:
+    return CliError(f"run {run['id']} ran on node {run['node_id']} ({url}): {what}")
+
+
+def _detail(text: str) -> str:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip()[:200]
+    return str(body.get("detail", body)) if isinstance(body, dict) else str(body)
+
+
+def print_remote(run: dict[str, Any], url: str, *, tail: int | None, follow: bool) -> None:
+    """Print the run's log from ``url``; with ``follow``, its event stream until the run ends."""
+    import httpx
+
+    route = f"{url}/api/schedules/runs/{run['id']}/log"
+    timeout = httpx.Timeout(None if follow else 30.0, connect=CONNECT_TIMEOUT)
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False, headers=_headers()) as client:
+            if not follow:
+                answer = client.get(route, params={} if tail is None else {"tail": tail})
+                if answer.status_code != 200:
+                    raise _failed(run, url, f"HTTP {answer.status_code}: {_detail(answer.text)}")
+                sys.stdout.write(answer.text)
+                sys.stdout.flush()
+                return
+            with client.stream("GET", route + "/stream") as stream:
+                if stream.status_code != 200:
+                    text = stream.read().decode("utf-8", errors="replace")
+                    raise _failed(run, url, f"HTTP {stream.status_code}: {_detail(text)}")
+                _print_events(run, stream.iter_lines())
+    except httpx.HTTPError as exc:
+        raise _failed(run, url, f"did not answer ({type(exc).__name__})") from None
+
+
+def _print_events(run: dict[str, Any], lines: Any) -> None:
+    event = "message"
+    for line in lines:
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            data = line[6:]
+            if event == "end":
+                end = json.loads(data)
+                note(f"run {run['id']} {end.get('status')} ({end.get('reason_code') or '-'})")
+                return
+            sys.stdout.write(data + "\n")
+            sys.stdout.flush()
+        elif line == "":
+            event = "message"
