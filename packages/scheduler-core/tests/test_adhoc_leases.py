@@ -375,3 +375,26 @@ async def test_a_stale_owner_never_overwrites_a_row_another_worker_holds(
         None,
     )
     assert not is_same_process(row["child_pid"], row["child_started_at"])
+
+
+async def test_a_run_of_another_machines_worker_whose_lease_lapsed_is_node_lost(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    engine = await make_engine(clock=clock)
+    flag = tmp_path / "flag"
+    run = await engine.runs.enqueue(_command(h.PY, h.blocker, str(flag)))
+    await engine.tick_once()
+    await _child_started(h, engine.conn, run["id"])
+    # As if a node on another machine held it and stopped renewing (its host died).
+    async with connect(engine.db_path) as other:
+        await other.execute(
+            "UPDATE schedule_runs SET leased_by = 'elsewhere:4242:0000beef', "
+            "lease_expires_at = ? WHERE id = ?",
+            (clock() - 1, run["id"]),
+        )
+    await engine.tick_once()
+    after = await _until(h, engine.conn, run["id"], "failed")
+    assert after["status_reason_code"] == "run.failed.node_lost"
+    assert "elsewhere:4242:0000beef" in after["error_detail"]
+    assert (await _steps(h, engine.conn, run["id"]))[-1] == ("failed", "run.failed.node_lost")
+    flag.touch()

@@ -7,7 +7,9 @@ of the one that was killed). Recovery of an abandoned row:
 
 - the child was launched (``child_pid`` recorded): as at start-up recovery, a live orphan
   group is terminated and the run and invocation become ``failed``
-  (``run.failed.daemon_restart``); it is never re-run (a second execution must not happen);
+  (``run.failed.daemon_restart``, or ``run.failed.node_lost`` when the owner was a worker of
+  another machine, a node on a shared database); it is never re-run (a second execution must
+  not happen);
 - no child was launched: back to ``queued`` (``run.queued.lease_expired``, the attempt's
   invocation ``aborted``) until ``max_attempts`` claims, then ``failed``
   (``run.failed.lease_exhausted``).
@@ -29,7 +31,7 @@ from studio_state import Transition, write_transaction
 
 from .._notify.service import notify_run
 from .._recovery.orphans import OrphanReaper
-from .._recovery.reconcile import DAEMON_RESTART, find_orphans, terminate_orphans
+from .._recovery.reconcile import DAEMON_RESTART, NODE_LOST, find_orphans, terminate_orphans
 from .._terminal import StatusChange, apply, clip
 from . import store
 
@@ -69,6 +71,11 @@ def owner_is_dead(worker_id: str | None) -> bool:
         return False
     started = process_start_time(pid)
     return started is None or not is_same_process(pid, started)
+
+
+def on_this_host(worker_id: str | None) -> bool:
+    """Whether ``worker_id`` (``host:pid:random``) names a worker of this machine."""
+    return (worker_id or "").rsplit(":", 2)[0] == socket.gethostname()
 
 
 def child_alive(row: Mapping[str, Any]) -> bool:
@@ -175,7 +182,14 @@ async def _recover_row(
     launched: bool,
 ) -> str | None:
     run_id, attempts = str(row["id"]), int(row["lease_attempts"])
-    if launched:
+    if launched and not on_this_host(row["leased_by"]):
+        # A worker of another machine (another node on a shared database) stopped renewing.
+        outcome, status, reason, inv_status = "orphaned", "failed", NODE_LOST, "failed"
+        summary = (
+            f"the node of worker {row['leased_by']} stopped renewing its lease while this "
+            "run's child was running; it is not re-run"
+        )
+    elif launched:
         outcome, status, reason, inv_status = "orphaned", "failed", DAEMON_RESTART, "failed"
         summary = (
             f"worker {row['leased_by']} is gone while this run's child was running; "
