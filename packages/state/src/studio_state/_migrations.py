@@ -141,10 +141,7 @@ async def migrate(
         return await _migrate_postgres(conn, package, migrations, now)
     await conn.execute(_MIGRATIONS_TABLE)
     code_version = len(migrations)
-    versions = await _applied_versions(conn, package)
-    if max(versions, default=0) > code_version:
-        raise SchemaTooNew(package, max(versions), code_version)
-    if versions >= {m.version for m in migrations}:
+    if await _current(conn, package, migrations):
         return []
     applied_now: list[int] = []
     for migration in migrations:
@@ -153,6 +150,16 @@ async def migrate(
             if await _apply(conn, package, migration, statements, code_version, now):
                 applied_now.append(migration.version)
     return applied_now
+
+
+async def _current(
+    conn: aiosqlite.Connection, package: str, migrations: Sequence[Migration]
+) -> bool:
+    """Whether every step is applied already; :class:`SchemaTooNew` when the database is ahead."""
+    versions = await _applied_versions(conn, package)
+    if max(versions, default=0) > len(migrations):
+        raise SchemaTooNew(package, max(versions), len(migrations))
+    return versions >= {m.version for m in migrations}
 
 
 async def _apply(
@@ -197,12 +204,9 @@ async def _migrate_postgres(
                 "PostgreSQL text (Migration.postgres): it cannot run on a PostgreSQL database"
             )
     code_version = len(migrations)
-    if await _has_migrations_table(conn):  # the common case: nothing to do, no lock taken
-        versions = await _applied_versions(conn, package)
-        if max(versions, default=0) > code_version:
-            raise SchemaTooNew(package, max(versions), code_version)
-        if versions >= {m.version for m in migrations}:
-            return []
+    # the common case: nothing to do, no lock taken
+    if await _has_migrations_table(conn) and await _current(conn, package, migrations):
+        return []
     applied_now: list[int] = []
     for migration in migrations:
         async with write_transaction(conn):

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._context import open_db, run_async
+from .._context import auth_token, open_db, run_async
 from .._errors import CliError
 from .._output import note
 
@@ -48,7 +48,7 @@ def node_url(db_path: Path | str, run: dict[str, Any], path: str) -> str | None:
 
 
 def _headers() -> dict[str, str]:
-    token = os.environ.get("LIONAGI_STUDIO_AUTH_TOKEN")
+    token = auth_token()
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
