@@ -83,6 +83,18 @@ async def test_an_existing_log_is_replaced_and_made_private(tmp_path: Path) -> N
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
 
 
+async def test_a_silent_run_leaves_no_log_file_and_no_stale_one(tmp_path: Path) -> None:
+    # The file is created with the first output; a stale file at the path is removed at spawn
+    # so a reader never takes an older run's output for this one's.
+    log = tmp_path / "runs" / "silent.log"
+    assert await spawn_and_wait([PY, "-c", "pass"], "inv-silent", log_path=log) == (0, "")
+    assert not log.exists()
+    assert stat.S_IMODE(log.parent.stat().st_mode) == 0o700  # the directory is made at spawn
+    log.write_bytes(b"stale")
+    assert await spawn_and_wait([PY, "-c", "pass"], "inv-silent-2", log_path=log) == (0, "")
+    assert not log.exists()
+
+
 async def test_the_log_can_be_read_while_the_child_runs(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     go = tmp_path / "go"

@@ -59,6 +59,7 @@ async def test_fire_outcome_deferral_disable_tick_and_recovery(
         (second["id"], 1, "INFO")
     ]
     assert deferrals[0]["reason_code"] == "schedule.deferred.capacity"
+    clock.advance(1.0)  # the next full pass: wake-ups within a second only refill slots
     await engine.tick_once()
     assert [d["level"] for d in events.events("deferral")] == ["INFO", "DEBUG"]
     assert len(events.events("tick")) == 2

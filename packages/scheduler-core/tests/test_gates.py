@@ -85,7 +85,7 @@ async def test_capacity_defers_and_records_on_1st_11th_21st(
     waiting = await engine.service.create(_blocking(h, flag, name="waiting"))
     due = max(holder["next_fire_at"], waiting["next_fire_at"])
     for i in range(25):
-        await _tick_at(engine, clock, due + i * 0.5)
+        await _tick_at(engine, clock, due + i * 1.0)  # one full pass a second counts
     reasons = await _reasons(engine.conn, waiting["id"])
     holder_reasons = await _reasons(engine.conn, holder["id"])
     assert holder_reasons == [("running", "schedule.fired.due")]
@@ -105,9 +105,53 @@ async def test_capacity_defers_and_records_on_1st_11th_21st(
     assert engine.health()["due_backlog"] == 1
     flag.touch()
     await engine.wait_idle()
-    await _tick_at(engine, clock, due + 13)
+    await _tick_at(engine, clock, due + 26)
     reasons = await _reasons(engine.conn, waiting["id"])
     assert reasons[-1][1] == "schedule.fired.due"
+    await engine.wait_idle()
+
+
+async def test_with_every_slot_taken_a_schedule_is_counted_deferred_once_a_second(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    # Wake-ups between full passes (a child ending, a write) only refill freed slots: they
+    # stop at the first capacity deferral and count nothing, so 45 wake-ups in 11 s count
+    # 12 deferrals (one full pass a second), recorded on the 1st and the 11th.
+    engine = await make_engine(clock=clock, max_scheduled_concurrent=1)
+    flag = tmp_path / "release"
+    holder = await engine.service.create(_blocking(h, flag, name="holder"))
+    clock.advance(1)
+    waiting = [
+        await engine.service.create(_blocking(h, flag, name=f"waiting-{i}")) for i in range(3)
+    ]
+    due = max(s["next_fire_at"] for s in [holder, *waiting])
+    for i in range(45):
+        await _tick_at(engine, clock, due + i * 0.25)
+    for schedule in waiting:
+        assert (
+            await _reasons(engine.conn, schedule["id"])
+            == [("skipped", "schedule.deferred.capacity")] * 2
+        )
+    counts = sorted(
+        json.loads(t["metadata"])["deferral_count"]
+        for t in await fetch_all(
+            engine.conn,
+            "SELECT metadata FROM status_transitions WHERE reason_code = "
+            "'schedule.deferred.capacity'",
+        )
+    )
+    assert counts == [1, 1, 1, 11, 11, 11]
+    # a freed slot is filled by the next wake-up, refill or not
+    flag.touch()
+    await engine.wait_idle()
+    await _tick_at(engine, clock, due + 11.25)
+    fired = [
+        s["id"]
+        for s in waiting
+        if (await _reasons(engine.conn, s["id"]))[-1][1] == "schedule.fired.due"
+    ]
+    assert len(fired) == 1
+    flag.unlink()
     await engine.wait_idle()
 
 

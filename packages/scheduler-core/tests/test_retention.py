@@ -46,7 +46,7 @@ async def test_old_rows_go_recent_and_live_rows_stay(
 ) -> None:
     engine = await make_engine(clock=clock, retention_days=2, reaper_interval_seconds=1.0)
     conn = engine.conn
-    ok = h.script("ok.py", "pass\n")
+    ok = h.script("ok.py", "print('ok')\n")  # output: each run leaves a log file
     flag = tmp_path / "release"
     old = await engine.service.create(h.command_schedule(ok, name="old"))
     await _fire(engine, clock, old["id"])

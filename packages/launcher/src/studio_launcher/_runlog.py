@@ -14,11 +14,14 @@ written; after a rewrite during the run the file is shorter than what a caught-u
 read, which is its sign to read again from the end of the head (the marker line). The last
 rewrite, when the run ends, may make it longer again (only for output that passed the bound):
 a reader that wants the final content reads the file again once the run has ended.
+
+The file is created with the first byte of output: a run that prints nothing leaves none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 
@@ -85,22 +88,37 @@ class RunLog:
         self.total = 0  # bytes of output received
         self.dropped = 0
         self._broken = False
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+        self._fd: int | None = None
+        self._closed = False
+        # The file is created on the first output: most runs print nothing, and creating a
+        # file is the dearest step of a spawn on a busy disk. Whether it can be created is
+        # checked now, so an unwritable directory still fails the spawn before the child runs.
+        directory = os.path.dirname(self.path) or "."
         try:
-            try:
-                self._fd: int | None = os.open(self.path, flags, 0o600)
-            except FileNotFoundError:  # the first log in a new directory
-                os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
-                self._fd = os.open(self.path, flags, 0o600)
-            os.fchmod(self._fd, 0o600)
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            if not os.access(directory, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), directory)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)  # a stale log at this path is not this run's output
         except OSError as exc:
             raise SpawnFailed(
                 "run log", exc.strerror or str(exc), errno=exc.errno, filename=self.path
             ) from exc
 
+    def _open(self) -> int | None:
+        if self._fd is None and not self._broken and not self._closed:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            try:
+                self._fd = os.open(self.path, flags, 0o600)
+                os.fchmod(self._fd, 0o600)
+            except OSError as exc:
+                self._broken = True  # the run goes on without its log
+                logger.warning("run log %s: cannot be created (%s)", self.path, exc)
+        return self._fd
+
     def write(self, data: bytes) -> None:
         """Add output; the file never passes the bound."""
-        if not data or self._fd is None:
+        if not data or self._open() is None:
             return
         self.total += len(data)
         if self.size < self.head:  # the head is written once, never rewritten
@@ -144,6 +162,7 @@ class RunLog:
 
     def close(self) -> None:
         """Fill the room with the newest output (if some was dropped) and close the file."""
+        self._closed = True
         if self._fd is None:
             return
         if self.dropped:

@@ -8,6 +8,13 @@ the 1st, 11th, 21st … consecutive deferral, batched into one transaction per b
 that passes over missed interval slots (coalescing them) is counted and recorded the same way
 (``schedule.skipped.coalesced``).
 
+While every global slot is taken, each finished child wakes the engine to fill the slot it
+freed. Walking every due row again for each of those wake-ups costs a read per due row per
+fire at saturation, and counts each waiting schedule deferred many times a second. So within
+:data:`REFILL_SECONDS` of a full pass that met the cap, a pass is a *refill*: it stops at its
+first capacity deferral without counting it. A full pass (which counts and records every
+deferral) runs at most once per :data:`REFILL_SECONDS` while the cap holds.
+
 The fires admitted for cadence rows (one occurrence per row) are prepared as the pass goes
 and committed together, in ONE occurrence transaction at the end of each batch of due rows
 (each under its own claim on its schedule row), then started: one trip to the database
@@ -22,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .._admission.gates import Admission, Decision
+from .._admission.gates import CAPACITY, Admission, Decision
 from .._fire.env import FireEnv
 from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
 from .._fire.pipeline import StartFire, commit_fires, stage_fire
@@ -41,6 +48,7 @@ logger = logging.getLogger("studio_scheduler_core")
 
 BATCH = 1000
 MAX_DUE_PER_TICK = 10_000
+REFILL_SECONDS = 1.0
 MISSED_FIRE = "schedule.skipped.missed_fire"
 
 
@@ -66,6 +74,10 @@ class Evaluator:
         self.blocked = False
         self.more = False
         self._staged = FireBatch(env, start_fire)
+        self._capped = False  # the last full pass met the global cap
+        self._full_pass_at: float | None = None
+        self._refill = False  # this pass stops at its first capacity deferral
+        self._refilled = False  # ... and it did
 
     @property
     def coalesced_total(self) -> int:
@@ -118,32 +130,51 @@ class Evaluator:
         self.more = False
         self.backoff = {k: v for k, v in self.backoff.items() if v > now}
         counts.update(await self._overlap.start_waiting(now))
+        window = min(REFILL_SECONDS, self._env.settings.tick_seconds)
+        last = self._full_pass_at
+        self._refill = self._capped and last is not None and 0 <= now - last < window
+        self._refilled = False
+        if not self._refill:
+            self._full_pass_at = now
+            self._capped = False
+        started_at = self.cursor
+        try:
+            cursor = await self._walk(now, started_at, counts)
+        finally:
+            self._refill = False
+        if self._refilled:  # stopped at the cap: the next full pass resumes where this began
+            self.blocked = True
+            self.more = False
+            cursor = started_at
+        self.cursor = cursor if self.more or self._refilled else None
+        await self._records.flush(self._env.conn, now)
+        return counts
+
+    async def _walk(
+        self, now: float, cursor: tuple[float, str] | None, counts: dict[str, int]
+    ) -> tuple[float, str] | None:
         seen = 0
-        cursor = self.cursor
         while seen < MAX_DUE_PER_TICK:
             rows = await self._due_rows(now, cursor, min(BATCH, MAX_DUE_PER_TICK - seen))
             if not rows:
-                cursor = None
-                break
+                return None
             seen += len(rows)
             cursor = (rows[-1]["next_fire_at"], rows[-1]["id"])
             try:
                 for row in rows:
                     outcome = await self._evaluate_row(row, now)
+                    if self._refilled:
+                        break
                     counts[outcome] = counts.get(outcome, 0) + 1
                     if len(self._staged) >= MAX_FIRE_BATCH:
                         await self._commit_staged(now, counts)
                 await self._commit_staged(now, counts)
             finally:
                 self._staged.drop()  # cancelled before their commit: release, write nothing
-            if len(rows) < BATCH:
-                cursor = None
-                break
-        else:
-            self.more = True
-        self.cursor = cursor if self.more else None
-        await self._records.flush(self._env.conn, now)
-        return counts
+            if self._refilled or len(rows) < BATCH:
+                return None
+        self.more = True
+        return cursor
 
     async def _commit_staged(self, now: float, counts: dict[str, int]) -> None:
         retry_at = now + self._env.settings.tick_seconds
@@ -316,6 +347,11 @@ class Evaluator:
         return "fire"
 
     def _defer(self, schedule: Mapping[str, Any], decision: Decision) -> None:
+        if decision.reason_code == CAPACITY:
+            if self._refill:
+                self._refilled = True  # no slot left to fill: stop, count nothing
+                return
+            self._capped = True
         self.blocked = True
         self._records.defer(schedule, decision)
 
