@@ -45,6 +45,7 @@ from ..abc import Leadership, RunTerminalHook, ThresholdGate, TriggerSource, Wor
 from .database import EngineDatabase
 from .figures import Figures, run_concerns
 from .leadership import default_leadership
+from .listener import WakeListener
 from .running import Running, build, logged
 from .store import register_node
 from .takeover import take_over
@@ -195,6 +196,13 @@ class SchedulerEngine:
             if await self.leadership.tick():
                 await self._take_over(run, now, startup=True)
             await self._waker.open(conn)
+            if self.backend == "postgresql":
+                listener = WakeListener(
+                    self.db_path,
+                    wake=self.wake,
+                    application_name=f"studio:{self.leadership.node_id}:wake",
+                )
+                stack.push_async_callback(self._waker.listen(listener).aclose)
             # Closed in reverse: loop, delivery, worker, trigger sources, fires, orphans, conn.
             stack.push_async_callback(run.runner.cancel_all)
             for source in reversed(self.registry.closeables()):
