@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 import studio_state
-from studio_scheduler_core import AdhocRunService, ScheduleService, SchedulerSettings
+from studio_scheduler_core import AdhocRunService, SchedulerSettings, ScheduleService
 from studio_scheduler_core._adhoc import store as adhoc_store
 from studio_scheduler_core._schema import MIGRATIONS, PACKAGE, ensure_schema
 from studio_scheduler_core._schema_pg import WAKE_CHANNEL
@@ -165,16 +165,12 @@ def _listener_pids(dsn: str, node: str) -> set[int]:
 
 
 @pytest.mark.usefixtures("long_tick")
-def test_a_killed_listener_reconnects_and_wakes_the_node_again(
-    pg_dsn: str, tmp_path: Path
-) -> None:
+def test_a_killed_listener_reconnects_and_wakes_the_node_again(pg_dsn: str, tmp_path: Path) -> None:
     with _nodes.nodes(pg_dsn, tmp_path, ["node-a"]) as (node,):
         (pid,) = _nodes.wait_until(
             lambda: _listener_pids(pg_dsn, "node-a"), 30, "the node's listener session"
         )
-        assert db_rows(pg_dsn, "SELECT pg_terminate_backend(?) AS done", (pid,)) == [
-            {"done": True}
-        ]
+        assert db_rows(pg_dsn, "SELECT pg_terminate_backend(?) AS done", (pid,)) == [{"done": True}]
         (again,) = _nodes.wait_until(
             lambda: _listener_pids(pg_dsn, "node-a") - {pid}, 30, "a new listener session"
         )

@@ -122,7 +122,7 @@ class WakeListener:
         from psycopg.conninfo import conninfo_to_dict
 
         given = conninfo_to_dict(self._url)
-        options = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given}
+        options: dict[str, Any] = {k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given}
         conn = self._conn = await psycopg.AsyncConnection.connect(
             self._url, autocommit=True, application_name=self._application_name, **options
         )
