@@ -280,6 +280,7 @@ class SchedulerEngine:
             while not self._waker.closed:
                 started = self.clock()
                 self._waker.begin_tick()
+                failed = False
                 try:
                     await self.tick_once()
                     if self._db.problem:  # nothing advances: no spin
@@ -292,7 +293,8 @@ class SchedulerEngine:
                     logger.exception("scheduler tick failed")
                     self._figures.last_tick_error = f"{type(exc).__name__}: {exc}"
                     target = started + self.settings.tick_seconds
-                await self._waker.sleep_until(self.conn, target)
+                    failed = True
+                await self._waker.sleep_until(self.conn, target, failed=failed)
         finally:
             if self.backend == "postgresql" and not self._waker.closed:
                 await self._abdicate()

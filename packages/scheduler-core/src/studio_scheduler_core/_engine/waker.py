@@ -60,8 +60,16 @@ class Waker:
         self.closed = False
         self._data_version = await _data_version(conn)
 
-    async def sleep_until(self, conn: aiosqlite.Connection, target: float) -> None:
-        """Sleep until ``target``, a wake-up, a close, or a write by another process."""
+    async def sleep_until(
+        self, conn: aiosqlite.Connection, target: float, *, failed: bool = False
+    ) -> None:
+        """Sleep until ``target``, a wake-up, a close, or a write by another process.
+
+        ``failed``: the tick failed. While listening (no poll), one read then raises if the
+        connection broke, ending the loop as the poll's read would.
+        """
+        if failed and self.listening:
+            self._data_version = await _data_version(conn)
         while not self.closed:
             remaining = target - self._clock()
             if remaining <= 0 or self._event.is_set():
