@@ -80,11 +80,13 @@ def test_a_node_serves_the_log_of_a_run_another_node_ran(
     leader = _node(pg_dsn, tmp_path, "node-a")
     nodes.append(leader)
     wait_for(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
+    # node-a runs it before node-b starts: a run queued on one node wakes every node
+    # (LISTEN/NOTIFY), and any of them may claim it.
+    run_id = _ran(leader.base_url, tmp_path)
     other = _node(pg_dsn, tmp_path, "node-b")
     nodes.append(other)
     assert httpx.get(f"{other.base_url}/api/health").json()["leader"] is False
 
-    run_id = _ran(leader.base_url, tmp_path)
     assert (tmp_path / "node-a" / f"{run_id}.log").is_file()
     assert not (tmp_path / "node-b" / f"{run_id}.log").exists()
 
@@ -129,9 +131,9 @@ def test_a_node_without_a_url_is_named_in_the_refusal(
     leader = _node(pg_dsn, tmp_path, "node-a", with_url=False)
     nodes.append(leader)
     wait_for(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
+    run_id = _ran(leader.base_url, tmp_path)  # before node-b starts (see above)
     other = _node(pg_dsn, tmp_path, "node-b")
     nodes.append(other)
-    run_id = _ran(leader.base_url, tmp_path)
     answer = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log")
     assert answer.status_code == 409
     detail = answer.json()["detail"]

@@ -389,6 +389,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         _V11_NODES,
         postgres=POSTGRES[11],
     ),
+    # PostgreSQL only (SQLite's engine notices other processes' writes through data_version):
+    # an empty step here keeps one version numbering for both dialects.
+    Migration(12, "engine wake-ups (NOTIFY; PostgreSQL only)", "", postgres=POSTGRES[12]),
 )
 
 

@@ -8,7 +8,9 @@ bytes are the bytes written); a table whose SQL orders or pages by SQLite's ``ro
 (``schedules``, ``schedule_runs``, ``invocations``, ``status_transitions``) gets a ``rowid``
 identity column with a unique index, so the same statements order and page the same way;
 SQLite's triggers are PL/pgSQL trigger functions with the same effect. Migration 8, a table
-rebuild on SQLite (which cannot alter a CHECK), is plain ``ALTER TABLE`` here.
+rebuild on SQLite (which cannot alter a CHECK), is plain ``ALTER TABLE`` here. Migration 12
+exists only here (on SQLite it is an empty step, so both dialects keep one numbering): the
+triggers that ``NOTIFY`` :data:`WAKE_CHANNEL`.
 """
 
 from __future__ import annotations
@@ -285,6 +287,38 @@ CREATE TABLE IF NOT EXISTS studio_nodes (
 );
 """
 
+WAKE_CHANNEL: Final = "studio_scheduler"
+"""The ``LISTEN`` channel notified (on commit) when a write gives the engines work sooner: a
+schedule created, deleted, enabled or due earlier, a run queued (payload: the table's name)."""
+
+# Every writer (a node's API, the CLI, another program) wakes every listening engine when its
+# transaction commits; PostgreSQL folds one transaction's identical notifications into one.
+# A schedule's due time moving later needs no wake-up (the leader wakes at the earlier time
+# and finds nothing), so the evaluator's own writes do not wake every node.
+_V12_WAKE = f"""
+CREATE FUNCTION studio_scheduler_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('{WAKE_CHANNEL}', TG_TABLE_NAME);
+  RETURN NULL;
+END;
+$$;
+CREATE TRIGGER schedules_wake_insert AFTER INSERT ON schedules
+  FOR EACH ROW WHEN (NEW.enabled = 1 AND NEW.next_fire_at IS NOT NULL)
+  EXECUTE FUNCTION studio_scheduler_wake();
+CREATE TRIGGER schedules_wake_update AFTER UPDATE ON schedules
+  FOR EACH ROW WHEN (NEW.enabled = 1 AND NEW.next_fire_at IS NOT NULL
+                     AND (OLD.enabled <> 1 OR OLD.next_fire_at IS NULL
+                          OR NEW.next_fire_at < OLD.next_fire_at))
+  EXECUTE FUNCTION studio_scheduler_wake();
+CREATE TRIGGER schedules_wake_delete AFTER DELETE ON schedules
+  FOR EACH STATEMENT EXECUTE FUNCTION studio_scheduler_wake();
+CREATE TRIGGER schedule_runs_wake_insert AFTER INSERT ON schedule_runs
+  FOR EACH ROW WHEN (NEW.status = 'queued') EXECUTE FUNCTION studio_scheduler_wake();
+CREATE TRIGGER schedule_runs_wake_update AFTER UPDATE OF status ON schedule_runs
+  FOR EACH ROW WHEN (NEW.status = 'queued' AND OLD.status <> 'queued')
+  EXECUTE FUNCTION studio_scheduler_wake();
+"""
+
 POSTGRES: Final[dict[int, str]] = {
     1: _V1,
     2: _V2,
@@ -297,5 +331,6 @@ POSTGRES: Final[dict[int, str]] = {
     9: _V9_KEYSET,
     10: _V10_RETRY_OF,
     11: _V11_NODES,
+    12: _V12_WAKE,
 }
 """Each migration's PostgreSQL text, by version."""

@@ -31,8 +31,12 @@ CANDIDATES = (
 whose key has no running row. ``+q.schedule_id`` keeps SQLite's planner off the schedule
 index (it reads the queued index in order instead)."""
 
-# PostgreSQL has no unary plus on text; its planner needs no such hint.
-_CANDIDATES_PG = CANDIDATES.replace("+q.schedule_id", "q.schedule_id")
+# PostgreSQL has no unary plus on text; its planner needs no such hint. A row another node's
+# claim transaction holds is skipped, not read as still queued: that claim would only lose
+# its guard after waiting for the other to commit (the guarded claim still decides).
+_CANDIDATES_PG = (
+    CANDIDATES.replace("+q.schedule_id", "q.schedule_id") + " FOR UPDATE OF q SKIP LOCKED"
+)
 
 _ENQUEUE = (
     "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
@@ -44,7 +48,8 @@ _ENQUEUE = (
 
 
 async def candidates(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` claimable queued rows (see :data:`CANDIDATES`)."""
+    """Up to ``limit`` claimable queued rows (see :data:`CANDIDATES`); on PostgreSQL rows
+    locked by another transaction (a claim in flight) are skipped (``SKIP LOCKED``)."""
     sql = _CANDIDATES_PG if backend_of(conn) == "postgresql" else CANDIDATES
     return await fetch_all(conn, sql, (limit,))
 

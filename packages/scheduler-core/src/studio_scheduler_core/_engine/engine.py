@@ -45,6 +45,7 @@ from ..abc import Leadership, RunTerminalHook, ThresholdGate, TriggerSource, Wor
 from .database import EngineDatabase
 from .figures import Figures, run_concerns
 from .leadership import default_leadership
+from .listener import WakeListener
 from .running import Running, build, logged
 from .store import register_node
 from .takeover import take_over
@@ -195,6 +196,13 @@ class SchedulerEngine:
             if await self.leadership.tick():
                 await self._take_over(run, now, startup=True)
             await self._waker.open(conn)
+            if self.backend == "postgresql":
+                listener = WakeListener(
+                    self.db_path,
+                    wake=self.wake,
+                    application_name=f"studio:{self.leadership.node_id}:wake",
+                )
+                stack.push_async_callback(self._waker.listen(listener).aclose)
             # Closed in reverse: loop, delivery, worker, trigger sources, fires, orphans, conn.
             stack.push_async_callback(run.runner.cancel_all)
             for source in reversed(self.registry.closeables()):
@@ -272,6 +280,7 @@ class SchedulerEngine:
             while not self._waker.closed:
                 started = self.clock()
                 self._waker.begin_tick()
+                failed = False
                 try:
                     await self.tick_once()
                     if self._db.problem:  # nothing advances: no spin
@@ -284,7 +293,8 @@ class SchedulerEngine:
                     logger.exception("scheduler tick failed")
                     self._figures.last_tick_error = f"{type(exc).__name__}: {exc}"
                     target = started + self.settings.tick_seconds
-                await self._waker.sleep_until(self.conn, target)
+                    failed = True
+                await self._waker.sleep_until(self.conn, target, failed=failed)
         finally:
             if self.backend == "postgresql" and not self._waker.closed:
                 await self._abdicate()
