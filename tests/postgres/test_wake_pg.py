@@ -170,6 +170,9 @@ def test_a_killed_listener_reconnects_and_wakes_the_node_again(pg_dsn: str, tmp_
         (pid,) = _nodes.wait_until(
             lambda: _listener_pids(pg_dsn, "node-a"), 30, "the node's listener session"
         )
+        _nodes.wait_until(
+            lambda: (node.health() or {}).get("wake_listening") is True, 30, "health: listening"
+        )
         assert db_rows(pg_dsn, "SELECT pg_terminate_backend(?) AS done", (pid,)) == [{"done": True}]
         (again,) = _nodes.wait_until(
             lambda: _listener_pids(pg_dsn, "node-a") - {pid}, 30, "a new listener session"
@@ -184,3 +187,4 @@ def test_a_killed_listener_reconnects_and_wakes_the_node_again(pg_dsn: str, tmp_
         assert _listener_pids(pg_dsn, "node-a") == {again}
         health = node.health()
         assert health is not None and health["status"] == "ok", health
+        assert health["wake_listening"] is True, health

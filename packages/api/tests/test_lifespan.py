@@ -38,6 +38,7 @@ def test_the_engine_runs_while_served_and_stops_on_shutdown(
     health = studio.client.get("/api/health").json()
     assert health["status"] == "ok"
     assert health["backend"] == "sqlite"
+    assert health["wake_listening"] is None  # PostgreSQL only: SQLite polls data_version
     assert health["leader"] is True, "on SQLite the started engine holds the file lock"
     assert health["node_id"] == f"{socket.gethostname()}:{os.getpid()}"
     assert health["scheduler"]["running"] is True

@@ -87,6 +87,10 @@ class HealthOut(ResponseModel):
     file's lock (always, once started); on PostgreSQL while it holds the leader lock."""
     backend: Literal["sqlite", "postgresql"]
     """The database this node runs on."""
+    wake_listening: bool | None = None
+    """On PostgreSQL: whether this node's ``LISTEN`` connection holds, so work written by
+    other nodes and programs wakes it at once; ``false`` while it reconnects (the loop then
+    polls once a second). ``null`` on SQLite."""
     scheduler: SchedulerHealth
     dispatch: DispatchHealth
     database: DatabaseHealth

@@ -70,6 +70,7 @@ async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> 
         node_id=engine.node_id,
         leader=engine.is_leader,
         backend=engine.backend,
+        wake_listening=data.get("wake_listening"),
         scheduler=scheduler,
         dispatch=dispatch,
         database=DatabaseHealth(

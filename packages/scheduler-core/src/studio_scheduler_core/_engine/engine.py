@@ -390,7 +390,8 @@ class SchedulerEngine:
     def health(self) -> dict[str, Any]:
         """Liveness and backlog figures (cheap: no database access).
 
-        Also ``node_id``, ``leader`` (see :attr:`is_leader`) and ``backend``.
+        Also ``node_id``, ``leader`` (see :attr:`is_leader`), ``backend`` and, on PostgreSQL,
+        ``wake_listening`` (whether notifications wake the loop now, or it polls).
         ``status`` is ``degraded`` while the loop is not running, the last tick had an error,
         or ``database_error`` names a problem: the database file was deleted or replaced, or
         a storage fault ("disk full", "read-only …", "disk I/O error" …) met by the tick or a
@@ -401,6 +402,7 @@ class SchedulerEngine:
             "node_id": self.node_id,
             "leader": self.is_leader,
             "backend": self.backend,
+            "wake_listening": self._waker.listening if self.backend == "postgresql" else None,
         }
 
     @property
