@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .._schema_pg import WAKE_CHANNEL
+from . import store
 
 if TYPE_CHECKING:
     import psycopg
@@ -126,8 +127,7 @@ class WakeListener:
         conn = self._conn = await psycopg.AsyncConnection.connect(
             self._url, autocommit=True, application_name=self._application_name, **options
         )
-        for channel in channels():
-            await conn.execute(f"LISTEN {channel}")
+        await store.listen(conn, channels())
         if self._connected:
             self.reconnects += 1
             logger.info("wake-up listener is listening again")
@@ -137,7 +137,7 @@ class WakeListener:
             async for _ in conn.notifies(timeout=self._check_seconds):
                 self._wake()
             async with asyncio.timeout(self._check_seconds):
-                await conn.execute("SELECT 1")
+                await store.answer(conn)
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None

@@ -1,5 +1,6 @@
 """The SQL of the engine's coordination: the due scan, the next wake-up, the backlog figures,
-the webhook due time, and the header reads behind the waker and the storage probe.
+the webhook due time, the header reads behind the waker and the storage probe, and the wake-up
+listener's ``LISTEN`` and liveness probe (PostgreSQL).
 
 A second backend implements these with its own indexes (the due scan must stay an index range
 read: ``enabled = 1 AND next_fire_at <= now`` in ``(next_fire_at, id)`` order).
@@ -142,3 +143,14 @@ async def register_node(
             "started_at = excluded.started_at, seen_at = excluded.seen_at",
             (node_id, url, now, now),
         )
+
+
+async def listen(conn: Any, channels: tuple[str, ...]) -> None:
+    """``LISTEN`` on each channel (a psycopg autocommit connection; names are our constants)."""
+    for channel in channels:
+        await conn.execute(f"LISTEN {channel}")
+
+
+async def answer(conn: Any) -> None:
+    """One round trip proving a silent connection still answers."""
+    await conn.execute("SELECT 1")
