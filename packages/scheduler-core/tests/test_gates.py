@@ -75,30 +75,45 @@ async def test_overlap_allow_fires_again(make_engine, clock, h, tmp_path: Path) 
     await engine.wait_idle()
 
 
+async def _one_slot_and_waiting(
+    make_engine, clock, h, flag: Path, *, count: int
+) -> tuple[Any, dict[str, Any], list[dict[str, Any]], float]:
+    """An engine with one global slot, a blocking schedule to hold it, and ``count`` blocking
+    schedules due one second later; returns them and when all are due."""
+    engine = await make_engine(clock=clock, max_scheduled_concurrent=1)
+    holder = await engine.service.create(_blocking(h, flag, name="holder"))
+    clock.advance(1)  # due one second after the holder
+    waiting = [
+        await engine.service.create(_blocking(h, flag, name=f"waiting-{i}")) for i in range(count)
+    ]
+    due = max(float(s["next_fire_at"]) for s in [holder, *waiting])
+    return engine, holder, waiting, due
+
+
+async def _capacity_deferral_counts(conn) -> list[int]:
+    """The ``deferral_count`` of every capacity deferral record, in the order written."""
+    rows = await fetch_all(
+        conn,
+        "SELECT metadata FROM status_transitions WHERE reason_code = "
+        "'schedule.deferred.capacity' ORDER BY created_at, rowid",
+    )
+    return [json.loads(t["metadata"])["deferral_count"] for t in rows]
+
+
 async def test_capacity_defers_and_records_on_1st_11th_21st(
     make_engine, clock, h, tmp_path: Path
 ) -> None:
-    engine = await make_engine(clock=clock, max_scheduled_concurrent=1)
     flag = tmp_path / "release"
-    holder = await engine.service.create(_blocking(h, flag, name="holder"))
-    clock.advance(1)  # due one second after the holder
-    waiting = await engine.service.create(_blocking(h, flag, name="waiting"))
-    due = max(holder["next_fire_at"], waiting["next_fire_at"])
+    engine, holder, (waiting,), due = await _one_slot_and_waiting(
+        make_engine, clock, h, flag, count=1
+    )
     for i in range(25):
         await _tick_at(engine, clock, due + i * 1.0)  # one full pass a second counts
     reasons = await _reasons(engine.conn, waiting["id"])
     holder_reasons = await _reasons(engine.conn, holder["id"])
     assert holder_reasons == [("running", "schedule.fired.due")]
     assert reasons == [("skipped", "schedule.deferred.capacity")] * 3
-    counts = [
-        json.loads(t["metadata"])["deferral_count"]
-        for t in await fetch_all(
-            engine.conn,
-            "SELECT metadata FROM status_transitions WHERE reason_code = "
-            "'schedule.deferred.capacity' ORDER BY created_at, rowid",
-        )
-    ]
-    assert counts == [1, 11, 21]
+    assert await _capacity_deferral_counts(engine.conn) == [1, 11, 21]
     # deferral leaves the occurrence due: it fires once the slot frees
     row = await h.schedule_row(engine.conn, waiting["id"])
     assert row["next_fire_at"] == waiting["next_fire_at"]
@@ -117,14 +132,8 @@ async def test_with_every_slot_taken_a_schedule_is_counted_deferred_once_a_secon
     # Wake-ups between full passes (a child ending, a write) only refill freed slots: they
     # stop at the first capacity deferral and count nothing, so 45 wake-ups in 11 s count
     # 12 deferrals (one full pass a second), recorded on the 1st and the 11th.
-    engine = await make_engine(clock=clock, max_scheduled_concurrent=1)
     flag = tmp_path / "release"
-    holder = await engine.service.create(_blocking(h, flag, name="holder"))
-    clock.advance(1)
-    waiting = [
-        await engine.service.create(_blocking(h, flag, name=f"waiting-{i}")) for i in range(3)
-    ]
-    due = max(s["next_fire_at"] for s in [holder, *waiting])
+    engine, _, waiting, due = await _one_slot_and_waiting(make_engine, clock, h, flag, count=3)
     for i in range(45):
         await _tick_at(engine, clock, due + i * 0.25)
     for schedule in waiting:
@@ -132,15 +141,7 @@ async def test_with_every_slot_taken_a_schedule_is_counted_deferred_once_a_secon
             await _reasons(engine.conn, schedule["id"])
             == [("skipped", "schedule.deferred.capacity")] * 2
         )
-    counts = sorted(
-        json.loads(t["metadata"])["deferral_count"]
-        for t in await fetch_all(
-            engine.conn,
-            "SELECT metadata FROM status_transitions WHERE reason_code = "
-            "'schedule.deferred.capacity'",
-        )
-    )
-    assert counts == [1, 1, 1, 11, 11, 11]
+    assert sorted(await _capacity_deferral_counts(engine.conn)) == [1, 1, 1, 11, 11, 11]
     # a freed slot is filled by the next wake-up, refill or not
     flag.touch()
     await engine.wait_idle()
