@@ -41,7 +41,9 @@ TERMINAL = {"completed", "failed", "timed_out", "cancelled", "skipped"}
 class Node:
     """One ``studio serve`` process."""
 
-    def __init__(self, name: str, dsn: str, home: Path) -> None:
+    def __init__(
+        self, name: str, dsn: str, home: Path, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -56,6 +58,7 @@ class Node:
             "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "true,sleep",
             "LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT": str(CAP),
             "LIONAGI_STUDIO_NOTIFY_TEMPLATE": '["true", "{deliver_to}"]',
+            **(extra_env or {}),
         }
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
@@ -121,8 +124,10 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 @contextmanager
-def nodes(dsn: str, home: Path, names: list[str]) -> Iterator[list[Node]]:
-    started = [Node(name, dsn, home) for name in names]
+def nodes(
+    dsn: str, home: Path, names: list[str], extra_env: dict[str, str] | None = None
+) -> Iterator[list[Node]]:
+    started = [Node(name, dsn, home, extra_env) for name in names]
     try:
         for node in started:
             wait_until(

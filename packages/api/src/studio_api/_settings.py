@@ -170,6 +170,9 @@ class StudioSettings(BaseSettings):
         le=1024**3,
         validation_alias="LIONAGI_STUDIO_RUN_LOG_BYTES",
     )
+    scheduled_on_any_node: bool = Field(
+        default=False, validation_alias="LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE"
+    )
     retention_days: float = Field(
         default=30.0,
         ge=0,
@@ -316,6 +319,7 @@ class StudioSettings(BaseSettings):
             ),
             run_log_bytes=self.run_log_bytes,
             node_url=self.node_url,
+            scheduled_on_any_node=self.scheduled_on_any_node,
             retention_days=self.retention_days,
             webhook_secret=(
                 self.webhook_secret.get_secret_value() if self.webhook_secret is not None else None

@@ -392,6 +392,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     # PostgreSQL only (SQLite's engine notices other processes' writes through data_version):
     # an empty step here keeps one version numbering for both dialects.
     Migration(12, "engine wake-ups (NOTIFY; PostgreSQL only)", "", postgres=POSTGRES[12]),
+    Migration(
+        13,
+        "a fire run by any node's worker wakes the leader when it ends (PostgreSQL only)",
+        "",
+        postgres=POSTGRES[13],
+    ),
 )
 
 

@@ -319,6 +319,18 @@ CREATE TRIGGER schedule_runs_wake_update AFTER UPDATE OF status ON schedule_runs
   EXECUTE FUNCTION studio_scheduler_wake();
 """
 
+# With scheduled fires run by any node's worker, the leader holds each fire's slot until the
+# run ends on whichever node ran it: that end (or a cancel while it was still queued) wakes
+# the leader, so the slot frees at once rather than at its next tick.
+_V13_SLOT_WAKE = """
+CREATE TRIGGER schedule_runs_wake_ended AFTER UPDATE OF status ON schedule_runs
+  FOR EACH ROW WHEN (NEW.schedule_id IS NOT NULL AND NEW.chain_depth = 0
+                     AND OLD.status IN ('queued', 'running')
+                     AND NEW.status NOT IN ('queued', 'running')
+                     AND (OLD.status = 'queued' OR OLD.leased_by IS NOT NULL))
+  EXECUTE FUNCTION studio_scheduler_wake();
+"""
+
 POSTGRES: Final[dict[int, str]] = {
     1: _V1,
     2: _V2,
@@ -332,5 +344,6 @@ POSTGRES: Final[dict[int, str]] = {
     10: _V10_RETRY_OF,
     11: _V11_NODES,
     12: _V12_WAKE,
+    13: _V13_SLOT_WAKE,
 }
 """Each migration's PostgreSQL text, by version."""

@@ -53,7 +53,12 @@ async def commit_claim(
     lease_seconds: float,
     now: float,
 ) -> bool:
-    """Claim ``run`` for ``fire`` in one transaction; ``False`` when its guard was lost."""
+    """Claim ``run`` for ``fire`` in one transaction; ``False`` when its guard was lost.
+
+    The row is an ad-hoc run, or a scheduled fire the leader queued for any node's worker
+    (its invocation is then named after the schedule, as a fire the leader runs is)."""
+    scheduled = run.get("schedule_id") is not None
+    actor = "worker" if scheduled else "adhoc_worker"
     read_attempts = int(run["lease_attempts"])
     attempt = read_attempts + 1
     failed = fire.setup_error is not None
@@ -64,7 +69,9 @@ async def commit_claim(
     invocation = {
         "id": fire.invocation_id,
         "schedule_run_id": fire.run_id,
-        "skill": f"adhoc:{run['action_kind']}",
+        "skill": f"scheduled:{fire.schedule.get('name')}"
+        if scheduled
+        else f"adhoc:{run['action_kind']}",
         "status": status,
         "prompt": fire.prompt,
         "started_at": now,
@@ -81,7 +88,7 @@ async def commit_claim(
         status,
         reason,
         summary,
-        "adhoc_worker",
+        actor,
         now,
         previous="queued",
         sets={
@@ -107,7 +114,7 @@ async def commit_claim(
         },
     )
     try:
-        won = await _write_claim(conn, fire, invocation, change, inv_reason, summary, now)
+        won = await _write_claim(conn, fire, invocation, change, inv_reason, summary, now, actor)
     except BaseException:
         fire.discard()
         raise
@@ -124,6 +131,7 @@ async def _write_claim(
     inv_reason: str,
     summary: str,
     now: float,
+    actor: str,
 ) -> bool:
     async with write_transaction(conn):
         # The invocation first: schedule_runs.invocation_id references it (not deferred).
@@ -139,7 +147,7 @@ async def _write_claim(
             inv_reason,
             summary,
             now,
-            actor="adhoc_worker",
+            actor=actor,
             refs=[{"kind": "schedule_run", "id": fire.run_id}],
         )
         await record_transitions(conn, [transition])

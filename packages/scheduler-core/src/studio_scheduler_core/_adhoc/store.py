@@ -38,6 +38,13 @@ _CANDIDATES_PG = (
     CANDIDATES.replace("+q.schedule_id", "q.schedule_id") + " FOR UPDATE OF q SKIP LOCKED"
 )
 
+SCHEDULED_CANDIDATES = (
+    "SELECT q.* FROM schedule_runs q WHERE q.status = 'queued' AND q.schedule_id IS NOT NULL "
+    "ORDER BY q.queued_at, q.rowid LIMIT ?"
+)
+"""Scheduled fires the leader queued for any node's worker (``scheduled_on_any_node``),
+oldest first; the leader's admission already gave each its slot."""
+
 _ENQUEUE = (
     "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
     "action_args, status, chain_depth, fired_at, created_at, updated_at, "
@@ -51,6 +58,15 @@ async def candidates(conn: aiosqlite.Connection, limit: int) -> list[dict[str, A
     """Up to ``limit`` claimable queued rows (see :data:`CANDIDATES`); on PostgreSQL rows
     locked by another transaction (a claim in flight) are skipped (``SKIP LOCKED``)."""
     sql = _CANDIDATES_PG if backend_of(conn) == "postgresql" else CANDIDATES
+    return await fetch_all(conn, sql, (limit,))
+
+
+async def scheduled_candidates(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` queued scheduled fires (see :data:`SCHEDULED_CANDIDATES`); on
+    PostgreSQL rows another node's claim holds are skipped."""
+    sql = SCHEDULED_CANDIDATES
+    if backend_of(conn) == "postgresql":
+        sql += " FOR UPDATE OF q SKIP LOCKED"
     return await fetch_all(conn, sql, (limit,))
 
 

@@ -34,6 +34,7 @@ from .._fire.execute import execute
 from .._fire.finish import finish
 from .._fire.pipeline import run_steps
 from .._fire.prepare import prepare
+from .._fire.runner import FireRunner
 from .._recovery.orphans import OrphanReaper
 from .._rows import decode_run
 from .._settings import SchedulerSettings
@@ -49,6 +50,7 @@ from .lease import (
     recover_abandoned,
     requeue_unstarted,
 )
+from .scheduled import prepare_scheduled
 from .watch import LeaseWatch
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -96,6 +98,11 @@ class AdhocWorker:
         """Where terminal writes report a storage fault (the engine shares its own)."""
         self.node_id: str | None = None
         """The node whose runs these are (the engine sets its own), written on each run."""
+        self.runner: FireRunner | None = None
+        """Runs the scheduled fires this worker claims (``scheduled_on_any_node``; the engine
+        sets its own): their ends, follow-ups and retries are the fire runner's."""
+        self._scheduled: set[str] = set()
+        """Claimed scheduled fires not yet finished (bounded apart from the ad-hoc pool)."""
         self.reaper = OrphanReaper()
         """Terminates the orphans recovery finds, in the background (closed by :meth:`stop`)."""
         self._watch = LeaseWatch(
@@ -161,13 +168,14 @@ class AdhocWorker:
             except Exception:
                 logger.exception("could not settle ad-hoc run %s at shutdown", fire.run_id)
         self._open.clear()
+        self._scheduled.clear()
         self._started.clear()
         await self.reaper.close()
         await self._watch.close()
 
     def in_flight(self) -> int:
         """How many ad-hoc runs this worker has claimed and not yet finished."""
-        return len(self._open)
+        return len(self._open) - len(self._scheduled)
 
     # -- steps ------------------------------------------------------------------------------
     def _bind(self, conn: aiosqlite.Connection) -> FireEnv:
@@ -205,11 +213,20 @@ class AdhocWorker:
         ``failed`` with the fire's setup reason code and is not returned.
         """
         env = self._bind(conn)
-        free = self.settings.max_adhoc_concurrent - len(self._open)
-        if self._stopping or free <= 0:
+        if self._stopping:
             return []
+        rows: list[dict[str, Any]] = []
+        free = self.settings.max_adhoc_concurrent - self.in_flight()
+        if free > 0:
+            rows += await store.candidates(conn, free)
+        if self.settings.scheduled_on_any_node and self.runner is not None:
+            # The leader's admission bounds these across nodes; this bound only keeps one
+            # node from taking every queued fire at once.
+            free = self.settings.max_scheduled_concurrent - len(self._scheduled)
+            if free > 0:
+                rows += await store.scheduled_candidates(conn, free)
         claimed: list[tuple[Prepared, int]] = []
-        for row in await store.candidates(conn, free):
+        for row in rows:
             run = decode_run(row)
             try:
                 fire = await self._claim_row(env, run, now=now)
@@ -229,9 +246,16 @@ class AdhocWorker:
         """One queued row through the pipeline; the started fire, or ``None`` (guard lost, or
         claimed straight to ``failed``)."""
         attempt = int(run["lease_attempts"]) + 1
+        scheduled: Prepared | None = None
+        if run.get("schedule_id") is not None:
+            scheduled = await prepare_scheduled(env, run)
+            if scheduled is None:
+                return None  # its schedule is gone, and its runs with it
         action, context = action_of(run)
 
         def prepare_step() -> Prepared:
+            if scheduled is not None:
+                return scheduled
             return prepare(env, action, context, kind="adhoc", run_id=str(run["id"]))
 
         async def claim_and_track(fire: Prepared) -> bool:
@@ -246,6 +270,8 @@ class AdhocWorker:
             if won and fire.setup_error is None:
                 fire.run_guards = {"leased_by": self.worker_id, "lease_attempts": attempt}
                 self._open[fire.run_id] = (fire, attempt)
+                if scheduled is not None:
+                    self._scheduled.add(fire.run_id)
             return won
 
         async def commit_step(fire: Prepared) -> bool:
@@ -277,7 +303,10 @@ class AdhocWorker:
             name=f"adhoc-lease-{fire.run_id}",
         )
         try:
-            await execute(env, fire)
+            if fire.run_id in self._scheduled and self.runner is not None:
+                await self.runner.run_claimed(fire)
+            else:
+                await execute(env, fire)
         except asyncio.CancelledError:
             if fire.run_id not in self._revoked:
                 raise
@@ -288,6 +317,7 @@ class AdhocWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
             self._open.pop(fire.run_id, None)
+            self._scheduled.discard(fire.run_id)
             self._started.discard(fire.run_id)
             self._revoked.discard(fire.run_id)
             if self._wake is not None and not self._stopping:
@@ -301,6 +331,7 @@ class AdhocWorker:
         task = self._tasks.get(run_id)
         if task is None:
             opened = self._open.pop(run_id, None)
+            self._scheduled.discard(run_id)
             if opened is not None:
                 opened[0].discard()
             return opened is not None

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from .._schedules.store import fired_run_count
+from .._schedules.store import admitted_run_count, fired_run_count
 from .._settings import SchedulerSettings
 from .._usage.store import schedule_spend
 from ..abc import ThresholdDecision, ThresholdGate
@@ -52,6 +52,14 @@ class Reservation:
         if self.max_runs_claim and not self.released_claim:
             self.released_claim = True
             self.admission._drop_claim(self.schedule_id)
+
+    def park(self, run_id: str) -> None:
+        """Hold on while the run, committed ``queued``, waits for and runs on any node's
+        worker: released when the leader sees it end (:mod:`.dispatched`). Its max_runs
+        claim is dropped now: the queued row counts in the database instead."""
+        self.release_max_runs()
+        self.run_id = run_id
+        self.admission.dispatched[run_id] = self
 
     def release(self) -> None:
         """Release everything still held. Idempotent."""
@@ -90,6 +98,8 @@ class Admission:
         self.running: dict[str, dict[int, Reservation]] = {}
         self._claims: dict[str, int] = {}
         self.slots: dict[int, Reservation] = {}
+        self.dispatched: dict[str, Reservation] = {}
+        """run id → the reservation of a fire committed ``queued`` for any node's worker."""
         self._capacity_cache: Decision | None = None
 
     @property
@@ -126,6 +136,8 @@ class Admission:
             if not fires:
                 del self.running[reservation.schedule_id]
         self.slots.pop(reservation.token, None)
+        if reservation.run_id is not None:
+            self.dispatched.pop(reservation.run_id, None)
 
     def _lock(self, schedule_id: str) -> asyncio.Lock:
         lock = self._locks.get(schedule_id)
@@ -142,6 +154,18 @@ class Admission:
         reservation = Reservation(self, schedule_id, token, "retry", now, False, True)
         self.running.setdefault(schedule_id, {})[token] = reservation
         self.slots[token] = reservation
+        return reservation
+
+    def restore(self, schedule_id: str, run_id: str, *, since: float) -> Reservation:
+        """Hold a slot and the overlap registration again for a run in flight on a worker
+        that a previous leader admitted: a new leader counts what already runs."""
+        token = next(self._tokens)
+        reservation = Reservation(
+            self, schedule_id, token, "dispatched", since, False, True, run_id=run_id
+        )
+        self.running.setdefault(schedule_id, {})[token] = reservation
+        self.slots[token] = reservation
+        reservation.park(run_id)
         return reservation
 
     def plain_capacity_deferral(self, row: Mapping[str, Any]) -> Decision | None:
@@ -248,7 +272,9 @@ class Admission:
 
         max_runs = schedule.get("max_runs")
         if max_runs is not None:
-            fired = await fired_run_count(self._conn, sid) + self._claims.get(sid, 0)
+            # Fires queued for any node's worker count in the database as soon as they commit.
+            count = admitted_run_count if self._settings.scheduled_on_any_node else fired_run_count
+            fired = await count(self._conn, sid) + self._claims.get(sid, 0)
             if fired >= int(max_runs):
                 return Decision(
                     "disable",

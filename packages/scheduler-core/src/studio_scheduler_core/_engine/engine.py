@@ -191,6 +191,8 @@ class SchedulerEngine:
                 now=now,
                 node_id=self.leadership.node_id,
             )
+            if isinstance(self._worker, AdhocWorker):
+                self._worker.runner = run.runner  # scheduled fires it claims run there
             await register_node(conn, self.leadership.node_id, self.settings.node_url, now)
             self._leading = False
             if await self.leadership.tick():

@@ -18,6 +18,7 @@ import aiosqlite
 
 from studio_state import Clock, is_postgres
 
+from .._admission.dispatched import release_ended
 from .._admission.gates import Admission
 from .._dbfile import StorageHealth
 from .._fire.env import FireEnv
@@ -59,13 +60,19 @@ class Running:
         pass_ = ("worker", lambda now: worker.run(self.conn, now=now))
         if not leading:
             return (("dispatch", self.delivery.tick), pass_)
-        return (
+        leader: tuple[Concern, ...] = (
             ("reapers", self.reapers.reap),
             ("checkpoint", self.reapers.checkpoint),
             ("dispatch", self.delivery.tick),
             pass_,
-            ("schedules", self.evaluator.evaluate),
         )
+        if self.env.queue_fires:
+            leader += (("dispatched", self._release_ended),)
+        return (*leader, ("schedules", self.evaluator.evaluate))
+
+    async def _release_ended(self, now: float) -> dict[str, int]:
+        # Slots of fires another node's worker ran free up before this tick's evaluation.
+        return {"released": await release_ended(self.admission, self.conn)}
 
 
 def logged(name: str, close: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[None]]:
@@ -103,6 +110,7 @@ def build(
         db_path=db_path,
         storage=storage,
         node_id=node_id,
+        queue_fires=settings.scheduled_on_any_node,
     )
     admission = Admission(conn, settings, threshold)
     runner = FireRunner(env, on_terminal=on_terminal, wake=wake)

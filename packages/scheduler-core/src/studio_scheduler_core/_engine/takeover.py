@@ -7,11 +7,14 @@ process's life (PostgreSQL: another node's leader session ended) fails those run
 ``run.failed.node_lost`` and applies no missed-fire policy: the service did not stop, so the
 rows due meanwhile are late, not missed, and the next evaluation fires them (interval slots
 coalesced as ever). Either way cron cadence is re-armed, and this engine's own runs in flight
-are never touched.
+are never touched. With ``scheduled_on_any_node`` the fires still queued or running on a
+worker hold their slots again (they are leased: lease recovery, not this, settles a dead
+worker's).
 """
 
 from __future__ import annotations
 
+from .._admission.dispatched import restore_holds
 from .._observe.summary import recovery_event
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import reconcile_startup
@@ -43,5 +46,7 @@ async def take_over(
         owned_runs=set(run.env.committed) | set(run.env.live),
         owned_invocations={p.invocation_id for p in run.env.committed.values()},
     )
+    if settings.scheduled_on_any_node:
+        await restore_holds(run.admission, conn)
     missed = await run.evaluator.missed_fires(now) if startup else {}
     recovery_event(recovered, reaper, missed)

@@ -34,12 +34,21 @@ async def commit_batch(env: FireEnv, fires: Sequence[tuple[Prepared, ScheduleCla
     sweeps ``env.committed``).
     """
     now = env.clock()
-    writes = [fire_write(fire, claim, now) for fire, claim in fires]
+    writes = [
+        queued_write(fire, claim, now)
+        if env.queue_fires and fire.setup_error is None
+        else fire_write(fire, claim, now)
+        for fire, claim in fires
+    ]
 
     async def commit_and_track() -> list[bool]:
         won = await commit_fires(env.conn, writes, now=now)
         for (fire, _), landed in zip(fires, won, strict=True):
             if not landed:
+                fire.discard()
+            elif env.queue_fires and fire.setup_error is None:
+                # A worker (of any node) claims it and prepares it again there.
+                fire.queued = True
                 fire.discard()
             elif fire.setup_error is None:
                 env.committed[fire.run_id] = fire
@@ -130,3 +139,41 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
         ]
 
     return FireWrite(claim=claim, run=run, invocation=invocation, transitions=transitions)
+
+
+def queued_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
+    """The rows of a fire committed for any node's worker: a ``queued`` run (no invocation
+    yet: the claim adds it) and its transition row."""
+    sid = str(fire.schedule["id"])
+    fired_reason = FIRED_REASON[fire.kind]
+    summary = "the trigger was due; queued for a worker"
+    refs = [{"kind": "schedule", "id": sid}]
+    run = {
+        "id": fire.run_id,
+        "schedule_id": sid,
+        "trigger_context": fire.trigger_context,
+        "action_kind": fire.schedule.get("action_kind"),
+        "action_args": fire.argv,
+        "status": "queued",
+        "chain_parent_id": fire.chain_parent_id,
+        "chain_depth": fire.chain_depth,
+        "fired_at": now,
+        "queued_at": now,
+        "created_at": now,
+        "updated_at": now,
+        "status_reason_code": fired_reason,
+        "status_reason_summary": summary,
+        "status_evidence_refs": refs,
+    }
+    transition = Transition(
+        entity_type="schedule_run",
+        entity_id=fire.run_id,
+        status="queued",
+        reason_code=fired_reason,
+        reason_summary=summary,
+        evidence_refs=refs,
+        actor="scheduler",
+        metadata={"trigger_context": fire.trigger_context, "chain_depth": fire.chain_depth},
+        created_at=now,
+    )
+    return FireWrite(claim=claim, run=run, invocation=None, transitions=[transition])

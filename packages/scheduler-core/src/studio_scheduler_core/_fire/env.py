@@ -39,6 +39,8 @@ class FireEnv:
     """Set at shutdown: a failing terminal write is then given up (start-up reconciles it)."""
     node_id: str | None = None
     """The node running these fires, written on each run with its child (its log is here)."""
+    queue_fires: bool = False
+    """Fires commit ``queued`` for any node's worker to claim (``scheduled_on_any_node``)."""
 
     def grouped(self) -> WriteGroup:
         """The group the terminal writes on :attr:`conn` share (made on first use)."""
@@ -73,6 +75,8 @@ class Prepared:
     setup_error: tuple[str, str] | None = None
     run_guards: dict[str, Any] = field(default_factory=dict)
     """Further ``column = value`` guards of the terminal run write (an ad-hoc run's lease)."""
+    queued: bool = False
+    """Committed ``queued`` for a worker to claim: this process does not run it."""
 
     def discard(self) -> None:
         """Remove the flow_yaml temp file of a fire that will not spawn."""

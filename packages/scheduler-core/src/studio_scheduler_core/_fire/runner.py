@@ -54,7 +54,12 @@ class FireRunner:
         return list(self._tasks)
 
     def start(self, fire: Prepared, reservation: Reservation | None) -> None:
-        """Run a committed fire (and its chain) as a tracked background task."""
+        """Run a committed fire (and its chain) as a tracked background task; a fire
+        committed ``queued`` only parks its reservation (a worker runs it)."""
+        if fire.queued:
+            if reservation is not None:
+                reservation.park(fire.run_id)
+            return
         task = asyncio.create_task(self._run(fire, reservation), name=f"fire-{fire.run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -93,6 +98,11 @@ class FireRunner:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return True
+
+    async def run_claimed(self, fire: Prepared) -> None:
+        """Run a fire a worker claimed from the queue (and its chain) in the caller's task;
+        its reservation, if any, is the leader's."""
+        await self._chain(fire, None)
 
     async def _run(self, fire: Prepared, reservation: Reservation | None) -> None:
         try:
@@ -142,8 +152,8 @@ class FireRunner:
             if await follow_up_refused(self._env, current, overlay, context):
                 return
             child = await fire_follow_up(self._env, current, overlay, outcome)
-            if child is None:
-                return
+            if child is None or child.queued:
+                return  # gone, or queued for any node's worker
             current = child
 
     async def _terminal(self, fire: Prepared, status: str) -> None:

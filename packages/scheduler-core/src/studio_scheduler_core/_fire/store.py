@@ -42,6 +42,7 @@ _RUN_COLUMNS = (
     "status_reason_code",
     "status_reason_summary",
     "status_evidence_refs",
+    "queued_at",
 )
 _INSERT_RUN = (
     f"INSERT INTO schedule_runs ({', '.join(_RUN_COLUMNS)}) "

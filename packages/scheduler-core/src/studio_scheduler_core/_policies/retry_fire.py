@@ -45,6 +45,8 @@ async def _commit_waiting(
     env: FireEnv, fire: Prepared, now: float, *, previous: str, fired: tuple[str, str]
 ) -> bool:
     failed = fire.setup_error is not None
+    if env.queue_fires and not failed:
+        return await _queue_waiting(env, fire, now, previous=previous, fired=fired)
     status = "failed" if failed else "running"
     reason, summary = fire.setup_error or fired
     refs = [{"kind": "schedule", "id": str(fire.schedule["id"])}]
@@ -115,6 +117,54 @@ async def _commit_waiting(
     return True
 
 
+async def _queue_waiting(
+    env: FireEnv, fire: Prepared, now: float, *, previous: str, fired: tuple[str, str]
+) -> bool:
+    """The waiting row becomes ``queued`` for any node's worker (``scheduled_on_any_node``):
+    the claim adds its invocation, guarded on ``previous``."""
+    reason, summary = fired
+    refs = [{"kind": "schedule", "id": str(fire.schedule["id"])}]
+    async with write_transaction(env.conn):
+        won = await store.start_waiting_run(
+            env.conn,
+            fire.run_id,
+            previous=previous,
+            sets={
+                "status": "queued",
+                "queued_at": now,
+                "lease_attempts": 0,
+                "action_args": fire.argv,
+                "trigger_context": fire.trigger_context,
+                "updated_at": now,
+                "status_reason_code": reason,
+                "status_reason_summary": clip(summary),
+                "status_evidence_refs": refs,
+            },
+        )
+        if won:
+            await record_transitions(
+                env.conn,
+                [
+                    Transition(
+                        entity_type="schedule_run",
+                        entity_id=fire.run_id,
+                        previous_status=previous,
+                        status="queued",
+                        reason_code=reason,
+                        reason_summary=clip(summary),
+                        evidence_refs=refs,
+                        actor="scheduler",
+                        metadata={"attempt": fire.trigger_context.get("attempt")},
+                        created_at=now,
+                    )
+                ],
+            )
+    if won:
+        fire.queued = True
+        fire.discard()
+    return won
+
+
 async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire, now: float) -> int:
     """Start every retry whose backoff has passed while a global slot is free; returns how
     many started."""
@@ -127,7 +177,7 @@ async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire,
         if reservation is None:
             break  # the global cap is reached: the retry waits for a slot
         try:
-            fire = await _prepare_attempt(env, schedule, row)
+            fire = await prepare_row(env, schedule, row, kind="retry")
             reservation.run_id = fire.run_id
             won = await commit_waiting(
                 env,
@@ -149,14 +199,15 @@ async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire,
     return started
 
 
-async def _prepare_attempt(
-    env: FireEnv, schedule: Mapping[str, Any], row: Mapping[str, Any]
+async def prepare_row(
+    env: FireEnv, schedule: Mapping[str, Any], row: Mapping[str, Any], *, kind: str
 ) -> Prepared:
-    """Prepare a due attempt: the schedule's action, or a follow-up's (its chain replayed)."""
+    """Prepare a stored run row (a due attempt, or a claimed queued fire): the schedule's
+    action, or a follow-up's (its chain replayed from its ancestors' statuses)."""
     context = row["trigger_context"] or {}
     depth = int(row["chain_depth"] or 0)
     if depth == 0:
-        return prepare(env, schedule, context, kind="retry", run_id=str(row["id"]))
+        return prepare(env, schedule, context, kind=kind, run_id=str(row["id"]))
     parent = row["chain_parent_id"]
     statuses = await store.chain_statuses(env.conn, parent)
     action = follow_up_action(schedule, statuses) if len(statuses) == depth else None
@@ -164,7 +215,7 @@ async def _prepare_attempt(
         env,
         action or schedule,
         context,
-        kind="retry",
+        kind=kind,
         run_id=str(row["id"]),
         chain_depth=depth,
         chain_parent_id=parent,

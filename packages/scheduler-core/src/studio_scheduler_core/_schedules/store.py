@@ -216,6 +216,18 @@ async def fired_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
     return int(value or 0)
 
 
+async def admitted_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
+    """Top-level runs of the schedule that fired and ended, or are queued or running (what
+    ``max_runs`` counts when workers of any node run the fires)."""
+    value = await fetch_value(
+        conn,
+        "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
+        f"AND status IN ({_TERMINAL_SQL}, 'queued', 'running') AND retry_of IS NULL",
+        (schedule_id,),
+    )
+    return int(value or 0)
+
+
 async def set_enabled(
     conn: aiosqlite.Connection,
     schedule_id: str,

@@ -1,0 +1,40 @@
+"""Scheduled fires claimed from the queue (``scheduled_on_any_node``).
+
+The leader admitted the fire and committed its row ``queued``; the claiming worker prepares
+it again on its own machine from the schedule as it is now (a follow-up's action replayed
+along its chain), then claims it like an ad-hoc run and runs it through the fire runner, so
+its end, follow-ups, retries and notifications are the same as on the leader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._fire.env import FireEnv, Prepared
+from .._policies.retry_fire import prepare_row
+from .._schedules.store import load_schedule
+
+
+def kind_of(run: Mapping[str, Any]) -> str:
+    """The fire kind of a queued scheduled row (what its log events say)."""
+    context = run.get("trigger_context")
+    context = context if isinstance(context, Mapping) else {}
+    if int(run.get("chain_depth") or 0) > 0:
+        return "follow_up"
+    if run.get("retry_of") is not None:
+        return "retry"
+    if context.get("manual"):
+        return "manual"
+    if "missed_fire_at" in context:
+        return "missed_fire"
+    return "scheduled"
+
+
+async def prepare_scheduled(env: FireEnv, run: Mapping[str, Any]) -> Prepared | None:
+    """Prepare a queued scheduled row for its claim; ``None`` when its schedule is gone (its
+    runs are deleted with it)."""
+    schedule = await load_schedule(env.conn, str(run["schedule_id"]))
+    if schedule is None:
+        return None
+    return await prepare_row(env, schedule, run, kind=kind_of(run))

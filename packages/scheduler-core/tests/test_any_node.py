@@ -1,0 +1,181 @@
+"""Scheduled fires run by any node's worker (``scheduled_on_any_node``).
+
+The leader admits each fire and commits it ``queued``; a worker claims it under a lease and
+runs it through the fire runner. The leader keeps the fire's slot until it sees the run end,
+and a new leader holds again the slots of fires still queued or running.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from studio_scheduler_core.testing import FLAKY
+from studio_state import fetch_all, fetch_value
+
+ANY = {"scheduled_on_any_node": True}
+
+
+async def _statuses(conn: Any, schedule_id: str) -> list[tuple[str, str]]:
+    rows = await fetch_all(
+        conn,
+        "SELECT status, status_reason_code FROM schedule_runs WHERE schedule_id = ? "
+        "ORDER BY created_at, rowid",
+        (schedule_id,),
+    )
+    return [(r["status"], r["status_reason_code"]) for r in rows]
+
+
+async def _ended(h: Any, engine: Any, schedule_id: str, count: int = 1) -> list[dict[str, Any]]:
+    """Tick until ``count`` top-level runs of the schedule ended (deferral and skip records
+    aside); return the schedule's runs."""
+
+    async def ended() -> bool:
+        await engine.tick_once()
+        rows = await h.runs_at_depth(engine.conn, schedule_id, 0)
+        done = [r for r in rows if r["status"] not in ("queued", "running", "skipped")]
+        return len(done) >= count
+
+    await h.eventually(ended, timeout=20)
+    return await h.runs_of(engine.conn, schedule_id)
+
+
+async def test_a_due_fire_is_queued_then_claimed_and_run_under_a_lease(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    out = tmp_path / "env.jsonl"
+    created = await engine.service.create(h.command_schedule(h.env_dump, str(out)))
+    clock.set(created["next_fire_at"])
+    await engine.tick_once()
+    assert await _statuses(engine.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    # The slot is the leader's from the commit on, while the fire waits for a worker.
+    assert engine.limits()["in_flight"] == 1
+    [run] = await _ended(h, engine, created["id"])
+    assert (run["status"], run["status_reason_code"]) == ("completed", "run.completed.ok")
+    assert run["leased_by"] == engine._worker.worker_id
+    assert run["lease_attempts"] == 1 and run["node_id"] == engine.node_id
+    assert out.read_text().count("LIONAGI_INVOCATION_ID") == 1
+    steps = [t["status"] for t in await h.transitions_of(engine.conn, run["id"])]
+    assert steps == ["queued", "running", "completed"]
+    skill = await fetch_value(
+        engine.conn, "SELECT skill FROM invocations WHERE id = ?", (run["invocation_id"],)
+    )
+    assert skill == f"scheduled:{created['name']}"
+    await engine.tick_once()
+    assert engine.limits()["in_flight"] == 0
+    assert engine.limits()["adhoc_in_flight"] == 0
+
+
+async def test_the_global_cap_counts_fires_waiting_in_the_queue(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    engine = await make_engine(clock=clock, max_scheduled_concurrent=1, **ANY)
+    flag = tmp_path / "release"
+    one = await engine.service.create(h.command_schedule(h.blocker, str(flag), name="one"))
+    two = await engine.service.create(h.command_schedule(h.blocker, str(flag), name="two"))
+    clock.set(max(one["next_fire_at"], two["next_fire_at"]))
+    await engine.tick_once()
+    first = await _statuses(engine.conn, one["id"]) + await _statuses(engine.conn, two["id"])
+    assert sorted(first) == [("queued", "schedule.fired.due"), ("skipped", "schedule.deferred.capacity")]
+    await engine.tick_once()  # claimed and running now: still the only one
+    running = await fetch_value(
+        engine.conn, "SELECT COUNT(*) FROM schedule_runs WHERE status IN ('queued', 'running')"
+    )
+    assert running == 1
+    flag.touch()
+    waiting = two if first[0][0] == "queued" else one
+    clock.advance(1.0)
+
+    async def the_other_fired() -> bool:
+        await engine.tick_once()
+        statuses = [s for s, _ in await _statuses(engine.conn, waiting["id"])]
+        return "completed" in statuses
+
+    await h.eventually(the_other_fired, timeout=20)
+
+
+async def test_a_follow_up_is_queued_and_runs_the_overlay_action(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    out = tmp_path / "env.jsonl"
+    overlay = {"command_args": [h.env_dump, str(tmp_path / "follow.jsonl")], "on_success": None}
+    created = await engine.service.create(
+        h.command_schedule(h.env_dump, str(out), on_success=overlay)
+    )
+    clock.set(created["next_fire_at"])
+
+    async def chain_done() -> bool:
+        await engine.tick_once()
+        rows = await h.runs_at_depth(engine.conn, created["id"], 1)
+        return bool(rows) and rows[0]["status"] == "completed"
+
+    await h.eventually(chain_done, timeout=20)
+    [child] = await h.runs_at_depth(engine.conn, created["id"], 1)
+    [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
+    assert child["chain_parent_id"] == parent["id"] and child["leased_by"] is not None
+    steps = [t["status"] for t in await h.transitions_of(engine.conn, child["id"])]
+    assert steps == ["queued", "running", "completed"]
+    assert (tmp_path / "follow.jsonl").read_text().count("LIONAGI_INVOCATION_ID") == 1
+
+
+async def test_max_runs_counts_the_fires_still_queued(make_engine, clock, h, tmp_path) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    flag = tmp_path / "release"
+    created = await engine.service.create(
+        h.command_schedule(h.blocker, str(flag), overlap_policy="allow", max_runs=1)
+    )
+    due = created["next_fire_at"]
+    clock.set(due)
+    await engine.tick_once()
+    clock.set(due + 60)
+    await engine.tick_once()
+    row = await h.schedule_row(engine.conn, created["id"])
+    assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.max_runs")
+    assert [s for s, _ in await _statuses(engine.conn, created["id"])] in (
+        ["queued"],
+        ["running"],
+    )
+    flag.touch()
+    await _ended(h, engine, created["id"])
+
+
+async def test_a_new_leader_holds_the_slot_of_a_fire_still_queued(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    first = await make_engine(clock=clock, max_scheduled_concurrent=1, **ANY)
+    out = tmp_path / "env.jsonl"
+    created = await first.service.create(h.command_schedule(h.env_dump, str(out), name="a"))
+    clock.set(created["next_fire_at"])
+    await first.tick_once()
+    assert await _statuses(first.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    await first.stop()  # nothing claimed it: it stays queued, not cancelled
+    second = await make_engine(clock=clock, max_scheduled_concurrent=1, start=False, **ANY)
+    await second.start(loop=False)
+    assert await _statuses(second.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    assert second.limits()["in_flight"] == 1
+    other = await second.service.create(h.command_schedule(h.env_dump, str(out), name="b"))
+    clock.set(other["next_fire_at"])
+    [run, *_] = await _ended(h, second, created["id"])
+    assert (run["status"], run["leased_by"]) == ("completed", second._worker.worker_id)
+    assert ("skipped", "schedule.deferred.capacity") in await _statuses(second.conn, other["id"])
+    await _ended(h, second, other["id"])
+
+
+async def test_a_retry_is_queued_for_a_worker_too(make_engine, clock, h, tmp_path) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    flaky = h.script("flaky.py", FLAKY)
+    created = await engine.service.create(
+        h.command_schedule(
+            flaky, str(tmp_path / "count"), "2", retry={"max_attempts": 2, "backoff_sec": 5}
+        )
+    )
+    clock.set(created["next_fire_at"])
+    await _ended(h, engine, created["id"])
+    clock.advance(5.0)
+    runs = await _ended(h, engine, created["id"], count=2)
+    retry = runs[1]
+    assert (retry["status"], retry["attempt"], retry["retry_of"]) == ("completed", 2, runs[0]["id"])
+    steps = [t["status"] for t in await h.transitions_of(engine.conn, retry["id"])]
+    assert steps == ["retry_wait", "queued", "running", "completed"]
