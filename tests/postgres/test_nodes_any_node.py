@@ -117,7 +117,8 @@ def test_fires_run_on_every_node_and_a_dead_nodes_run_is_failed(
     occurrences = [
         (r["schedule_id"], json.loads(r["trigger_context"]).get("due_at"))
         for r in runs
-        if r["chain_depth"] == 0 and json.loads(r["trigger_context"]).get("due_at") is not None
+        if r["chain_depth"] == 0
+        and json.loads(r["trigger_context"]).get("due_at") is not None
         and r["status"] != "skipped"
     ]
     assert len(occurrences) == len(set(occurrences)), "an occurrence fired twice"

@@ -40,6 +40,7 @@ ALL_VARS = {
     "LIONAGI_STUDIO_WEBHOOK_SECRET",
     "LIONAGI_STUDIO_NODE_ID",
     "LIONAGI_STUDIO_NODE_URL",
+    "LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE",
 }
 
 
@@ -370,3 +371,12 @@ def test_node_url_reaches_the_scheduler_settings() -> None:
     assert s.node_url == "http://10.0.0.5:8765"
     assert s.to_scheduler_settings().node_url == "http://10.0.0.5:8765"
     assert StudioSettings.from_env({}).to_scheduler_settings().node_url is None
+
+
+def test_scheduled_on_any_node_reaches_the_scheduler_and_a_bad_value_is_refused() -> None:
+    assert StudioSettings.from_env({}).to_scheduler_settings().scheduled_on_any_node is False
+    on = StudioSettings.from_env({"LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE": "1"})
+    assert on.to_scheduler_settings().scheduled_on_any_node is True
+    with pytest.raises(SettingsError) as info:
+        StudioSettings.from_env({"LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE": "maybe"})
+    assert "LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE" in str(info.value)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from studio_scheduler_core.testing import FLAKY
-from studio_state import fetch_all, fetch_value
+from studio_state import connect, fetch_all, fetch_value
 
 ANY = {"scheduled_on_any_node": True}
 
@@ -77,7 +77,10 @@ async def test_the_global_cap_counts_fires_waiting_in_the_queue(
     clock.set(max(one["next_fire_at"], two["next_fire_at"]))
     await engine.tick_once()
     first = await _statuses(engine.conn, one["id"]) + await _statuses(engine.conn, two["id"])
-    assert sorted(first) == [("queued", "schedule.fired.due"), ("skipped", "schedule.deferred.capacity")]
+    assert sorted(first) == [
+        ("queued", "schedule.fired.due"),
+        ("skipped", "schedule.deferred.capacity"),
+    ]
     await engine.tick_once()  # claimed and running now: still the only one
     running = await fetch_value(
         engine.conn, "SELECT COUNT(*) FROM schedule_runs WHERE status IN ('queued', 'running')"
@@ -179,3 +182,54 @@ async def test_a_retry_is_queued_for_a_worker_too(make_engine, clock, h, tmp_pat
     assert (retry["status"], retry["attempt"], retry["retry_of"]) == ("completed", 2, runs[0]["id"])
     steps = [t["status"] for t in await h.transitions_of(engine.conn, retry["id"])]
     assert steps == ["retry_wait", "queued", "running", "completed"]
+
+
+async def test_a_fire_of_another_machines_worker_whose_lease_lapsed_is_node_lost(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    flag = tmp_path / "release"
+    created = await engine.service.create(h.command_schedule(h.blocker, str(flag)))
+    clock.set(created["next_fire_at"])
+    await engine.tick_once()
+
+    async def child_started() -> dict[str, Any] | None:
+        await engine.tick_once()
+        [run] = await h.runs_of(engine.conn, created["id"])
+        return run if run["child_pid"] else None
+
+    run = await h.eventually(child_started, timeout=20)
+    # As if a node on another machine had claimed it and its host died.
+    async with connect(engine.db_path) as other:
+        await other.execute(
+            "UPDATE schedule_runs SET leased_by = 'elsewhere:4242:0000beef', "
+            "lease_expires_at = ? WHERE id = ?",
+            (clock() - 1, run["id"]),
+        )
+    [after] = await _ended(h, engine, created["id"])
+    assert (after["status"], after["status_reason_code"]) == ("failed", "run.failed.node_lost")
+    await h.eventually(lambda: not h.group_has_live_member(int(run["child_pid"])), timeout=20)
+    await engine.tick_once()
+    assert engine.limits()["in_flight"] == 0  # the leader's hold on it is released
+    flag.touch()
+
+
+async def test_an_operator_cancels_a_fire_still_queued(make_engine, clock, h, tmp_path) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    out = tmp_path / "env.jsonl"
+    created = await engine.service.create(h.command_schedule(h.env_dump, str(out)))
+    clock.set(created["next_fire_at"])
+    await engine.tick_once()
+    [run] = await h.runs_of(engine.conn, created["id"])
+    cancelled = await engine.runs.cancel(run["id"])
+    assert cancelled["status"] == "cancelled"
+    await engine.tick_once()
+    await engine.tick_once()
+    assert engine.limits()["in_flight"] == 0
+    [after] = await h.runs_of(engine.conn, created["id"])
+    assert (after["status"], after["invocation_id"], after["leased_by"]) == (
+        "cancelled",
+        None,
+        None,
+    )
+    assert not out.exists()
