@@ -233,3 +233,39 @@ async def test_an_operator_cancels_a_fire_still_queued(make_engine, clock, h, tm
         None,
     )
     assert not out.exists()
+
+
+async def test_a_fire_whose_setup_fails_on_the_claiming_node_still_runs_its_on_fail(
+    make_engine, clock, h, tmp_path: Path, fake_li: Path
+) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    out = tmp_path / "follow.jsonl"
+    overlay = {
+        "action_kind": "command",
+        "command": h.PY,
+        "command_args": [h.env_dump, str(out)],
+        "on_fail": None,
+    }
+    created = await engine.service.create(
+        {
+            "name": "agent",
+            "trigger_type": "interval",
+            "interval_sec": 60,
+            "action_kind": "agent",
+            "action_prompt": "hello",
+            "on_fail": overlay,
+        }
+    )
+    clock.set(created["next_fire_at"])
+    await engine.tick_once()  # admitted and queued: li was there
+    fake_li.rename(tmp_path / "li.gone")  # gone before a worker prepares the fire
+
+    async def follow_up_done() -> bool:
+        await engine.tick_once()
+        rows = await h.runs_at_depth(engine.conn, created["id"], 1)
+        return bool(rows) and rows[0]["status"] == "completed"
+
+    await h.eventually(follow_up_done, timeout=20)
+    [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
+    assert (parent["status"], parent["status_reason_code"]) == ("failed", "run.failed.spawn_error")
+    assert out.read_text().count("LIONAGI_INVOCATION_ID") == 1

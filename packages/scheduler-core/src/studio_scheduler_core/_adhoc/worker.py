@@ -282,6 +282,9 @@ class AdhocWorker:
         def start(fire: Prepared, slot: Slot | None) -> None:
             if fire.setup_error is not None and slot is not None:
                 slot.release()  # claimed straight to failed: nothing to run
+            if fire.setup_error is not None and scheduled is not None and self.runner:
+                # Its end is a fire's end still: on_fail follow-up, retry pause, hook.
+                self.runner.start(fire, None)
 
         fire = await run_steps(prepare_step, commit_step, Slot(), start)
         return None if fire is None or fire.setup_error is not None else fire

@@ -59,6 +59,8 @@ class FireRunner:
         if fire.queued:
             if reservation is not None:
                 reservation.park(fire.run_id)
+            if self._wake is not None:
+                self._wake()  # this node's worker may claim it at once
             return
         task = asyncio.create_task(self._run(fire, reservation), name=f"fire-{fire.run_id}")
         self._tasks.add(task)
