@@ -269,3 +269,59 @@ async def test_a_fire_whose_setup_fails_on_the_claiming_node_still_runs_its_on_f
     [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
     assert (parent["status"], parent["status_reason_code"]) == ("failed", "run.failed.spawn_error")
     assert out.read_text().count("LIONAGI_INVOCATION_ID") == 1
+
+
+async def _claimed_and_running(h: Any, engine: Any, schedule_id: str) -> dict[str, Any]:
+    async def running() -> dict[str, Any] | None:
+        await engine.tick_once()
+        rows = await h.runs_at_depth(engine.conn, schedule_id, 0)
+        live = [r for r in rows if r["status"] == "running" and r["child_pid"]]
+        return live[0] if live else None
+
+    found: dict[str, Any] = await h.eventually(running, timeout=20)
+    return found
+
+
+async def test_cancel_other_stops_the_fire_a_worker_runs_and_queues_the_new_one(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    engine = await make_engine(clock=clock, max_scheduled_concurrent=1, **ANY)
+    flag = tmp_path / "release"
+    created = await engine.service.create(
+        h.command_schedule(h.blocker, str(flag), overlap_policy="cancel_other")
+    )
+    clock.set(created["next_fire_at"])
+    first = await _claimed_and_running(h, engine, created["id"])
+    clock.advance(60)
+    await engine.tick_once()  # the one slot is free again for the new occurrence at once
+    assert await _statuses(engine.conn, created["id"]) == [
+        ("cancelled", "run.cancelled.overlap"),
+        ("queued", "schedule.fired.due"),
+    ]
+    await h.eventually(lambda: not h.group_has_live_member(int(first["child_pid"])), timeout=20)
+    flag.touch()
+    runs = await _ended(h, engine, created["id"], count=2)
+    assert [r["status"] for r in runs] == ["cancelled", "completed"]
+
+
+async def test_a_buffered_occurrence_is_queued_when_the_fire_a_worker_ran_ends(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    flag = tmp_path / "release"
+    created = await engine.service.create(
+        h.command_schedule(h.blocker, str(flag), overlap_policy="buffer_one")
+    )
+    clock.set(created["next_fire_at"])
+    await _claimed_and_running(h, engine, created["id"])
+    clock.advance(60)
+    await engine.tick_once()
+    assert [s for s, _ in await _statuses(engine.conn, created["id"])] == [
+        "running",
+        "waiting_dependency",
+    ]
+    flag.touch()
+    runs = await _ended(h, engine, created["id"], count=2)
+    assert [r["status"] for r in runs] == ["completed", "completed"]
+    steps = [t["status"] for t in await h.transitions_of(engine.conn, runs[1]["id"])]
+    assert steps == ["waiting_dependency", "queued", "running", "completed"]

@@ -150,6 +150,11 @@ class OverlapPolicies:
                 self._env.committed.pop(run_id, None)
                 if self._revoke is not None:
                     await self._revoke(run_id)
+                parked = self._admission.dispatched.get(run_id)
+                if parked is not None:
+                    # Queued, or running on a worker that stops it once it sees the row
+                    # cancelled: its slot is free now, for the occurrence that cancelled it.
+                    parked.release()
         return cancelled
 
     async def start_waiting(self, now: float) -> dict[str, int]:
