@@ -1,23 +1,24 @@
 """Hot queries against growing history: each one's cost at 0, 100k and 1M terminal rows.
 
-Issue 18 item 1: every hot query must cost the same however much terminal history the
-database holds (target: ratio to the empty database <= 1.5x). One database is built with the
-packages' real migrations (`studio_scheduler_core.ensure_schema`, which applies studio-state's
-and studio-outbox's too) and a constant live set: 100 enabled interval schedules (10 due),
-4 running runs with their invocations, 40 pending dispatch rows (20 due) and 2 delivering,
-plus one full page (100) of old terminal runs of the listed schedule and of terminal
-dispatches, so a page holds as many rows at 0 history as at 1M.
-Terminal history is then added in stages (0 -> 100k -> 1M rows of each of: terminal
-`dispatch_outbox` rows, terminal `schedule_runs` spread over the 100 schedules with their
-terminal `invocations`, and `status_transitions` rows); each stage is kept as a file of its
-own. Every hot query is timed through aiosqlite as the packages run it (the real function
-where one exists, else the exact SQL, named by where it comes from) on one connection per
-size, the sizes taking turns call by call, so load from other work lands on every size alike
-(timing one size after another made the ratios mostly the load of the moment). Every
-dispatch row carries the same payload, so a page decodes the same bytes at every size. The
-delivery write step (claim + outcome with their transition rows) runs in a transaction that
-is rolled back: every call claims the same row, and no fsync is timed. Separately,
-`GET /api/schedules`'s first page is timed at 1k and 100k schedules, the same way.
+Issue 18 item 1: every hot query must cost the same however much terminal history the database
+holds (target: ratio to the empty database <= 1.5x). One database is built with the packages'
+real migrations (`studio_scheduler_core.ensure_schema`, which applies studio-state's and
+studio-outbox's too) and a constant live set: 100 enabled interval schedules (10 due), 4
+running runs with their invocations, 40 pending dispatch rows (20 due) and 2 delivering, plus
+one full page (100) of old terminal runs of the listed schedule, of old terminal ad-hoc runs
+and of terminal dispatches, so a page holds as many rows at 0 history as at 1M. Terminal
+history is then added in stages (0 -> 100k -> 1M rows of each of: terminal `dispatch_outbox`
+rows, terminal `schedule_runs` spread over the 100 schedules with their terminal `invocations`,
+terminal ad-hoc `schedule_runs` (no schedule, `queued_at` set; no invocation rows, which the
+ad-hoc list does not read), and `status_transitions` rows); each stage is kept as a file of its
+own. Every hot query is timed through aiosqlite as the packages run it (the real function where
+one exists, else the exact SQL, named by where it comes from) on one connection per size, the
+sizes taking turns call by call, so load from other work lands on every size alike (timing one
+size after another made the ratios mostly the load of the moment). Every dispatch row carries
+the same payload, so a page decodes the same bytes at every size. The delivery write step
+(claim + outcome with their transition rows) runs in a transaction that is rolled back: every
+call claims the same row, and no fsync is timed. Separately, `GET /api/schedules`'s first page
+is timed at 1k and 100k schedules, the same way.
 
 Each figure is the median of REPS calls (min–max) in ms. A query whose ratio misses the target
 gets its EXPLAIN QUERY PLAN and the index or rewrite that would fix it. The history is built
@@ -43,7 +44,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -173,6 +174,16 @@ async def _runs_page(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> object:
     return rows, total
 
 
+async def _adhoc_page(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> object:
+    # what GET /api/runs runs: one page of ad-hoc runs and their total
+    rows, total = await ctx["adhoc"].list(limit=100, offset=0)
+    assert len(rows) == PAGE and total == ctx["adhoc_rows"], (len(rows), total)
+    return rows, total
+
+
+_ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
+
+
 def hot_queries(schedule_id: str) -> list[HotQuery]:
     at = (NOW,)
     return [
@@ -275,6 +286,24 @@ def hot_queries(schedule_id: str) -> list[HotQuery]:
             "studio-scheduler-core: the total reads schedule_run_counts and the page "
             "idx_schedule_runs_schedule_page; deeper pages pass the cursor (keyset, "
             "`(fired_at, created_at, id) < (?, ?, ?)`) instead of OFFSET.",
+        ),
+        HotQuery(
+            "ad-hoc runs page",
+            "studio_scheduler_core.AdhocRunService.list(limit=100) (GET /api/runs)",
+            _adhoc_page,
+            [
+                (f"SELECT COUNT(*) FROM schedule_runs WHERE {_ADHOC_WHERE}", ()),
+                (
+                    f"SELECT * FROM schedule_runs WHERE {_ADHOC_WHERE} "
+                    "ORDER BY queued_at DESC, id DESC LIMIT ? OFFSET ?",
+                    (100, 0),
+                ),
+            ],
+            "studio-scheduler-core: the page reads idx_schedule_runs_adhoc_page in order; the "
+            "total is a COUNT(*) over every ad-hoc run ever queued. Count them as "
+            "schedule_run_counts counts a schedule's runs (trigger-kept rows, e.g. the ad-hoc "
+            "runs' per-status counts under a key of their own) and read that in page_runs, as "
+            "its `counted` branch does.",
         ),
     ]
 
@@ -411,6 +440,18 @@ def _live_set(db: sqlite3.Connection, schedule_ids: list[str]) -> None:
         "VALUES (?, 'bench', 'sink', ?, 'delivered', 1, ?, ?, ?)",
         [(os.urandom(6).hex(), PAYLOAD, old + k, old + k, old + k) for k in range(PAGE)],
     )
+    _insert_adhoc(db, [(os.urandom(6).hex(), "completed", old + k) for k in range(PAGE)])
+
+
+def _insert_adhoc(db: sqlite3.Connection, rows: Iterable[tuple[str, str, float]]) -> None:
+    """Terminal ad-hoc runs ``(id, status, queued_at)``: no schedule, claimed and ended."""
+    db.executemany(
+        "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
+        "status, exit_code, fired_at, ended_at, created_at, updated_at, queued_at, "
+        "lease_attempts, status_reason_code) "
+        "VALUES (?, NULL, '{}', 'command', '{}', ?, 0, ?, ?, ?, ?, ?, 1, 'run.completed')",
+        ((r, status, t, t + 1, t, t + 1, t) for r, status, t in rows),
+    )
 
 
 _TERMINAL_DISPATCH = ("delivered",) * 14 + ("acked",) * 4 + ("dead_letter", "expired")
@@ -453,6 +494,13 @@ def _add_history(db: sqlite3.Connection, schedule_ids: list[str], start: int, n:
             (
                 (run_ids[j], schedule_ids[i % SCHEDULES], inv_ids[j], statuses[j], t, t + 1, t, t)
                 for j, (i, t) in enumerate(zip(range(lo, hi), times, strict=True))
+            ),
+        )
+        _insert_adhoc(
+            db,
+            (
+                (os.urandom(6).hex(), _TERMINAL_RUN[i % 10], t)
+                for i, t in zip(range(lo, hi), times, strict=True)
             ),
         )
         db.executemany(
@@ -663,6 +711,10 @@ async def main() -> None:
                     "service": studio_scheduler_core.ScheduleService(
                         conn, settings=studio_scheduler_core.SchedulerSettings()
                     ),
+                    "adhoc": studio_scheduler_core.AdhocRunService(
+                        conn, settings=studio_scheduler_core.SchedulerSettings()
+                    ),
+                    "adhoc_rows": PAGE + size,  # a reused build without them fails here
                     "schedule_id": schedule_ids[50],
                     "schedules": SCHEDULES,
                     "due": await _steps.scan(conn, NOW, 100),

@@ -7,18 +7,21 @@ fires them through HTTP, as an operator would.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Studio
 
 from studio_api import StudioSettings
 from studio_api.testing import serve_studio
-from studio_state.testing import free_port
+from studio_state.testing import free_port, wait_for
 
 BIN = str(Path(sys.executable).parent)
 
@@ -181,3 +184,33 @@ def test_trigger_against_a_server_with_a_token(studio: Studio, tmp_path: Path) -
         assert "LIONAGI_STUDIO_AUTH_TOKEN" in refused.error_line
         studio.env["LIONAGI_STUDIO_AUTH_TOKEN"] = "s3cret-token"
         assert studio.run("schedule", "trigger", "guarded", "--wait").code == 0
+
+
+def test_schedule_runs_shows_a_retrys_attempt(cli: Studio, served: tuple[str, Path]) -> None:
+    # fails every time: the first attempt, then its one retry (attempt 2) a second later
+    created = python_schedule(
+        cli, "retried", "import sys; sys.exit(4)", retry={"max_attempts": 2, "backoff_sec": 1}
+    )
+    cli.run("schedule", "trigger", "retried")
+
+    def both_failed() -> list[dict[str, Any]] | None:
+        runs: list[dict[str, Any]] = cli.ok_json("schedule", "runs", "retried")["runs"]
+        return runs if [r["status"] for r in runs] == ["failed", "failed"] else None
+
+    retry, first = wait_for(both_failed, timeout=30, what="the run and its retry failed")
+    assert (retry["retry_of"], retry["attempt"]) == (first["id"], 2)
+    assert first["attempt"] is None
+    # the JSON field is the API's own: GET /api/schedules/{id}/runs says the same
+    with urllib.request.urlopen(f"{served[0]}/api/schedules/{created['id']}/runs") as answer:
+        api_runs = json.load(answer)["runs"]
+    assert [(r["id"], r["attempt"]) for r in api_runs] == [(retry["id"], 2), (first["id"], None)]
+    # the table: an ATTEMPT column, 2 on the retry's row, "-" on the first attempt's
+    lines = cli.run("schedule", "runs", "retried").stdout.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("RUN "))
+    at = header.index("ATTEMPT")
+
+    def attempt_cell(run_id: str) -> str:
+        row = next(line for line in lines if line.lstrip().startswith(run_id))
+        return row[at : at + len("ATTEMPT")].strip()
+
+    assert (attempt_cell(retry["id"]), attempt_cell(first["id"])) == ("2", "-")

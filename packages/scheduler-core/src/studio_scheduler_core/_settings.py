@@ -35,10 +35,10 @@ class SchedulerSettings:
     project_paths: Mapping[str, str] = field(default_factory=dict)
     child_env: Mapping[str, str] | None = None
     run_log_dir: str | None = None
+    """Where run logs go (``<run_id>.log``); ``None``: ``runs/`` beside the database."""
     node_url: str | None = None
     """The base URL this node's API answers on (``http://host:port``), recorded for other nodes
     on the same database: a node asked for a run's log that another node ran fetches it there."""
-    """Where run logs go (``<run_id>.log``); ``None``: ``runs/`` beside the database."""
     run_log_bytes: int = 1024 * 1024
     """The bound of one run log (at least 1024 bytes)."""
     retention_days: float = 30.0

@@ -123,7 +123,8 @@ class RunDetail(RunOut):
 
 
 class RunList(ResponseModel):
-    """One page of a schedule's runs, newest first; ``total`` counts every match."""
+    """One page of runs (a schedule's, or the ad-hoc runs), newest first; ``total`` counts
+    every match."""
 
     runs: list[RunOut]
     total: int

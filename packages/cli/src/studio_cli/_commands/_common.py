@@ -131,7 +131,7 @@ def schedule_rows(schedules: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 
 
 SCHEDULE_COLUMNS = ("ID", "NAME", "ENABLED", "TRIGGER", "ACTION", "NEXT FIRE", "LAST FIRED")
-RUN_COLUMNS = ("RUN", "STATUS", "FIRED", "DURATION", "EXIT", "DEPTH", "REASON")
+RUN_COLUMNS = ("RUN", "STATUS", "FIRED", "DURATION", "EXIT", "ATTEMPT", "DEPTH", "REASON")
 
 
 def run_rows(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
@@ -142,6 +142,8 @@ def run_rows(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
             fmt_time(r.get("fired_at")),
             fmt_duration(r.get("fired_at"), r.get("ended_at")),
             "-" if r.get("exit_code") is None else str(r.get("exit_code")),
+            # a retry's attempt number (2, 3, …); "-" for a run that is no retry
+            "-" if r.get("attempt") is None else str(r.get("attempt")),
             str(r.get("chain_depth", 0)),
             shorten(r.get("status_reason_code") or "-", 40),
         ]
