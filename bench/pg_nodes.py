@@ -9,6 +9,10 @@ straight into the database (so the figure is the nodes', not an HTTP client's):
   - runs: ROWS ad-hoc `command` runs of `true` (the API's enqueue path,
     `AdhocRunService.enqueue`, on a studio-state connection to the same URL); the figure is
     ROWS over the time from the commit to the last run becoming terminal;
+  - scheduled: ROWS interval schedules made due at once, on nodes with
+    `LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE=1` and a global cap of SCHEDULED_CAP (the same for
+    1 and 3 nodes): the leader admits and queues every fire, the workers of all nodes run
+    them; the figure is ROWS over the time from the commit to the last fire's end;
   - deliveries: ROWS dispatches (`studio_outbox.enqueue_many`) to a notify template of
     `["/bin/true", "{deliver_to}"]`; the figure is ROWS over the time from the commit to the
     last one `delivered`.
@@ -17,7 +21,7 @@ After each measurement it checks that every run is `completed` exactly once (one
 `run.running.claimed` transition each) and every dispatch `delivered` at attempt 1, and
 prints which nodes ran how many runs.
 
-    python bench/pg_nodes.py [--rounds 3] [--rows 300] [--what runs,deliveries]
+    python bench/pg_nodes.py [--rounds 3] [--rows 300] [--what runs,scheduled,deliveries]
 
 Run it with an interpreter that has studio-api, studio-cli and psycopg (the `postgres` test
 environment: `hatch run hatch-test.py3.11-postgres:python bench/pg_nodes.py`, or that env's
@@ -43,9 +47,10 @@ from pathlib import Path
 TARGET = 2.2
 NODES = (1, 3)
 ADHOC_CONCURRENT = 4
+SCHEDULED_CAP = 12
 
 
-def _env(url: str, port: int, node: str, logs: Path) -> dict[str, str]:
+def _env(url: str, port: int, node: str, logs: Path, what: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
@@ -61,10 +66,13 @@ def _env(url: str, port: int, node: str, logs: Path) -> dict[str, str]:
             "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "true",
         }
     )
+    if what == "scheduled":
+        env["LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE"] = "1"
+        env["LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT"] = str(SCHEDULED_CAP)
     return env
 
 
-def _start_nodes(url: str, count: int, work: Path) -> list[subprocess.Popen[bytes]]:
+def _start_nodes(url: str, count: int, work: Path, what: str) -> list[subprocess.Popen[bytes]]:
     import httpx
 
     from studio_state.testing import free_port
@@ -79,7 +87,7 @@ def _start_nodes(url: str, count: int, work: Path) -> list[subprocess.Popen[byte
         nodes.append(
             subprocess.Popen(
                 [sys.executable, "-m", "studio_cli", "serve"],
-                env=_env(url, port, f"node-{index}", logs),
+                env=_env(url, port, f"node-{index}", logs, what),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -116,7 +124,7 @@ def _stop_nodes(nodes: list[subprocess.Popen[bytes]]) -> None:
 
 async def _enqueue(url: str, what: str, rows: int, work: Path) -> float:
     import studio_outbox
-    from studio_scheduler_core import AdhocRunService, SchedulerSettings
+    from studio_scheduler_core import AdhocRunService, SchedulerSettings, ScheduleService
     from studio_state import connect, write_transaction
 
     async with connect(url) as conn:
@@ -131,6 +139,23 @@ async def _enqueue(url: str, what: str, rows: int, work: Path) -> float:
                 }
                 for _ in range(rows):
                     await service.enqueue(body)
+            elif what == "scheduled":
+                schedules = ScheduleService(
+                    conn, settings=SchedulerSettings(command_allowlist=("true",))
+                )
+                for i in range(rows):
+                    await schedules.create(
+                        {
+                            "name": f"s{i}",
+                            "trigger_type": "interval",
+                            "interval_sec": 3600,
+                            "action_kind": "command",
+                            "action_command": "true",
+                            "action_cwd": str(work),
+                        }
+                    )
+                # Due now, all of them: each fires once (the next one is an hour away).
+                await conn.execute("UPDATE schedules SET next_fire_at = ?", (time.time(),))
             else:
                 await studio_outbox.enqueue_many(
                     conn, [{"kind": "bench", "deliver_to": f"d{i}"} for i in range(rows)]
@@ -142,7 +167,7 @@ async def _finished(url: str, what: str) -> tuple[int, float | None]:
     from studio_state import connect, fetch_one
 
     async with connect(url) as conn:
-        if what == "runs":
+        if what in ("runs", "scheduled"):
             row = await fetch_one(
                 conn,
                 "SELECT count(*) AS n, max(ended_at) AS last FROM schedule_runs "
@@ -162,9 +187,12 @@ async def _check(url: str, what: str, rows: int) -> dict[str, int]:
     from studio_state import connect, fetch_all
 
     async with connect(url) as conn:
-        if what == "runs":
+        if what in ("runs", "scheduled"):
+            # Capacity deferrals of waiting schedules are `skipped` records, not fires.
             by_status = await fetch_all(
-                conn, "SELECT status, count(*) AS n FROM schedule_runs GROUP BY status"
+                conn,
+                "SELECT status, count(*) AS n FROM schedule_runs WHERE status <> 'skipped' "
+                "GROUP BY status",
             )
             claims = await fetch_all(
                 conn,
@@ -172,7 +200,9 @@ async def _check(url: str, what: str, rows: int) -> dict[str, int]:
                 "WHERE reason_code = 'run.running.claimed'",
             )
             nodes = await fetch_all(
-                conn, "SELECT node_id, count(*) AS n FROM schedule_runs GROUP BY node_id"
+                conn,
+                "SELECT node_id, count(*) AS n FROM schedule_runs WHERE status <> 'skipped' "
+                "GROUP BY node_id",
             )
             assert {r["status"]: int(r["n"]) for r in by_status} == {"completed": rows}, by_status
             assert int(claims[0]["n"]) == rows, claims
@@ -195,7 +225,7 @@ def _measure(
         conn.execute(f"CREATE DATABASE {name}")
     url = admin.rsplit("/", 1)[0] + "/" + name
     work = Path(tempfile.mkdtemp(prefix=f"pg-nodes-{name}-"))
-    nodes = _start_nodes(url, count, work)
+    nodes = _start_nodes(url, count, work, what)
     try:
         committed = asyncio.run(_enqueue(url, what, rows, work))
         deadline = time.monotonic() + 600
@@ -233,7 +263,7 @@ def main() -> None:
         f"python {platform.python_version()}, {os.cpu_count()} cores, load "
         f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"{args.rows} rows per measurement, {args.rounds} rounds, max_adhoc_concurrent "
-        f"{ADHOC_CONCURRENT} per node"
+        f"{ADHOC_CONCURRENT} per node, scheduled cap {SCHEDULED_CAP} (scheduled on any node)"
     )
     results: dict[tuple[str, int], list[float]] = {}
     spread: dict[tuple[str, int], list[dict[str, int]]] = {}
@@ -257,8 +287,8 @@ def main() -> None:
         ratio = statistics.median(three) / statistics.median(one)
         met = "met" if ratio >= TARGET else "NOT MET"
         print(f"{what:<28}{_fmt(one):<28}{_fmt(three):<28}{ratio:.2f}× ≥ {TARGET}× {met}")
-        if what == "runs":
-            print(f"  runs per node, 3 nodes (each round): {spread[(what, 3)]}")
+        if what in ("runs", "scheduled"):
+            print(f"  {what} per node, 3 nodes (each round): {spread[(what, 3)]}")
 
 
 if __name__ == "__main__":
