@@ -1,5 +1,5 @@
-"""Scheduled fires run by any node: three real ``studio serve`` processes with
-``LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE=1`` on one throwaway PostgreSQL database.
+"""Scheduled fires run by any node: three real ``studio serve`` processes on one throwaway
+PostgreSQL database (``LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE`` unset: on, for PostgreSQL).
 
 The leader admits every fire and queues it; the workers of all three nodes claim them. The
 fires run on more than one node, no occurrence fires twice, the global cap holds across the
@@ -22,7 +22,6 @@ _nodes = load_beside(__file__, "test_nodes_pg.py", "studio_test_nodes_pg")
 nodes, wait_until, schedule = _nodes.nodes, _nodes.wait_until, _nodes.schedule
 CAP, TERMINAL = _nodes.CAP, _nodes.TERMINAL
 
-ANY_NODE = {"LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE": "1"}
 SCHEDULES = 30
 
 
@@ -46,7 +45,7 @@ def _in_flight(dsn: str) -> int:
 def test_fires_run_on_every_node_and_a_dead_nodes_run_is_failed(
     pg_dsn: str, tmp_path: Path
 ) -> None:
-    with nodes(pg_dsn, tmp_path, ["node-a", "node-b", "node-c"], ANY_NODE) as started:
+    with nodes(pg_dsn, tmp_path, ["node-a", "node-b", "node-c"]) as started:
         (leader,) = wait_until(
             lambda: [n for n in started if (n.health() or {}).get("leader")], 30, "a leader"
         )

@@ -232,7 +232,9 @@ def test_one_node_serves_fires_and_the_cli_shares_its_database(pg_dsn: str, tmp_
 
 
 def test_three_nodes_one_leader_and_failover_after_kill_9(pg_dsn: str, tmp_path: Path) -> None:
-    with nodes(pg_dsn, tmp_path, ["node-a", "node-b", "node-c"]) as started:
+    # The leader runs the fires itself here (test_nodes_any_node.py: any node's worker does).
+    leader_runs = {"LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE": "0"}
+    with nodes(pg_dsn, tmp_path, ["node-a", "node-b", "node-c"], leader_runs) as started:
         leaders = wait_until(
             lambda: [n for n in started if (n.health() or {}).get("leader")],
             30,

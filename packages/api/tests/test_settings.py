@@ -374,9 +374,12 @@ def test_node_url_reaches_the_scheduler_settings() -> None:
 
 
 def test_scheduled_on_any_node_reaches_the_scheduler_and_a_bad_value_is_refused() -> None:
-    assert StudioSettings.from_env({}).to_scheduler_settings().scheduled_on_any_node is False
+    # Unset: the engine decides by the database (on for PostgreSQL, off for SQLite).
+    assert StudioSettings.from_env({}).to_scheduler_settings().scheduled_on_any_node is None
     on = StudioSettings.from_env({"LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE": "1"})
     assert on.to_scheduler_settings().scheduled_on_any_node is True
+    off = StudioSettings.from_env({"LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE": "false"})
+    assert off.to_scheduler_settings().scheduled_on_any_node is False
     with pytest.raises(SettingsError) as info:
         StudioSettings.from_env({"LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE": "maybe"})
     assert "LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE" in str(info.value)

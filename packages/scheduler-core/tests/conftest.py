@@ -72,6 +72,9 @@ def settings(
         li_executable=str(fake_li),
         child_env=child_env,
         invocation_deadline_seconds=60.0,
+        # The leader runs its fires in these tests on both backends (test_any_node.py: the
+        # workers of any node do).
+        scheduled_on_any_node=False,
     )
 
 

@@ -7,11 +7,13 @@ and a new leader holds again the slots of fires still queued or running.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from studio_scheduler_core import SchedulerEngine
 from studio_scheduler_core.testing import FLAKY
-from studio_state import connect, fetch_all, fetch_value
+from studio_state import connect, fetch_all, fetch_value, is_postgres
 
 ANY = {"scheduled_on_any_node": True}
 
@@ -38,6 +40,11 @@ async def _ended(h: Any, engine: Any, schedule_id: str, count: int = 1) -> list[
 
     await h.eventually(ended, timeout=20)
     return await h.runs_of(engine.conn, schedule_id)
+
+
+def test_unset_it_is_on_for_postgresql_and_off_for_sqlite(db_target: str, settings) -> None:
+    engine = SchedulerEngine(db_target, settings=replace(settings, scheduled_on_any_node=None))
+    assert engine.settings.scheduled_on_any_node is is_postgres(db_target)
 
 
 async def test_a_due_fire_is_queued_then_claimed_and_run_under_a_lease(

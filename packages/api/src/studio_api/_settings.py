@@ -170,8 +170,8 @@ class StudioSettings(BaseSettings):
         le=1024**3,
         validation_alias="LIONAGI_STUDIO_RUN_LOG_BYTES",
     )
-    scheduled_on_any_node: bool = Field(
-        default=False, validation_alias="LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE"
+    scheduled_on_any_node: bool | None = Field(
+        default=None, validation_alias="LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE"
     )
     retention_days: float = Field(
         default=30.0,

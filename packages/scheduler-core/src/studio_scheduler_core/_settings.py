@@ -43,9 +43,10 @@ class SchedulerSettings:
     """The bound of one run log (at least 1024 bytes)."""
     retention_days: float = 30.0
     """Terminal runs and dispatches older than this many days are deleted (0: keep forever)."""
-    scheduled_on_any_node: bool = False
+    scheduled_on_any_node: bool | None = None
     """Scheduled fires are committed ``queued`` by the leader and run by whichever node's
-    worker claims them (leased, like ad-hoc runs); ``False``: the leader runs them itself."""
+    worker claims them (leased, like ad-hoc runs); ``False``: the leader runs them itself;
+    ``None``: on for a PostgreSQL database (several nodes may share it), off for SQLite."""
     webhook_secret: str | None = field(default=None, repr=False)
     """``whsec_<base64>`` key that signs webhook deliveries (``None``: sent unsigned)."""
 

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,37 +25,30 @@ from .._adhoc.worker import AdhocWorker
 from .._dbfile import StorageHealth
 from .._exceptions import (
     DatabaseUnavailable,
-    FireRefused,
     InvalidSettings,
-    ScheduleNotFound,
     SchedulerError,
 )
-from .._fire.occurrence import ScheduleClaim
-from .._fire.pipeline import fire
 from .._github.source import GithubPollSource
 from .._observe.events import emit
 from .._recovery.orphans import OrphanReaper
 from .._recovery.retention import RetentionReport
 from .._schedules.service import ScheduleService
-from .._schedules.store import load_schedule
 from .._settings import SchedulerSettings
 from .._target import child_db_value, normalise
 from .._triggers.registry import default_registry
 from .._triggers.threshold import MetricThreshold
 from ..abc import Leadership, RunTerminalHook, ThresholdGate, TriggerSource, WorkerPass
 from .database import EngineDatabase
-from .figures import Figures, run_concerns
+from .figures import Figures, limits, run_concerns
 from .leadership import default_leadership
 from .listener import WakeListener
+from .manual import fire_manually, refuse_on_follower
 from .running import Running, build, logged
 from .store import register_node
 from .takeover import take_over
 from .waker import Waker
 
 logger = logging.getLogger("studio_scheduler_core")
-
-NOT_LEADER = "schedule.refused.not_leader"
-"""A manual fire sent to a node that does not lead schedule evaluation (PostgreSQL)."""
 
 
 class SchedulerEngine:
@@ -94,7 +88,10 @@ class SchedulerEngine:
             raise InvalidSettings(
                 "run_log_dir", "must be set on PostgreSQL (there is no database file beside it)"
             )
+        if settings.scheduled_on_any_node is None:
+            settings = replace(settings, scheduled_on_any_node=self.backend == "postgresql")
         self.settings = settings
+        """The settings, ``scheduled_on_any_node`` resolved for this database."""
         self.clock = clock
         self.registry = default_registry()
         self.registry.register(GithubPollSource(settings, wake=self.wake))
@@ -360,33 +357,10 @@ class SchedulerEngine:
         """
         run = self._started()
         if not self._leading:
-            # A follower's fire would hold a slot the leader's gates do not see, and the run
-            # would look like a lost node's to the next leader.
-            raise FireRefused(
-                NOT_LEADER,
-                f"node {self.node_id} does not lead schedule evaluation now; trigger through "
-                "the node whose GET /api/health says leader: true",
-            )
-        schedule = await load_schedule(run.conn, schedule_id)
-        if schedule is None:
-            raise ScheduleNotFound(schedule_id)
-        now = self.clock()
-        decision = await run.admission.admit(schedule, now=now, manual=True, path="manual")
-        if decision.outcome != "fire" or decision.reservation is None:
-            raise FireRefused(decision.reason_code, decision.message)
-        fired = await fire(
-            run.env,
-            schedule,
-            {"manual": True, "fired_at": now},
-            kind="manual",
-            claim=lambda: ScheduleClaim("manual", schedule_id),
-            reservation=decision.reservation,
-            start=run.runner.start,
-        )
-        if fired is None:
-            raise ScheduleNotFound(schedule_id)
+            raise refuse_on_follower(self.node_id)
+        run_id = await fire_manually(run, schedule_id, now=self.clock())
         self.wake()
-        return fired.run_id
+        return run_id
 
     # -- introspection ----------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
@@ -425,11 +399,4 @@ class SchedulerEngine:
 
     def limits(self) -> dict[str, Any]:
         """The global cap, in-flight holders, and the ad-hoc pool's figures."""
-        run = self._run
-        return {
-            "max_scheduled_concurrent": self.settings.max_scheduled_concurrent,
-            "in_flight": 0 if run is None else len(run.admission.slots),
-            "holders": [] if run is None else run.admission.holders(),
-            "max_adhoc_concurrent": self.settings.max_adhoc_concurrent,
-            "adhoc_in_flight": self._worker.in_flight(),
-        }
+        return limits(self._run, self.settings, adhoc_in_flight=self._worker.in_flight())

@@ -96,3 +96,17 @@ class Figures:
             "global_cap": settings.max_scheduled_concurrent,
             "holders": [] if run is None else run.admission.holders(),
         }
+
+
+def limits(
+    run: Running | None, settings: SchedulerSettings, *, adhoc_in_flight: int
+) -> dict[str, Any]:
+    """The global cap, in-flight holders, and the ad-hoc pool's figures (see
+    ``SchedulerEngine.limits``)."""
+    return {
+        "max_scheduled_concurrent": settings.max_scheduled_concurrent,
+        "in_flight": 0 if run is None else len(run.admission.slots),
+        "holders": [] if run is None else run.admission.holders(),
+        "max_adhoc_concurrent": settings.max_adhoc_concurrent,
+        "adhoc_in_flight": adhoc_in_flight,
+    }

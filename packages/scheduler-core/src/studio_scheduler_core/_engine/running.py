@@ -110,7 +110,7 @@ def build(
         db_path=db_path,
         storage=storage,
         node_id=node_id,
-        queue_fires=settings.scheduled_on_any_node,
+        queue_fires=bool(settings.scheduled_on_any_node),
     )
     admission = Admission(conn, settings, threshold)
     runner = FireRunner(env, on_terminal=on_terminal, wake=wake)
