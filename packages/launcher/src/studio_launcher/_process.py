@@ -166,9 +166,10 @@ def _environ(pid: int) -> dict[bytes, bytes] | None:
 
 
 def find_processes_by_env(
-    name: str, values: Collection[str], *, where: Mapping[str, str] | None = None
+    name: str, values: Collection[str] | None, *, where: Mapping[str, str] | None = None
 ) -> dict[str, list[int]]:
-    """Live processes whose environment sets ``name`` to one of ``values``: value -> pids.
+    """Live processes whose environment sets ``name`` to one of ``values`` (``None``: to any
+    value): value -> pids.
 
     For crash reconciliation of children whose pid was never recorded (the daemon died
     between exec and writing the pid down): every child runs with ``LIONAGI_INVOCATION_ID``
@@ -177,8 +178,8 @@ def find_processes_by_env(
     with); processes that cannot be read (another user's, already gone) and this process are
     skipped. Returns only values that matched.
     """
-    wanted = {os.fsencode(v) for v in values}
-    if not wanted:
+    wanted = None if values is None else {os.fsencode(v) for v in values}
+    if wanted is not None and not wanted:
         return {}
     key = os.fsencode(name)
     conditions = {os.fsencode(k): os.fsencode(v) for k, v in (where or {}).items()}
@@ -191,14 +192,15 @@ def find_processes_by_env(
     for entry in entries:
         if not entry.isdigit() or int(entry) == me:
             continue
-        env = _environ(int(entry))
-        if not env or env.get(key) not in wanted:
+        env = _environ(int(entry)) or {}
+        value = env.get(key)
+        if value is None or (wanted is not None and value not in wanted):
             continue
         if any(env.get(k) != v for k, v in conditions.items()):
             continue
         if not _is_running(int(entry)):
             continue
-        found.setdefault(os.fsdecode(env[key]), []).append(int(entry))
+        found.setdefault(os.fsdecode(value), []).append(int(entry))
     return found
 
 

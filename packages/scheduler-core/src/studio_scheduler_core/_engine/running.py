@@ -23,9 +23,12 @@ from .._admission.gates import Admission
 from .._dbfile import StorageHealth
 from .._fire.env import FireEnv
 from .._fire.runner import FireRunner
+from .._recovery.ended_children import EndedChildren
+from .._recovery.orphans import OrphanReaper
 from .._recovery.reapers import Reapers
 from .._schedules.service import ScheduleService
 from .._settings import SchedulerSettings
+from .._target import child_db_value
 from .._triggers.registry import TriggerRegistry
 from ..abc import RunTerminalHook, ThresholdGate, WorkerPass
 from .delivery import Delivery
@@ -49,18 +52,21 @@ class Running:
     service: ScheduleService
     delivery: Delivery
     reapers: Reapers
+    children: EndedChildren
     stack: AsyncExitStack
     loop_task: asyncio.Task[None] | None = None
 
     def concerns(self, worker: WorkerPass, *, leading: bool) -> tuple[Concern, ...]:
-        """A tick's concerns, in order: the leader's all of them; a follower's the outbox and
-        the ad-hoc queue only (both are leased rows taken by guarded claims, so nodes share
-        them without taking one twice; schedules, reapers and scheduled slots stay with the
-        leader)."""
+        """A tick's concerns, in order: the leader's all of them; a follower's the outbox, the
+        worker's queue (leased rows taken by guarded claims, so nodes share them without
+        taking one twice) and the sweep of its own machine for children of ended runs;
+        schedules, reapers and scheduled slots stay with the leader."""
         pass_ = ("worker", lambda now: worker.run(self.conn, now=now))
+        children = ("children", lambda now: self.children.tick(self.conn, now))
         if not leading:
-            return (("dispatch", self.delivery.tick), pass_)
+            return (("dispatch", self.delivery.tick), pass_, children)
         leader: tuple[Concern, ...] = (
+            children,
             ("reapers", self.reapers.reap),
             ("checkpoint", self.reapers.checkpoint),
             ("dispatch", self.delivery.tick),
@@ -114,6 +120,8 @@ def build(
     )
     admission = Admission(conn, settings, threshold)
     runner = FireRunner(env, on_terminal=on_terminal, wake=wake)
+    orphans = OrphanReaper()
+    stack.push_async_callback(orphans.close)
     return Running(
         conn=conn,
         env=env,
@@ -134,6 +142,11 @@ def build(
             settings=settings,
             owned_runs=lambda: set(env.committed) | set(env.live),
             started=now,
+        ),
+        children=EndedChildren(
+            db_value=child_db_value(db_path),
+            interval=settings.reaper_interval_seconds,
+            reaper=orphans,
         ),
         stack=stack,
     )

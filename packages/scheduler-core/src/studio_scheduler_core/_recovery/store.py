@@ -57,6 +57,21 @@ async def invocations_started_before(
     )
 
 
+async def ended_run_invocations(conn: aiosqlite.Connection, ids: list[str]) -> set[str]:
+    """Which of the invocation ``ids`` belong to a run and are no longer ``running``."""
+    ended: set[str] = set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        rows = await fetch_all(
+            conn,
+            f"SELECT id FROM invocations WHERE id IN ({', '.join('?' * len(chunk))}) "
+            "AND schedule_run_id IS NOT NULL AND status <> 'running'",
+            tuple(chunk),
+        )
+        ended.update(str(row["id"]) for row in rows)
+    return ended
+
+
 async def database_path(conn: aiosqlite.Connection) -> str | None:
     """The file of the connection's main database (what children get as LIONAGI_STUDIO_DB);
     ``None`` on PostgreSQL, which has no file (its callers pass the URL instead)."""
