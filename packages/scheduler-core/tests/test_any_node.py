@@ -16,6 +16,7 @@ from studio_scheduler_core.testing import FLAKY
 from studio_state import connect, fetch_all, fetch_value, is_postgres
 
 ANY = {"scheduled_on_any_node": True}
+ENDED = ("completed", "failed", "timed_out", "cancelled")
 
 
 async def _statuses(conn: Any, schedule_id: str) -> list[tuple[str, str]]:
@@ -35,7 +36,7 @@ async def _ended(h: Any, engine: Any, schedule_id: str, count: int = 1) -> list[
     async def ended() -> bool:
         await engine.tick_once()
         rows = await h.runs_at_depth(engine.conn, schedule_id, 0)
-        done = [r for r in rows if r["status"] not in ("queued", "running", "skipped")]
+        done = [r for r in rows if r["status"] in ENDED]
         return len(done) >= count
 
     await h.eventually(ended, timeout=20)
@@ -329,6 +330,8 @@ async def test_a_buffered_occurrence_is_queued_when_the_fire_a_worker_ran_ends(
     ]
     flag.touch()
     runs = await _ended(h, engine, created["id"], count=2)
-    assert [r["status"] for r in runs] == ["completed", "completed"]
+    assert [r["status"] for r in runs] == ["completed", "completed"], [
+        (r["status"], r["status_reason_code"], r["error_detail"]) for r in runs
+    ]
     steps = [t["status"] for t in await h.transitions_of(engine.conn, runs[1]["id"])]
     assert steps == ["waiting_dependency", "queued", "running", "completed"]

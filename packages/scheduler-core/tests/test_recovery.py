@@ -95,7 +95,8 @@ from studio_scheduler_core import SchedulerEngine, SchedulerSettings
 async def main():
     db, py, slow, path, logs = sys.argv[1:6]
     settings = SchedulerSettings(
-        command_allowlist=(py,), child_env={"PATH": path}, run_log_dir=logs or None
+        command_allowlist=(py,), child_env={"PATH": path}, run_log_dir=logs or None,
+        scheduled_on_any_node=False,
     )
     engine = SchedulerEngine(db, settings=settings)
     await engine.start()
