@@ -65,6 +65,29 @@ async def test_passthrough_keeps_only_the_named_secret(tmp_path: Path) -> None:
     assert "LIONAGI_STUDIO_WEBHOOK_SECRET" not in env
 
 
+async def test_each_send_sees_the_environment_as_it_is_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The filtered environment is reused between sends only while os.environ is unchanged.
+    out = tmp_path / "env.jsonl"
+    transport = CommandTransport(_template(out))
+    monkeypatch.setenv("STUDIO_TEST_CHANGING", "one")
+    assert (await transport.send(_envelope())).ok
+    assert (await transport.send(_envelope())).ok
+    monkeypatch.setenv("STUDIO_TEST_CHANGING", "two")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_set_later")
+    assert (await transport.send(DispatchEnvelope("d2", "k", "ops", 2, "{}"))).ok
+    monkeypatch.delenv("STUDIO_TEST_CHANGING")
+    assert (await transport.send(_envelope())).ok
+    first, again, changed, removed = _seen(out)
+    assert first["STUDIO_TEST_CHANGING"] == again["STUDIO_TEST_CHANGING"] == "one"
+    assert changed["STUDIO_TEST_CHANGING"] == "two"
+    assert "GITHUB_TOKEN" not in changed  # a secret set after the first send is still removed
+    assert changed["LIONAGI_DISPATCH_ID"] == "d2" and changed["LIONAGI_DISPATCH_ATTEMPT"] == "2"
+    assert "STUDIO_TEST_CHANGING" not in removed
+    assert removed["LIONAGI_DISPATCH_ID"] == "d1" and removed["LIONAGI_DISPATCH_ATTEMPT"] == "1"
+
+
 @pytest.mark.usefixtures("secrets_set")
 async def test_explicit_env_is_used_as_given_minus_secrets(tmp_path: Path) -> None:
     out = tmp_path / "env.jsonl"

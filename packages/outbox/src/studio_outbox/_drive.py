@@ -15,6 +15,7 @@ of one trip per statement as :func:`run_async` does.
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import sqlite3
 from collections.abc import Generator, Iterator, Sequence
@@ -62,8 +63,9 @@ def is_busy(exc: sqlite3.Error) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
-def transition_id(created_at: float) -> str:
-    """A ``status_transitions`` id that sorts by time: 8 hex of the second, 12 random hex.
+def transition_id(created_at: float, noise: str) -> str:
+    """A ``status_transitions`` id that sorts by time: 8 hex of the second, then ``noise``
+    (12 random hex digits).
 
     The table's primary key is a B-tree; a fully random id puts every insert on a random leaf
     page, which with millions of rows of history is a page-cache miss per transition (the
@@ -72,15 +74,37 @@ def transition_id(created_at: float) -> str:
     recent inserts keep in the cache; the random part keeps them unique, with the 48 bits of
     ``studio_state.new_id`` within each second.
     """
-    return f"{int(created_at) & 0xFFFFFFFF:08x}{secrets.token_hex(6)}"
+    return f"{int(created_at) & 0xFFFFFFFF:08x}{noise}"
 
 
 def record(transitions: Sequence[studio_state.Transition]) -> Steps[None]:
-    """Write ``transitions`` (inside the current transaction), with time-ordered ids."""
+    """Write ``transitions`` (inside the current transaction), with time-ordered ids.
+
+    The random parts of all the ids come from one read of the OS's random source, and each
+    row is built here rather than by ``Transition.params`` (which draws an id of its own
+    that would be discarded): a delivery write step records two transitions, and every
+    read of the random source is a system call on the connection's thread.
+    """
     if transitions:
+        noise = secrets.token_hex(6 * len(transitions))
         yield ExecMany(
             TRANSITION_INSERT,
-            [(transition_id(t.created_at), *t.params()[1:]) for t in transitions],
+            [
+                (
+                    transition_id(t.created_at, noise[12 * i : 12 * i + 12]),
+                    t.entity_type,
+                    t.entity_id,
+                    t.previous_status,
+                    t.status,
+                    t.reason_code,
+                    t.reason_summary,
+                    None if t.evidence_refs is None else json.dumps(list(t.evidence_refs)),
+                    t.actor,
+                    None if t.metadata is None else json.dumps(dict(t.metadata)),
+                    t.created_at,
+                )
+                for i, t in enumerate(transitions)
+            ],
         )
 
 

@@ -49,17 +49,18 @@ class PidfdChild:
         argv: Sequence[str],
         *,
         stdin_data: bytes | None,
-        env: Mapping[str, str],
+        env: Mapping[bytes, bytes],
     ) -> None:
         self._loop = loop
         self._protocol = protocol
         self._proc = subprocess.Popen(
             list(argv),
+            bufsize=0,  # only the descriptors are used: no buffered wrappers to set up
             stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            env=dict(env),
+            env=env,
         )
         self._pidfd: int | None = None
         self._stderr: int | None = None

@@ -44,6 +44,24 @@ def transport_env(
     }
 
 
+_DISPATCH_ID_KEY = DISPATCH_ID_ENV.encode()
+_DISPATCH_ATTEMPT_KEY = DISPATCH_ATTEMPT_ENV.encode()
+
+
+def _encoded(env: Mapping[str, str]) -> dict[bytes, bytes]:
+    return {os.fsencode(name): os.fsencode(value) for name, value in env.items()}
+
+
+def _environ_bytes() -> Mapping[bytes, bytes] | None:
+    """``os.environ``'s own store (encoded names and values), where the interpreter has one.
+
+    ``os.environ`` keeps every variable as bytes and decodes on each read; comparing this
+    store with a copy tells whether any variable changed without decoding any of them.
+    """
+    data = getattr(os.environ, "_data", None)
+    return data if isinstance(data, dict) else None
+
+
 def validate_notify_template(template: object) -> list[str]:
     """Return ``template`` as a list of argv strings, or raise :class:`InvalidNotifyTemplate`.
 
@@ -101,7 +119,15 @@ class CommandTransport:
     died mid-send (a live sender ends every send inside the claim lease), so they are orphans.
     """
 
-    __slots__ = ("_env", "_passthrough", "_payload_in_argv", "_template", "timeout")
+    __slots__ = (
+        "_env",
+        "_inherited",
+        "_passthrough",
+        "_payload_in_argv",
+        "_seen",
+        "_template",
+        "timeout",
+    )
 
     def __init__(
         self,
@@ -113,7 +139,13 @@ class CommandTransport:
     ) -> None:
         self._template = validate_notify_template(template)
         self._passthrough = frozenset(passthrough)
-        self._env = None if env is None else transport_env(env, passthrough=self._passthrough)
+        self._env = (
+            None if env is None else _encoded(transport_env(env, passthrough=self._passthrough))
+        )
+        # The inherited environment, filtered and encoded, and the state of os.environ it was
+        # built from: rebuilt only when os.environ has changed since the last send.
+        self._seen: dict[bytes, bytes] | None = None
+        self._inherited: dict[bytes, bytes] = {}
         self._payload_in_argv = PAYLOAD_PLACEHOLDER in self._template
         if not timeout > 0:
             raise InvalidNotifyTemplate(f"timeout must be positive, got {timeout!r}")
@@ -126,6 +158,28 @@ class CommandTransport:
 
     def __repr__(self) -> str:
         return f"CommandTransport({self._template!r}, timeout={self.timeout})"
+
+    def _child_env(self, envelope: DispatchEnvelope) -> dict[bytes, bytes]:
+        """The child's environment, as bytes (what ``execve`` takes; nothing to re-encode).
+
+        Without an explicit ``env``, this process's environment is read at every send: the
+        filtered copy is reused while ``os.environ`` still holds what it was built from (one
+        comparison of two dicts instead of decoding, filtering and encoding every variable).
+        """
+        if self._env is not None:
+            env = dict(self._env)
+        else:
+            current = _environ_bytes()
+            if current is None:
+                env = _encoded(transport_env(passthrough=self._passthrough))
+            else:
+                if current != self._seen:
+                    self._seen = dict(current)
+                    self._inherited = _encoded(transport_env(passthrough=self._passthrough))
+                env = dict(self._inherited)
+        env[_DISPATCH_ID_KEY] = os.fsencode(envelope.dispatch_id)
+        env[_DISPATCH_ATTEMPT_KEY] = b"%d" % envelope.attempt
+        return env
 
     async def send(self, envelope: DispatchEnvelope) -> TransportResult:
         """Run the template once for ``envelope``."""
@@ -141,9 +195,7 @@ class CommandTransport:
                     envelope.dispatch_id,
                     killed,
                 )
-        env = transport_env(passthrough=self._passthrough) if self._env is None else dict(self._env)
-        env[DISPATCH_ID_ENV] = envelope.dispatch_id
-        env[DISPATCH_ATTEMPT_ENV] = str(envelope.attempt)
+        env = self._child_env(envelope)
         loop = asyncio.get_running_loop()
         protocol = _Protocol(loop)
         transport: _Child
