@@ -12,7 +12,9 @@ While every global slot is taken, each finished child wakes the engine to fill t
 freed. Walking every due row again for each of those wake-ups costs a read per due row per
 fire at saturation, and counts each waiting schedule deferred many times a second. So within
 :data:`REFILL_SECONDS` of a full pass that met the cap, a pass is a *refill*: it stops at its
-first capacity deferral without counting it. A full pass (which counts and records every
+first capacity deferral without counting it, and reads the due rows in small batches (the
+free slots plus :data:`REFILL_MARGIN`, doubling while rows take no slot) rather than a full
+batch it would leave at its first row. A full pass (which counts and records every
 deferral) runs at most once per :data:`REFILL_SECONDS` while the cap holds.
 
 The fires admitted for cadence rows (one occurrence per row) are prepared as the pass goes
@@ -49,6 +51,7 @@ logger = logging.getLogger("studio_scheduler_core")
 BATCH = 1000
 MAX_DUE_PER_TICK = 10_000
 REFILL_SECONDS = 1.0
+REFILL_MARGIN = 8
 MISSED_FIRE = "schedule.skipped.missed_fire"
 
 
@@ -154,8 +157,11 @@ class Evaluator:
         self, now: float, cursor: tuple[float, str] | None, counts: dict[str, int]
     ) -> tuple[float, str] | None:
         seen = 0
+        free = self._admission.cap - len(self._admission.slots)
+        size = min(BATCH, max(0, free) + REFILL_MARGIN) if self._refill else BATCH
         while seen < MAX_DUE_PER_TICK:
-            rows = await self._due_rows(now, cursor, min(BATCH, MAX_DUE_PER_TICK - seen))
+            limit = min(size, MAX_DUE_PER_TICK - seen)
+            rows = await self._due_rows(now, cursor, limit)
             if not rows:
                 return None
             seen += len(rows)
@@ -171,8 +177,9 @@ class Evaluator:
                 await self._commit_staged(now, counts)
             finally:
                 self._staged.drop()  # cancelled before their commit: release, write nothing
-            if self._refilled or len(rows) < BATCH:
+            if self._refilled or len(rows) < limit:
                 return None
+            size = min(BATCH, size * 2)
         self.more = True
         return cursor
 
