@@ -32,6 +32,7 @@ logger = logging.getLogger("studio_scheduler_core")
 async def _record_child(env: FireEnv, fire: Prepared, pid: int) -> None:
     started = process_start_time(pid)
     env.live[fire.run_id] = (pid, started)
+
     def write(db: sqlite3.Connection) -> bool:
         return store.record_child_sync(db, fire.run_id, pid, started, env.node_id)
 
