@@ -12,7 +12,9 @@ While every global slot is taken, each finished child wakes the engine to fill t
 freed. Walking every due row again for each of those wake-ups costs a read per due row per
 fire at saturation, and counts each waiting schedule deferred many times a second. So within
 :data:`REFILL_SECONDS` of a full pass that met the cap, a pass is a *refill*: it stops at its
-first capacity deferral without counting it. A full pass (which counts and records every
+first capacity deferral without counting it, and reads the due rows in small batches (the
+free slots plus :data:`REFILL_MARGIN`, doubling while rows take no slot) rather than a full
+batch it would leave at its first row. A full pass (which counts and records every
 deferral) runs at most once per :data:`REFILL_SECONDS` while the cap holds.
 
 The fires admitted for cadence rows (one occurrence per row) are prepared as the pass goes
@@ -37,11 +39,12 @@ from .._fire.retry import next_retry_at
 from .._observe.summary import coalesced_event
 from .._policies.overlap import OverlapPolicies, Revoke
 from .._rows import decode_schedule
-from .._schedules.jitter import catchup_expired, jitter_delay, jitter_until
+from .._schedules.jitter import jitter_until
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
 from . import store
 from .firebatch import MAX_FIRE_BATCH, FireBatch
+from .missed import missed_pass
 from .records import PassRecords
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -49,7 +52,7 @@ logger = logging.getLogger("studio_scheduler_core")
 BATCH = 1000
 MAX_DUE_PER_TICK = 10_000
 REFILL_SECONDS = 1.0
-MISSED_FIRE = "schedule.skipped.missed_fire"
+REFILL_MARGIN = 8
 
 
 class Evaluator:
@@ -154,8 +157,11 @@ class Evaluator:
         self, now: float, cursor: tuple[float, str] | None, counts: dict[str, int]
     ) -> tuple[float, str] | None:
         seen = 0
+        free = self._admission.cap - len(self._admission.slots)
+        size = min(BATCH, max(0, free) + REFILL_MARGIN) if self._refill else BATCH
         while seen < MAX_DUE_PER_TICK:
-            rows = await self._due_rows(now, cursor, min(BATCH, MAX_DUE_PER_TICK - seen))
+            limit = min(size, MAX_DUE_PER_TICK - seen)
+            rows = await self._due_rows(now, cursor, limit)
             if not rows:
                 return None
             seen += len(rows)
@@ -171,8 +177,9 @@ class Evaluator:
                 await self._commit_staged(now, counts)
             finally:
                 self._staged.drop()  # cancelled before their commit: release, write nothing
-            if self._refilled or len(rows) < BATCH:
+            if self._refilled or len(rows) < limit:
                 return None
+            size = min(BATCH, size * 2)
         self.more = True
         return cursor
 
@@ -357,60 +364,4 @@ class Evaluator:
 
     async def missed_fires(self, now: float) -> dict[str, int]:
         """Startup: apply each due row's missed_fire_policy once (skip, or run_once)."""
-        counts: dict[str, int] = {}
-        cursor: tuple[float, str] | None = None
-        while True:
-            rows = await self._due_rows(now, cursor, BATCH)
-            if not rows:
-                break
-            cursor = (rows[-1]["next_fire_at"], rows[-1]["id"])
-            for row in rows:
-                source = self._registry.get(str(row["trigger_type"]))
-                if source is None or not source.missed_fire_applies:
-                    continue
-                try:
-                    full = await store.schedule_row(self._env.conn, str(row["id"]))
-                    if full is None:
-                        continue
-                    outcome = await self._missed(source, decode_schedule(full), now)
-                except Exception:
-                    logger.exception("missed-fire handling of schedule %s failed", row["id"])
-                    outcome = "error"
-                counts[outcome] = counts.get(outcome, 0) + 1
-            if len(rows) < BATCH:
-                break
-        await self._records.flush(self._env.conn, now)
-        return counts
-
-    async def _missed(self, source: TriggerSource, schedule: dict[str, Any], now: float) -> str:
-        due = schedule.get("next_fire_at")
-        if due is not None and due + jitter_delay(schedule, due, timezone=self.timezone) > now:
-            return "pending"  # not missed: its jittered start is still ahead
-        expired = catchup_expired(schedule, due, now)
-        if schedule.get("missed_fire_policy") == "run_once" and not expired:
-            context = {"missed_recovery": True, "missed_fire_at": due, "fired_at": now}
-            occ = Occurrence(schedule=schedule, due_at=due, trigger_context=context)
-            return await self.handle(source, occ, now, kind="missed_fire")
-        occ = Occurrence(schedule=schedule, due_at=due, trigger_context={})
-        if schedule.get("threshold_config"):
-            # A threshold row's occurrence is a check, not a run: a missed check leaves no
-            # skipped row (reference D9); the next occurrence measures again.
-            claim = self._claim(source, occ, now, advance=True)
-            won = await write_skip(self._env.conn, claim=claim, run=None, transitions=(), now=now)
-            return "advance" if won else "lost"
-        run, transition = skipped_run(
-            schedule_id=str(schedule["id"]),
-            action_kind=str(schedule["action_kind"]),
-            reason_code=MISSED_FIRE,
-            summary="the occurrence fell due while the scheduler was not running"
-            + (" (older than its catch-up window)" if expired else ""),
-            context={"skipped_missed_fire": True, "missed_fire_at": due, "checked_at": now},
-            now=now,
-            metadata={"missed_fire_policy": "skip", "missed_fire_at": due}
-            | ({"catchup_window_sec": schedule["catchup_window_sec"]} if expired else {}),
-        )
-        claim = self._claim(source, occ, now, advance=True)
-        won = await write_skip(
-            self._env.conn, claim=claim, run=run, transitions=[transition], now=now
-        )
-        return "skip" if won else "lost"
+        return await missed_pass(self, now)

@@ -35,6 +35,9 @@ class FireEnv:
     """Where a terminal write reports a storage fault (shared with the engine's health)."""
     terminal_writes: WriteGroup | None = None
     """The terminal writes of fires that end in the same loop turn, committed together."""
+    child_records: WriteGroup | None = None
+    """The child records (:func:`~studio_scheduler_core._fire.store.record_child_sync`) of
+    fires that spawn in the same loop turn, committed together at ``synchronous=NORMAL``."""
     closing: bool = False
     """Set at shutdown: a failing terminal write is then given up (start-up reconciles it)."""
     node_id: str | None = None
@@ -47,6 +50,12 @@ class FireEnv:
         if self.terminal_writes is None:
             self.terminal_writes = WriteGroup(self.conn)
         return self.terminal_writes
+
+    def child_writes(self) -> WriteGroup:
+        """The group the child records on :attr:`conn` share (made on first use)."""
+        if self.child_records is None:
+            self.child_records = WriteGroup(self.conn, synchronous="normal")
+        return self.child_records
 
     def child_env(self, invocation_id: str) -> dict[str, str]:
         """The child's environment: base env + LIONAGI_INVOCATION_ID + LIONAGI_STUDIO_DB."""

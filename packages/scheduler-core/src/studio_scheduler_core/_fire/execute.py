@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,7 +32,12 @@ logger = logging.getLogger("studio_scheduler_core")
 async def _record_child(env: FireEnv, fire: Prepared, pid: int) -> None:
     started = process_start_time(pid)
     env.live[fire.run_id] = (pid, started)
-    if await store.record_child(env.conn, fire.run_id, pid, started, env.node_id):
+
+    def write(db: sqlite3.Connection) -> bool:
+        return store.record_child_sync(db, fire.run_id, pid, started, env.node_id)
+
+    # With the records of the other children spawned in this loop turn: one trip, one commit.
+    if await env.child_writes().run(write):
         # Cancelled (by another process) before its child was recorded: stop the child now;
         # the launcher then ends whatever it left behind.
         logger.info("run %s ended before its child %d was recorded: stopping it", fire.run_id, pid)

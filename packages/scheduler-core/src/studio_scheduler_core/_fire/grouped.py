@@ -42,10 +42,11 @@ def _run_all(
 
 class WriteGroup:
     """Runs functions for :func:`studio_state.run_write_transaction` submitted within one
-    loop turn together, in one transaction on ``conn``."""
+    loop turn together, in one transaction on ``conn`` (at ``synchronous``, when given)."""
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, *, synchronous: str | None = None) -> None:
         self._conn = conn
+        self._synchronous = synchronous
         self._queue: list[_Item] = []
         self._flusher: asyncio.Task[None] | None = None
 
@@ -82,7 +83,9 @@ class WriteGroup:
     async def _commit(self, items: list[_Item]) -> None:
         fns = [fn for fn, _, _ in items]
         try:
-            results = await run_write_transaction(self._conn, lambda db: _run_all(db, fns))
+            results = await run_write_transaction(
+                self._conn, lambda db: _run_all(db, fns), synchronous=self._synchronous
+            )
         except Exception as exc:
             for _, _, future in items:
                 if not future.done():

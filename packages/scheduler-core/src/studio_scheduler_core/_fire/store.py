@@ -242,13 +242,20 @@ async def record_child(
     ``running`` with no child and settles it as it does a crash between spawn and record.
     """
 
-    def write(db: sqlite3.Connection) -> bool:
-        if db.execute(_RECORD_CHILD, (pid, started, node_id, run_id)).rowcount == 1:
-            return False
-        row = db.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
-        return row is not None and row["status"] != "running"
+    return await run_write_transaction(
+        conn, lambda db: record_child_sync(db, run_id, pid, started, node_id), synchronous="normal"
+    )
 
-    return await run_write_transaction(conn, write, synchronous="normal")
+
+def record_child_sync(
+    db: sqlite3.Connection, run_id: str, pid: int, started: float | None, node_id: str | None
+) -> bool:
+    """:func:`record_child`'s statements on ``db``, in the caller's transaction (the fire
+    path commits those of children spawned in one loop turn together, at NORMAL)."""
+    if db.execute(_RECORD_CHILD, (pid, started, node_id, run_id)).rowcount == 1:
+        return False
+    row = db.execute("SELECT status FROM schedule_runs WHERE id = ?", (run_id,)).fetchone()
+    return row is not None and row["status"] != "running"
 
 
 async def run_status(conn: aiosqlite.Connection, run_id: str) -> str | None:
