@@ -43,7 +43,7 @@ from .figures import Figures, limits, run_concerns
 from .leadership import default_leadership
 from .listener import WakeListener
 from .manual import fire_manually, refuse_on_follower
-from .running import Running, build, logged
+from .running import Running, build, cancel_loop, logged
 from .store import register_node
 from .takeover import take_over
 from .waker import Waker
@@ -210,7 +210,7 @@ class SchedulerEngine:
             stack.push_async_callback(run.delivery.aclose)
             if loop:
                 run.loop_task = asyncio.create_task(self._loop(), name="studio-scheduler-loop")
-                stack.push_async_callback(self._cancel_loop, run.loop_task)
+                stack.push_async_callback(cancel_loop, run.loop_task)
         except BaseException:
             self._run = None
             await stack.aclose()
@@ -253,13 +253,6 @@ class SchedulerEngine:
                 "studio node %s no longer leads schedule evaluation", self.leadership.node_id
             )
         return leading
-
-    @staticmethod
-    async def _cancel_loop(task: asyncio.Task[None]) -> None:
-        task.cancel()
-        results = await asyncio.gather(task, return_exceptions=True)
-        if isinstance(results[0], Exception):
-            logger.error("the scheduler loop ended with %r", results[0])
 
     async def wait_idle(self) -> None:
         """Wait until every tracked fire (chains included) and delivery pass has finished."""

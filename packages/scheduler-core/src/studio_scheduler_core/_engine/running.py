@@ -93,6 +93,14 @@ def logged(name: str, close: Callable[[], Awaitable[Any]]) -> Callable[[], Await
     return run
 
 
+async def cancel_loop(task: asyncio.Task[None]) -> None:
+    """Cancel the scheduler loop's task (for the exit stack); log how it had ended."""
+    task.cancel()
+    results = await asyncio.gather(task, return_exceptions=True)
+    if isinstance(results[0], Exception):
+        logger.error("the scheduler loop ended with %r", results[0])
+
+
 def build(
     conn: aiosqlite.Connection,
     *,
