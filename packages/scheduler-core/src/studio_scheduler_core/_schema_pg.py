@@ -11,7 +11,8 @@ SQLite's triggers are PL/pgSQL trigger functions with the same effect. Migration
 rebuild on SQLite (which cannot alter a CHECK), is plain ``ALTER TABLE`` here. Migration 12
 exists only here (on SQLite it is an empty step, so both dialects keep one numbering): the
 triggers that ``NOTIFY`` :data:`WAKE_CHANNEL`. Migration 14's ad-hoc run counts are delta rows
-here (one row per status on SQLite, whose writers never run concurrently).
+here (one row per status on SQLite, whose writers never run concurrently), and it adds an index
+in the ad-hoc list's order that only PostgreSQL's planner needs.
 """
 
 from __future__ import annotations
@@ -336,7 +337,9 @@ CREATE TRIGGER schedule_runs_wake_ended AFTER UPDATE OF status ON schedule_runs
 # shared row per status, so concurrent enqueues, claims and ends on several nodes never queue
 # (or deadlock: a claim moves queued -> running, a requeue running -> queued) on a hot counter
 # row. Readers sum ``n``; :func:`~studio_scheduler_core._adhoc.store.compact_counts` folds
-# the deltas (the reaper calls it after each retention pass).
+# the deltas (the reaper calls it after each retention pass). PostgreSQL's planner does not
+# take ``schedule_id IS NULL`` as fixing the first column of ``idx_schedule_runs_adhoc_page``,
+# so it sorted every ad-hoc run for each page: the ad-hoc list gets an index of its own order.
 _V14_ADHOC_COUNTS = """
 CREATE TABLE IF NOT EXISTS adhoc_run_counts (
   status TEXT NOT NULL,
@@ -348,6 +351,8 @@ INSERT INTO adhoc_run_counts (status, n)
   WHERE schedule_id IS NULL AND queued_at IS NOT NULL GROUP BY status;
 CREATE INDEX IF NOT EXISTS idx_schedule_runs_unlisted
   ON schedule_runs(status) WHERE schedule_id IS NULL AND queued_at IS NULL;
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_adhoc_order
+  ON schedule_runs(queued_at, id) WHERE schedule_id IS NULL AND queued_at IS NOT NULL;
 CREATE FUNCTION adhoc_run_count() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.schedule_id IS NULL AND OLD.queued_at IS NOT NULL
