@@ -181,6 +181,15 @@ async def _adhoc_page(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> object
     return rows, total
 
 
+async def _dashboard_page(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> object:
+    # the dashboard's runs page: every run (scheduled, follow-up, ad-hoc) and the exact total
+    rows, total = await studio_scheduler_core.read_runs_page(
+        conn, status=None, zones=True, limit=PAGE, offset=0
+    )
+    assert len(rows) == PAGE and total == ctx["all_runs"], (len(rows), total)
+    return rows, total
+
+
 _ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
 
 
@@ -292,7 +301,7 @@ def hot_queries(schedule_id: str) -> list[HotQuery]:
             "studio_scheduler_core.AdhocRunService.list(limit=100) (GET /api/runs)",
             _adhoc_page,
             [
-                (f"SELECT COUNT(*) FROM schedule_runs WHERE {_ADHOC_WHERE}", ()),
+                ("SELECT coalesce(sum(n), 0) FROM adhoc_run_counts", ()),
                 (
                     f"SELECT * FROM schedule_runs WHERE {_ADHOC_WHERE} "
                     "ORDER BY queued_at DESC, id DESC LIMIT ? OFFSET ?",
@@ -300,10 +309,30 @@ def hot_queries(schedule_id: str) -> list[HotQuery]:
                 ),
             ],
             "studio-scheduler-core: the page reads idx_schedule_runs_adhoc_page in order; the "
-            "total is a COUNT(*) over every ad-hoc run ever queued. Count them as "
-            "schedule_run_counts counts a schedule's runs (trigger-kept rows, e.g. the ad-hoc "
-            "runs' per-status counts under a key of their own) and read that in page_runs, as "
-            "its `counted` branch does.",
+            "total reads the trigger-kept adhoc_run_counts (migration 14).",
+        ),
+        HotQuery(
+            "dashboard runs page",
+            "studio_scheduler_core.read_runs_page(status=None, limit=100) (the dashboard's "
+            "runs page)",
+            _dashboard_page,
+            [
+                (
+                    "SELECT r.*, s.timezone FROM schedule_runs r "
+                    "LEFT JOIN schedules s ON s.id = r.schedule_id "
+                    "ORDER BY r.rowid DESC LIMIT ? OFFSET ?",
+                    (100, 0),
+                ),
+                (
+                    "SELECT (SELECT coalesce(sum(n), 0) FROM schedule_run_counts) "
+                    "+ (SELECT coalesce(sum(n), 0) FROM adhoc_run_counts) "
+                    "+ (SELECT count(*) FROM schedule_runs INDEXED BY idx_schedule_runs_unlisted "
+                    "WHERE schedule_id IS NULL AND queued_at IS NULL)",
+                    (),
+                ),
+            ],
+            "studio-scheduler-core: the total adds schedule_run_counts, adhoc_run_counts and "
+            "the runs that are neither (idx_schedule_runs_unlisted); the page walks the rowid.",
         ),
     ]
 
@@ -715,6 +744,9 @@ async def main() -> None:
                         conn, settings=studio_scheduler_core.SchedulerSettings()
                     ),
                     "adhoc_rows": PAGE + size,  # a reused build without them fails here
+                    "all_runs": await studio_state.fetch_value(
+                        conn, "SELECT COUNT(*) FROM schedule_runs"
+                    ),
                     "schedule_id": schedule_ids[50],
                     "schedules": SCHEDULES,
                     "due": await _steps.scan(conn, NOW, 100),

@@ -69,7 +69,7 @@ async def test_migration_8_keeps_every_row_and_the_run_counts_of_a_v7_database(d
         assert await fetch_value(c, "PRAGMA foreign_keys") == 1
         await ensure_schema(c)
         assert await studio_state.applied_version(c, PACKAGE) >= 8
-        assert await _triggers(c) == triggers
+        assert triggers <= await _triggers(c)  # every v7 trigger stays (later ones add theirs)
         assert await _counts(c) == counts
         after = await fetch_all(c, "SELECT * FROM schedules ORDER BY id")
         assert len(after) == 3

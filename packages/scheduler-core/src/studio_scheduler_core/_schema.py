@@ -353,6 +353,48 @@ CREATE TABLE IF NOT EXISTS studio_nodes (
 );
 """
 
+# Ad-hoc run counts per status kept by triggers, so the ad-hoc list's exact ``total`` reads a
+# few rows whatever the history (counting the runs grows with every run ever queued). The
+# update trigger also fires when a row joins or leaves the ad-hoc runs (schedule_id,
+# queued_at). Rows that are neither scheduled nor ad-hoc get a partial index: with both
+# count tables it makes the count of every run exact without reading the runs.
+_V14_ADHOC_COUNTS = """
+CREATE TABLE IF NOT EXISTS adhoc_run_counts (
+  status TEXT NOT NULL PRIMARY KEY,
+  n      INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO adhoc_run_counts (status, n)
+  SELECT status, count(*) FROM schedule_runs
+  WHERE schedule_id IS NULL AND queued_at IS NOT NULL GROUP BY status;
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_unlisted
+  ON schedule_runs(status) WHERE schedule_id IS NULL AND queued_at IS NULL;
+CREATE TRIGGER IF NOT EXISTS adhoc_run_count_insert AFTER INSERT ON schedule_runs
+  WHEN NEW.schedule_id IS NULL AND NEW.queued_at IS NOT NULL
+BEGIN
+  INSERT INTO adhoc_run_counts (status, n) VALUES (NEW.status, 1)
+    ON CONFLICT (status) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS adhoc_run_count_delete AFTER DELETE ON schedule_runs
+  WHEN OLD.schedule_id IS NULL AND OLD.queued_at IS NOT NULL
+BEGIN
+  UPDATE adhoc_run_counts SET n = n - 1 WHERE status = OLD.status;
+  DELETE FROM adhoc_run_counts WHERE status = OLD.status AND n <= 0;
+END;
+CREATE TRIGGER IF NOT EXISTS adhoc_run_count_update
+  AFTER UPDATE OF status, schedule_id, queued_at ON schedule_runs
+  WHEN (OLD.schedule_id IS NULL AND OLD.queued_at IS NOT NULL)
+       IS NOT (NEW.schedule_id IS NULL AND NEW.queued_at IS NOT NULL)
+    OR (NEW.schedule_id IS NULL AND NEW.queued_at IS NOT NULL AND OLD.status IS NOT NEW.status)
+BEGIN
+  UPDATE adhoc_run_counts SET n = n - 1
+    WHERE status = OLD.status AND OLD.schedule_id IS NULL AND OLD.queued_at IS NOT NULL;
+  DELETE FROM adhoc_run_counts WHERE status = OLD.status AND n <= 0;
+  INSERT INTO adhoc_run_counts (status, n)
+    SELECT NEW.status, 1 WHERE NEW.schedule_id IS NULL AND NEW.queued_at IS NOT NULL
+    ON CONFLICT (status) DO UPDATE SET n = n + 1;
+END;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "schedules, schedule_runs, invocations, sessions", _V1, postgres=POSTGRES[1]),
     Migration(2, "ad-hoc queue: queued rows by concurrency_key", _V2, postgres=POSTGRES[2]),
@@ -397,6 +439,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "a fire run by any node's worker wakes the leader when it ends (PostgreSQL only)",
         "",
         postgres=POSTGRES[13],
+    ),
+    Migration(
+        14,
+        "ad-hoc run counts per status; an index for runs neither scheduled nor ad-hoc",
+        _V14_ADHOC_COUNTS,
+        postgres=POSTGRES[14],
     ),
 )
 

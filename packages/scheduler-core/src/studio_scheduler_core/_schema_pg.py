@@ -10,7 +10,9 @@ identity column with a unique index, so the same statements order and page the s
 SQLite's triggers are PL/pgSQL trigger functions with the same effect. Migration 8, a table
 rebuild on SQLite (which cannot alter a CHECK), is plain ``ALTER TABLE`` here. Migration 12
 exists only here (on SQLite it is an empty step, so both dialects keep one numbering): the
-triggers that ``NOTIFY`` :data:`WAKE_CHANNEL`.
+triggers that ``NOTIFY`` :data:`WAKE_CHANNEL`. Migration 14's ad-hoc run counts are delta rows
+here (one row per status on SQLite, whose writers never run concurrently), and it adds an index
+in the ad-hoc list's order that only PostgreSQL's planner needs.
 """
 
 from __future__ import annotations
@@ -331,6 +333,59 @@ CREATE TRIGGER schedule_runs_wake_ended AFTER UPDATE OF status ON schedule_runs
   EXECUTE FUNCTION studio_scheduler_wake();
 """
 
+# The ad-hoc counts as delta rows: each row trigger appends +1/-1 instead of updating one
+# shared row per status, so concurrent enqueues, claims and ends on several nodes never queue
+# (or deadlock: a claim moves queued -> running, a requeue running -> queued) on a hot counter
+# row. Readers sum ``n``; :func:`~studio_scheduler_core._adhoc.store.compact_counts` folds
+# the deltas (the reaper calls it after each retention pass). PostgreSQL's planner does not
+# take ``schedule_id IS NULL`` as fixing the first column of ``idx_schedule_runs_adhoc_page``,
+# so it sorted every ad-hoc run for each page: the ad-hoc list gets an index of its own order.
+_V14_ADHOC_COUNTS = """
+CREATE TABLE IF NOT EXISTS adhoc_run_counts (
+  status TEXT NOT NULL,
+  n      BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_adhoc_run_counts ON adhoc_run_counts(status, n);
+INSERT INTO adhoc_run_counts (status, n)
+  SELECT status, count(*) FROM schedule_runs
+  WHERE schedule_id IS NULL AND queued_at IS NOT NULL GROUP BY status;
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_unlisted
+  ON schedule_runs(status) WHERE schedule_id IS NULL AND queued_at IS NULL;
+CREATE INDEX IF NOT EXISTS idx_schedule_runs_adhoc_order
+  ON schedule_runs(queued_at, id) WHERE schedule_id IS NULL AND queued_at IS NOT NULL;
+CREATE FUNCTION adhoc_run_count() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP IN ('UPDATE', 'DELETE') AND OLD.schedule_id IS NULL AND OLD.queued_at IS NOT NULL
+  THEN
+    INSERT INTO adhoc_run_counts (status, n) VALUES (OLD.status, -1);
+  END IF;
+  IF TG_OP IN ('UPDATE', 'INSERT') AND NEW.schedule_id IS NULL AND NEW.queued_at IS NOT NULL
+  THEN
+    INSERT INTO adhoc_run_counts (status, n) VALUES (NEW.status, 1);
+  END IF;
+  RETURN NULL;
+END;
+$$;
+CREATE TRIGGER adhoc_run_count_insert AFTER INSERT ON schedule_runs
+  FOR EACH ROW WHEN (NEW.schedule_id IS NULL AND NEW.queued_at IS NOT NULL)
+  EXECUTE FUNCTION adhoc_run_count();
+CREATE TRIGGER adhoc_run_count_delete AFTER DELETE ON schedule_runs
+  FOR EACH ROW WHEN (OLD.schedule_id IS NULL AND OLD.queued_at IS NOT NULL)
+  EXECUTE FUNCTION adhoc_run_count();
+CREATE TRIGGER adhoc_run_count_update
+  AFTER UPDATE OF status, schedule_id, queued_at ON schedule_runs
+  FOR EACH ROW WHEN ((OLD.schedule_id IS NULL AND OLD.queued_at IS NOT NULL)
+                     IS DISTINCT FROM (NEW.schedule_id IS NULL AND NEW.queued_at IS NOT NULL)
+                     OR (NEW.schedule_id IS NULL AND NEW.queued_at IS NOT NULL
+                         AND OLD.status IS DISTINCT FROM NEW.status))
+  EXECUTE FUNCTION adhoc_run_count();
+CREATE FUNCTION adhoc_run_counts_compact() RETURNS void LANGUAGE sql AS $$
+  WITH folded AS (DELETE FROM adhoc_run_counts RETURNING status, n)
+  INSERT INTO adhoc_run_counts (status, n)
+    SELECT status, sum(n) FROM folded GROUP BY status HAVING sum(n) <> 0;
+$$;
+"""
+
 POSTGRES: Final[dict[int, str]] = {
     1: _V1,
     2: _V2,
@@ -345,5 +400,6 @@ POSTGRES: Final[dict[int, str]] = {
     11: _V11_NODES,
     12: _V12_WAKE,
     13: _V13_SLOT_WAKE,
+    14: _V14_ADHOC_COUNTS,
 }
 """Each migration's PostgreSQL text, by version."""

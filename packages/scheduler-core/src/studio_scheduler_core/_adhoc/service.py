@@ -201,7 +201,8 @@ class AdhocRunService:
     ) -> tuple[Rows, int]:
         """``(runs, total)`` of ad-hoc runs, newest first by :data:`ADHOC_PAGE_KEY`, optionally
         of one status. ``after``, the key of the previous page's last run, seeks past it
-        instead of skipping ``offset`` rows."""
+        instead of skipping ``offset`` rows. The total is exact and read from the trigger-kept
+        per-status counts, so it costs the same whatever the history."""
         return await page_runs(
             self._conn,
             store.ADHOC_WHERE,
@@ -211,6 +212,7 @@ class AdhocRunService:
             limit=limit,
             offset=offset,
             after=after,
+            counted_adhoc=True,
         )
 
     async def cancel(self, run_id: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The periodic recovery concerns of the tick: the stale-run reaper and the WAL checkpoint.
+"""The periodic recovery concerns of the tick: the stale-run reaper (with retention and, on
+PostgreSQL, the folding of the ad-hoc run counts' delta rows) and the WAL checkpoint.
 
 Each runs at its own interval (``reaper_interval_seconds``, ``checkpoint_interval_seconds``);
 a tick between two runs costs nothing.
@@ -14,6 +15,7 @@ import aiosqlite
 
 from studio_state import is_postgres
 
+from .._adhoc.store import compact_counts
 from .._runlog import run_log_dir
 from .._settings import SchedulerSettings
 from .reconcile import reap_stale
@@ -67,6 +69,8 @@ class Reapers:
             retention_days=self._settings.retention_days,
             runs_dir=runs_dir,
         )
+        # On PostgreSQL the ad-hoc run counts are delta rows; fold those written since.
+        await compact_counts(self._conn)
         return reaped
 
     async def checkpoint(self, now: float) -> dict[str, Any] | None:

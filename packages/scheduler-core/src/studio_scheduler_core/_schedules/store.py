@@ -23,6 +23,7 @@ from studio_state import (
     write_transaction,
 )
 
+from .._adhoc.store import adhoc_count
 from .._exceptions import ScheduleNameTaken, ScheduleValidationError
 from .._notify.service import notify_schedule_disabled
 from .._observe.events import emit
@@ -167,6 +168,7 @@ async def page_runs(
     offset: int,
     after: Sequence[Any] | None = None,
     counted: str | None = None,
+    counted_adhoc: bool = False,
 ) -> tuple[list[dict[str, Any]], int]:
     """``(runs, total)`` of the ``schedule_runs`` matching ``where`` (fixed SQL from the caller,
     values bound), optionally of one ``status``, one page newest first by the columns ``key``
@@ -174,7 +176,8 @@ async def page_runs(
     (the ``key`` values of the previous page's last row) seeks past that row instead of
     skipping ``offset`` rows, so a deep page costs what the first does. With ``counted`` (a
     schedule id, ``where`` selecting exactly that schedule's runs) the total is read from the
-    trigger-kept ``schedule_run_counts``."""
+    trigger-kept ``schedule_run_counts``; with ``counted_adhoc`` (``where`` selecting exactly
+    the ad-hoc runs) from the trigger-kept ``adhoc_run_counts``."""
     if status is not None:
         if status not in RUN_STATUSES:
             raise ScheduleValidationError("status", f"must be one of {', '.join(RUN_STATUSES)}")
@@ -186,6 +189,8 @@ async def page_runs(
             + ("" if status is None else " AND status = ?"),
             [counted] if status is None else [counted, status],
         )
+    elif counted_adhoc:
+        total = await adhoc_count(conn, status)
     else:
         total = await fetch_value(conn, f"SELECT COUNT(*) FROM schedule_runs WHERE {where}", params)
     page_where, page_params = where, params
