@@ -28,6 +28,17 @@ async def _first_fire(engine: Any, clock: Any, data: dict[str, Any]) -> dict[str
     return created
 
 
+async def _follow_up_completed(h: Any, engine: Any, schedule_id: str) -> None:
+    """Tick until the schedule's first follow-up (chain depth 1) has completed."""
+
+    async def done() -> bool:
+        await engine.tick_once()
+        rows = await h.runs_at_depth(engine.conn, schedule_id, 1)
+        return bool(rows) and rows[0]["status"] == "completed"
+
+    await h.eventually(done, timeout=20)
+
+
 async def _ended(h: Any, engine: Any, schedule_id: str, count: int = 1) -> list[dict[str, Any]]:
     """Tick until ``count`` top-level runs of the schedule ended (deferral and skip records
     aside); return the schedule's runs."""
@@ -116,12 +127,7 @@ async def test_a_follow_up_is_queued_and_runs_the_overlay_action(
     )
     clock.set(created["next_fire_at"])
 
-    async def chain_done() -> bool:
-        await engine.tick_once()
-        rows = await h.runs_at_depth(engine.conn, created["id"], 1)
-        return bool(rows) and rows[0]["status"] == "completed"
-
-    await h.eventually(chain_done, timeout=20)
+    await _follow_up_completed(h, engine, created["id"])
     [child] = await h.runs_at_depth(engine.conn, created["id"], 1)
     [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
     assert child["chain_parent_id"] == parent["id"] and child["leased_by"] is not None
@@ -265,12 +271,7 @@ async def test_a_fire_whose_setup_fails_on_the_claiming_node_still_runs_its_on_f
     await engine.tick_once()  # admitted and queued: li was there
     fake_li.rename(tmp_path / "li.gone")  # gone before a worker prepares the fire
 
-    async def follow_up_done() -> bool:
-        await engine.tick_once()
-        rows = await h.runs_at_depth(engine.conn, created["id"], 1)
-        return bool(rows) and rows[0]["status"] == "completed"
-
-    await h.eventually(follow_up_done, timeout=20)
+    await _follow_up_completed(h, engine, created["id"])
     [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
     assert (parent["status"], parent["status_reason_code"]) == ("failed", "run.failed.spawn_error")
     assert out.read_text().count("LIONAGI_INVOCATION_ID") == 1
