@@ -13,20 +13,30 @@ from typing import Any
 
 from studio_scheduler_core import SchedulerEngine
 from studio_scheduler_core.testing import FLAKY
-from studio_state import connect, fetch_all, fetch_value, is_postgres
+from studio_state import connect, fetch_value, is_postgres
 
 ANY = {"scheduled_on_any_node": True}
 ENDED = ("completed", "failed", "timed_out", "cancelled")
 
 
-async def _statuses(conn: Any, schedule_id: str) -> list[tuple[str, str]]:
-    rows = await fetch_all(
-        conn,
-        "SELECT status, status_reason_code FROM schedule_runs WHERE schedule_id = ? "
-        "ORDER BY created_at, rowid",
-        (schedule_id,),
-    )
-    return [(r["status"], r["status_reason_code"]) for r in rows]
+async def _first_fire(engine: Any, clock: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Create the schedule, move the clock to its first due time and tick once (the fire is
+    admitted and queued); return the created schedule."""
+    created: dict[str, Any] = await engine.service.create(data)
+    clock.set(created["next_fire_at"])
+    await engine.tick_once()
+    return created
+
+
+async def _follow_up_completed(h: Any, engine: Any, schedule_id: str) -> None:
+    """Tick until the schedule's first follow-up (chain depth 1) has completed."""
+
+    async def done() -> bool:
+        await engine.tick_once()
+        rows = await h.runs_at_depth(engine.conn, schedule_id, 1)
+        return bool(rows) and rows[0]["status"] == "completed"
+
+    await h.eventually(done, timeout=20)
 
 
 async def _ended(h: Any, engine: Any, schedule_id: str, count: int = 1) -> list[dict[str, Any]]:
@@ -53,10 +63,8 @@ async def test_a_due_fire_is_queued_then_claimed_and_run_under_a_lease(
 ) -> None:
     engine = await make_engine(clock=clock, **ANY)
     out = tmp_path / "env.jsonl"
-    created = await engine.service.create(h.command_schedule(h.env_dump, str(out)))
-    clock.set(created["next_fire_at"])
-    await engine.tick_once()
-    assert await _statuses(engine.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    created = await _first_fire(engine, clock, h.command_schedule(h.env_dump, str(out)))
+    assert await h.run_reasons(engine.conn, created["id"]) == [("queued", "schedule.fired.due")]
     # The slot is the leader's from the commit on, while the fire waits for a worker.
     assert engine.limits()["in_flight"] == 1
     [run] = await _ended(h, engine, created["id"])
@@ -84,7 +92,9 @@ async def test_the_global_cap_counts_fires_waiting_in_the_queue(
     two = await engine.service.create(h.command_schedule(h.blocker, str(flag), name="two"))
     clock.set(max(one["next_fire_at"], two["next_fire_at"]))
     await engine.tick_once()
-    first = await _statuses(engine.conn, one["id"]) + await _statuses(engine.conn, two["id"])
+    first = await h.run_reasons(engine.conn, one["id"]) + await h.run_reasons(
+        engine.conn, two["id"]
+    )
     assert sorted(first) == [
         ("queued", "schedule.fired.due"),
         ("skipped", "schedule.deferred.capacity"),
@@ -100,7 +110,7 @@ async def test_the_global_cap_counts_fires_waiting_in_the_queue(
 
     async def the_other_fired() -> bool:
         await engine.tick_once()
-        statuses = [s for s, _ in await _statuses(engine.conn, waiting["id"])]
+        statuses = [s for s, _ in await h.run_reasons(engine.conn, waiting["id"])]
         return "completed" in statuses
 
     await h.eventually(the_other_fired, timeout=20)
@@ -117,12 +127,7 @@ async def test_a_follow_up_is_queued_and_runs_the_overlay_action(
     )
     clock.set(created["next_fire_at"])
 
-    async def chain_done() -> bool:
-        await engine.tick_once()
-        rows = await h.runs_at_depth(engine.conn, created["id"], 1)
-        return bool(rows) and rows[0]["status"] == "completed"
-
-    await h.eventually(chain_done, timeout=20)
+    await _follow_up_completed(h, engine, created["id"])
     [child] = await h.runs_at_depth(engine.conn, created["id"], 1)
     [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
     assert child["chain_parent_id"] == parent["id"] and child["leased_by"] is not None
@@ -144,7 +149,7 @@ async def test_max_runs_counts_the_fires_still_queued(make_engine, clock, h, tmp
     await engine.tick_once()
     row = await h.schedule_row(engine.conn, created["id"])
     assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.max_runs")
-    assert [s for s, _ in await _statuses(engine.conn, created["id"])] in (
+    assert [s for s, _ in await h.run_reasons(engine.conn, created["id"])] in (
         ["queued"],
         ["running"],
     )
@@ -160,17 +165,19 @@ async def test_a_new_leader_holds_the_slot_of_a_fire_still_queued(
     created = await first.service.create(h.command_schedule(h.env_dump, str(out), name="a"))
     clock.set(created["next_fire_at"])
     await first.tick_once()
-    assert await _statuses(first.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    assert await h.run_reasons(first.conn, created["id"]) == [("queued", "schedule.fired.due")]
     await first.stop()  # nothing claimed it: it stays queued, not cancelled
     second = await make_engine(clock=clock, max_scheduled_concurrent=1, start=False, **ANY)
     await second.start(loop=False)
-    assert await _statuses(second.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    assert await h.run_reasons(second.conn, created["id"]) == [("queued", "schedule.fired.due")]
     assert second.limits()["in_flight"] == 1
     other = await second.service.create(h.command_schedule(h.env_dump, str(out), name="b"))
     clock.set(other["next_fire_at"])
     [run, *_] = await _ended(h, second, created["id"])
     assert (run["status"], run["leased_by"]) == ("completed", second._worker.worker_id)
-    assert ("skipped", "schedule.deferred.capacity") in await _statuses(second.conn, other["id"])
+    assert ("skipped", "schedule.deferred.capacity") in await h.run_reasons(
+        second.conn, other["id"]
+    )
     await _ended(h, second, other["id"])
 
 
@@ -197,9 +204,7 @@ async def test_a_fire_of_another_machines_worker_whose_lease_lapsed_is_node_lost
 ) -> None:
     engine = await make_engine(clock=clock, **ANY)
     flag = tmp_path / "release"
-    created = await engine.service.create(h.command_schedule(h.blocker, str(flag)))
-    clock.set(created["next_fire_at"])
-    await engine.tick_once()
+    created = await _first_fire(engine, clock, h.command_schedule(h.blocker, str(flag)))
 
     async def child_started() -> dict[str, Any] | None:
         await engine.tick_once()
@@ -225,9 +230,7 @@ async def test_a_fire_of_another_machines_worker_whose_lease_lapsed_is_node_lost
 async def test_an_operator_cancels_a_fire_still_queued(make_engine, clock, h, tmp_path) -> None:
     engine = await make_engine(clock=clock, **ANY)
     out = tmp_path / "env.jsonl"
-    created = await engine.service.create(h.command_schedule(h.env_dump, str(out)))
-    clock.set(created["next_fire_at"])
-    await engine.tick_once()
+    created = await _first_fire(engine, clock, h.command_schedule(h.env_dump, str(out)))
     [run] = await h.runs_of(engine.conn, created["id"])
     cancelled = await engine.runs.cancel(run["id"])
     assert cancelled["status"] == "cancelled"
@@ -268,12 +271,7 @@ async def test_a_fire_whose_setup_fails_on_the_claiming_node_still_runs_its_on_f
     await engine.tick_once()  # admitted and queued: li was there
     fake_li.rename(tmp_path / "li.gone")  # gone before a worker prepares the fire
 
-    async def follow_up_done() -> bool:
-        await engine.tick_once()
-        rows = await h.runs_at_depth(engine.conn, created["id"], 1)
-        return bool(rows) and rows[0]["status"] == "completed"
-
-    await h.eventually(follow_up_done, timeout=20)
+    await _follow_up_completed(h, engine, created["id"])
     [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
     assert (parent["status"], parent["status_reason_code"]) == ("failed", "run.failed.spawn_error")
     assert out.read_text().count("LIONAGI_INVOCATION_ID") == 1
@@ -302,7 +300,7 @@ async def test_cancel_other_stops_the_fire_a_worker_runs_and_queues_the_new_one(
     first = await _claimed_and_running(h, engine, created["id"])
     clock.advance(60)
     await engine.tick_once()  # the one slot is free again for the new occurrence at once
-    assert await _statuses(engine.conn, created["id"]) == [
+    assert await h.run_reasons(engine.conn, created["id"]) == [
         ("cancelled", "run.cancelled.overlap"),
         ("queued", "schedule.fired.due"),
     ]
@@ -324,7 +322,7 @@ async def test_a_buffered_occurrence_is_queued_when_the_fire_a_worker_ran_ends(
     await _claimed_and_running(h, engine, created["id"])
     clock.advance(60)
     await engine.tick_once()
-    assert [s for s, _ in await _statuses(engine.conn, created["id"])] == [
+    assert [s for s, _ in await h.run_reasons(engine.conn, created["id"])] == [
         "running",
         "waiting_dependency",
     ]

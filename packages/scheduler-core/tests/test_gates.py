@@ -21,16 +21,6 @@ async def _tick_at(engine, clock, when: float) -> dict[str, Any]:
     return await engine.tick_once()
 
 
-async def _reasons(conn, schedule_id: str) -> list[tuple[str, str]]:
-    rows = await fetch_all(
-        conn,
-        "SELECT status, status_reason_code FROM schedule_runs WHERE schedule_id = ? "
-        "ORDER BY created_at, rowid",
-        (schedule_id,),
-    )
-    return [(r["status"], r["status_reason_code"]) for r in rows]
-
-
 async def _add_spend(conn, schedule_id: str, cost: float, clock) -> None:
     run = (
         await fetch_all(
@@ -52,7 +42,7 @@ async def test_overlap_skip_writes_a_skipped_row_and_advances(
     due = created["next_fire_at"]
     await _tick_at(engine, clock, due)
     await _tick_at(engine, clock, due + 60)
-    assert await _reasons(engine.conn, created["id"]) == [
+    assert await h.run_reasons(engine.conn, created["id"]) == [
         ("running", "schedule.fired.due"),
         ("skipped", "schedule.skipped.overlap"),
     ]
@@ -60,7 +50,7 @@ async def test_overlap_skip_writes_a_skipped_row_and_advances(
     assert row["next_fire_at"] == due + 120
     flag.touch()
     await engine.wait_idle()
-    assert (await _reasons(engine.conn, created["id"]))[0] == ("completed", "run.completed.ok")
+    assert (await h.run_reasons(engine.conn, created["id"]))[0] == ("completed", "run.completed.ok")
 
 
 async def test_overlap_allow_fires_again(make_engine, clock, h, tmp_path: Path) -> None:
@@ -70,7 +60,7 @@ async def test_overlap_allow_fires_again(make_engine, clock, h, tmp_path: Path) 
     due = created["next_fire_at"]
     await _tick_at(engine, clock, due)
     await _tick_at(engine, clock, due + 60)
-    assert [r[0] for r in await _reasons(engine.conn, created["id"])] == ["running", "running"]
+    assert [r[0] for r in await h.run_reasons(engine.conn, created["id"])] == ["running", "running"]
     flag.touch()
     await engine.wait_idle()
 
@@ -109,8 +99,8 @@ async def test_capacity_defers_and_records_on_1st_11th_21st(
     )
     for i in range(25):
         await _tick_at(engine, clock, due + i * 1.0)  # one full pass a second counts
-    reasons = await _reasons(engine.conn, waiting["id"])
-    holder_reasons = await _reasons(engine.conn, holder["id"])
+    reasons = await h.run_reasons(engine.conn, waiting["id"])
+    holder_reasons = await h.run_reasons(engine.conn, holder["id"])
     assert holder_reasons == [("running", "schedule.fired.due")]
     assert reasons == [("skipped", "schedule.deferred.capacity")] * 3
     assert await _capacity_deferral_counts(engine.conn) == [1, 11, 21]
@@ -121,7 +111,7 @@ async def test_capacity_defers_and_records_on_1st_11th_21st(
     flag.touch()
     await engine.wait_idle()
     await _tick_at(engine, clock, due + 26)
-    reasons = await _reasons(engine.conn, waiting["id"])
+    reasons = await h.run_reasons(engine.conn, waiting["id"])
     assert reasons[-1][1] == "schedule.fired.due"
     await engine.wait_idle()
 
@@ -138,7 +128,7 @@ async def test_with_every_slot_taken_a_schedule_is_counted_deferred_once_a_secon
         await _tick_at(engine, clock, due + i * 0.25)
     for schedule in waiting:
         assert (
-            await _reasons(engine.conn, schedule["id"])
+            await h.run_reasons(engine.conn, schedule["id"])
             == [("skipped", "schedule.deferred.capacity")] * 2
         )
     assert sorted(await _capacity_deferral_counts(engine.conn)) == [1, 1, 1, 11, 11, 11]
@@ -149,7 +139,7 @@ async def test_with_every_slot_taken_a_schedule_is_counted_deferred_once_a_secon
     fired = [
         s["id"]
         for s in waiting
-        if (await _reasons(engine.conn, s["id"]))[-1][1] == "schedule.fired.due"
+        if (await h.run_reasons(engine.conn, s["id"]))[-1][1] == "schedule.fired.due"
     ]
     assert len(fired) == 1
     flag.unlink()
@@ -165,7 +155,7 @@ async def test_budget_exhausted_skips_and_disables(make_engine, clock, h, tmp_pa
     await engine.wait_idle()
     await _add_spend(engine.conn, created["id"], 1.25, clock)
     await _tick_at(engine, clock, due + 60)
-    assert await _reasons(engine.conn, created["id"]) == [
+    assert await h.run_reasons(engine.conn, created["id"]) == [
         ("completed", "run.completed.ok"),
         ("skipped", "schedule.budget.exhausted"),
     ]
@@ -191,7 +181,7 @@ async def test_budget_tokens_count_input_and_output(make_engine, clock, h) -> No
     await _tick_at(engine, clock, created["next_fire_at"])
     await engine.wait_idle()
     await _tick_at(engine, clock, created["next_fire_at"] + 60)
-    assert (await _reasons(engine.conn, created["id"]))[-1] == (
+    assert (await h.run_reasons(engine.conn, created["id"]))[-1] == (
         "skipped",
         "schedule.budget.exhausted",
     )
@@ -224,11 +214,11 @@ async def test_budget_overshoot_is_bounded_by_one_fire(
         await _tick_at(engine, clock, due + i * 60)
         await engine.wait_idle()
     spent = await fetch_value(engine.conn, "SELECT SUM(total_cost_usd) FROM sessions")
-    fired = [r for r in await _reasons(engine.conn, created["id"]) if r[0] == "completed"]
+    fired = [r for r in await h.run_reasons(engine.conn, created["id"]) if r[0] == "completed"]
     assert len(fired) == 2  # 0.6 (under) -> 1.2 (over by less than one fire's cost) -> stop
     assert spent == pytest.approx(1.2)
     assert spent - 1.0 < 0.6
-    reasons = [r[1] for r in await _reasons(engine.conn, created["id"])]
+    reasons = [r[1] for r in await h.run_reasons(engine.conn, created["id"])]
     assert "schedule.deferred.budget_pending" in reasons
     assert reasons[-1] == "schedule.budget.exhausted"
     assert (await h.schedule_row(engine.conn, created["id"]))["enabled"] == 0
@@ -268,7 +258,7 @@ async def test_max_runs_counts_in_process_claims(make_engine, clock, h, tmp_path
     due = created["next_fire_at"]
     await _tick_at(engine, clock, due)
     await _tick_at(engine, clock, due + 60)
-    assert await _reasons(engine.conn, created["id"]) == [("running", "schedule.fired.due")]
+    assert await h.run_reasons(engine.conn, created["id"]) == [("running", "schedule.fired.due")]
     steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created["id"])]
     assert steps == ["schedule.created", "schedule.disabled.max_runs"]
     flag.touch()
@@ -299,7 +289,7 @@ async def test_gate_order(
     due = created["next_fire_at"]
     await _tick_at(engine, clock, due)  # in flight: overlap, budget pending, claim, slot all held
     await _tick_at(engine, clock, due + 60)
-    runs = await _reasons(engine.conn, created["id"])
+    runs = await h.run_reasons(engine.conn, created["id"])
     steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created["id"])]
     assert expected in [r[1] for r in runs] + steps
     flag.touch()
@@ -361,7 +351,7 @@ async def test_manual_fire_ignores_overlap(make_engine, clock, h, tmp_path: Path
     assert len(await h.runs_of(engine.conn, created["id"])) == 2
     # ...but an automatic occurrence sees them as overlap
     await _tick_at(engine, clock, created["next_fire_at"])
-    assert (await _reasons(engine.conn, created["id"]))[-1][1] == "schedule.skipped.overlap"
+    assert (await h.run_reasons(engine.conn, created["id"]))[-1][1] == "schedule.skipped.overlap"
     assert engine.limits()["in_flight"] == 2
     flag.touch()
     await engine.wait_idle()

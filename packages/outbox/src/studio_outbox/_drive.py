@@ -15,7 +15,6 @@ of one trip per statement as :func:`run_async` does.
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import sqlite3
 from collections.abc import Generator, Iterator, Sequence
@@ -80,29 +79,17 @@ def transition_id(created_at: float, noise: str) -> str:
 def record(transitions: Sequence[studio_state.Transition]) -> Steps[None]:
     """Write ``transitions`` (inside the current transaction), with time-ordered ids.
 
-    The random parts of all the ids come from one read of the OS's random source, and each
-    row is built here rather than by ``Transition.params`` (which draws an id of its own
-    that would be discarded): a delivery write step records two transitions, and every
-    read of the random source is a system call on the connection's thread.
+    The random parts of all the ids come from one read of the OS's random source (each id is
+    handed to ``Transition.params``, which would draw one of its own): a delivery write step
+    records two transitions, and every read of the random source is a system call on the
+    connection's thread.
     """
     if transitions:
         noise = secrets.token_hex(6 * len(transitions))
         yield ExecMany(
             TRANSITION_INSERT,
             [
-                (
-                    transition_id(t.created_at, noise[12 * i : 12 * i + 12]),
-                    t.entity_type,
-                    t.entity_id,
-                    t.previous_status,
-                    t.status,
-                    t.reason_code,
-                    t.reason_summary,
-                    None if t.evidence_refs is None else json.dumps(list(t.evidence_refs)),
-                    t.actor,
-                    None if t.metadata is None else json.dumps(dict(t.metadata)),
-                    t.created_at,
-                )
+                t.params(transition_id(t.created_at, noise[12 * i : 12 * i + 12]))
                 for i, t in enumerate(transitions)
             ],
         )

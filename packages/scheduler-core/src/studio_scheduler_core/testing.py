@@ -30,6 +30,7 @@ __all__ = [
     "command_schedule",
     "fire_due",
     "runs_at_depth",
+    "run_reasons",
     "runs_of",
     "schedule_row",
     "transitions_of",
@@ -104,6 +105,11 @@ async def runs_of(conn: aiosqlite.Connection, schedule_id: str) -> list[dict[str
     )
 
 
+async def run_reasons(conn: aiosqlite.Connection, schedule_id: str) -> list[tuple[str, str]]:
+    """``(status, status_reason_code)`` of the schedule's runs, oldest first."""
+    return [(r["status"], r["status_reason_code"]) for r in await runs_of(conn, schedule_id)]
+
+
 async def runs_at_depth(
     conn: aiosqlite.Connection, schedule_id: str, depth: int
 ) -> list[dict[str, Any]]:
@@ -155,6 +161,7 @@ class SchedulerTestKit:
     fire_due = staticmethod(fire_due)
     runs_at_depth = staticmethod(runs_at_depth)
     runs_of = staticmethod(runs_of)
+    run_reasons = staticmethod(run_reasons)
     transitions_of = staticmethod(transitions_of)
     schedule_row = staticmethod(schedule_row)
 

@@ -43,7 +43,15 @@ from ._migrations import (
 )
 from ._node import check_node_id, default_node_id
 from ._pg_errors import PostgresError, PostgresIntegrityError, PostgresOperationalError
-from ._query import Row, execute, execute_many, fetch_all, fetch_one, fetch_value
+from ._query import (
+    Row,
+    execute,
+    execute_many,
+    fetch_all,
+    fetch_ids_in,
+    fetch_one,
+    fetch_value,
+)
 from ._schema import ENTITY_TYPES, STATE_MIGRATIONS, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
 from ._transitions import Transition, record_transition, record_transitions, transition
@@ -85,6 +93,7 @@ __all__ = [
     "execute",
     "execute_many",
     "fetch_all",
+    "fetch_ids_in",
     "fetch_one",
     "fetch_value",
     "in_owned_transaction",

@@ -63,3 +63,16 @@ async def execute_many(
 ) -> None:
     """Run one statement for each parameter tuple (one round trip)."""
     await conn.executemany(sql, params)
+
+
+async def fetch_ids_in(
+    conn: aiosqlite.Connection, sql: str, ids: Sequence[str], *, chunk: int = 500
+) -> set[str]:
+    """The ``id`` column of ``sql`` run over ``ids``, ``chunk`` at a time: ``sql`` has one
+    ``{marks}`` where the ``IN`` list's placeholders go (a bounded statement per chunk)."""
+    found: set[str] = set()
+    for start in range(0, len(ids), chunk):
+        part = tuple(ids[start : start + chunk])
+        rows = await conn.execute_fetchall(sql.format(marks=", ".join("?" * len(part))), part)
+        found.update(str(cast("Row", row)["id"]) for row in rows)
+    return found

@@ -45,7 +45,8 @@ class Transition:
     actor: str | None = None
     metadata: Mapping[str, Any] | None = None
 
-    def params(self) -> tuple[Any, ...]:
+    def params(self, row_id: str | None = None) -> tuple[Any, ...]:
+        """The INSERT parameters of this row (``row_id``: its id, else a new one)."""
         if self.entity_type not in ENTITY_TYPES:
             raise InvalidTransition(
                 f"entity_type must be one of {', '.join(ENTITY_TYPES)}, got {self.entity_type!r}"
@@ -53,7 +54,7 @@ class Transition:
         if not self.reason_code:
             raise InvalidTransition("reason_code must not be empty")
         return (
-            new_id(),
+            row_id or new_id(),
             self.entity_type,
             self.entity_id,
             self.previous_status,

@@ -7,24 +7,16 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_all
+from studio_state import fetch_all, fetch_ids_in
 
 _IN_FLIGHT = "status IN ('queued', 'running')"
 
 
 async def unfinished(conn: aiosqlite.Connection, run_ids: Sequence[str]) -> set[str]:
     """Which of ``run_ids`` are still queued or running."""
-    found: set[str] = set()
-    for start in range(0, len(run_ids), 500):
-        chunk = run_ids[start : start + 500]
-        rows = await fetch_all(
-            conn,
-            f"SELECT id FROM schedule_runs WHERE id IN ({', '.join('?' * len(chunk))}) "
-            f"AND {_IN_FLIGHT}",
-            tuple(chunk),
-        )
-        found.update(str(row["id"]) for row in rows)
-    return found
+    return await fetch_ids_in(
+        conn, f"SELECT id FROM schedule_runs WHERE id IN ({{marks}}) AND {_IN_FLIGHT}", run_ids
+    )
 
 
 async def top_level_in_flight(conn: aiosqlite.Connection) -> list[dict[str, Any]]:

@@ -87,18 +87,7 @@ async def _commit_waiting(
             },
         )
         transitions = [
-            Transition(
-                entity_type="schedule_run",
-                entity_id=fire.run_id,
-                previous_status=previous,
-                status=status,
-                reason_code=reason,
-                reason_summary=clip(summary),
-                evidence_refs=refs,
-                actor="scheduler",
-                metadata={"attempt": fire.trigger_context.get("attempt")},
-                created_at=now,
-            ),
+            _started(fire, previous, status, reason, summary, now),
             Transition(
                 entity_type="invocation",
                 entity_id=fire.invocation_id,
@@ -144,25 +133,30 @@ async def _queue_waiting(
         if won:
             await record_transitions(
                 env.conn,
-                [
-                    Transition(
-                        entity_type="schedule_run",
-                        entity_id=fire.run_id,
-                        previous_status=previous,
-                        status="queued",
-                        reason_code=reason,
-                        reason_summary=clip(summary),
-                        evidence_refs=refs,
-                        actor="scheduler",
-                        metadata={"attempt": fire.trigger_context.get("attempt")},
-                        created_at=now,
-                    )
-                ],
+                [_started(fire, previous, "queued", reason, summary, now)],
             )
     if won:
         fire.queued = True
         fire.discard()
     return won
+
+
+def _started(
+    fire: Prepared, previous: str, status: str, reason: str, summary: str, now: float
+) -> Transition:
+    """The transition row of a waiting run's start (``running``, ``queued`` or ``failed``)."""
+    return Transition(
+        entity_type="schedule_run",
+        entity_id=fire.run_id,
+        previous_status=previous,
+        status=status,
+        reason_code=reason,
+        reason_summary=clip(summary),
+        evidence_refs=[{"kind": "schedule", "id": str(fire.schedule["id"])}],
+        actor="scheduler",
+        metadata={"attempt": fire.trigger_context.get("attempt")},
+        created_at=now,
+    )
 
 
 async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire, now: float) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import backend_of, connect, fetch_all
+from studio_state import backend_of, connect, fetch_all, fetch_ids_in
 
 
 async def unleased_running_runs(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
@@ -59,17 +59,12 @@ async def invocations_started_before(
 
 async def ended_run_invocations(conn: aiosqlite.Connection, ids: list[str]) -> set[str]:
     """Which of the invocation ``ids`` belong to a run and are no longer ``running``."""
-    ended: set[str] = set()
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        rows = await fetch_all(
-            conn,
-            f"SELECT id FROM invocations WHERE id IN ({', '.join('?' * len(chunk))}) "
-            "AND schedule_run_id IS NOT NULL AND status <> 'running'",
-            tuple(chunk),
-        )
-        ended.update(str(row["id"]) for row in rows)
-    return ended
+    return await fetch_ids_in(
+        conn,
+        "SELECT id FROM invocations WHERE id IN ({marks}) "
+        "AND schedule_run_id IS NOT NULL AND status <> 'running'",
+        ids,
+    )
 
 
 async def database_path(conn: aiosqlite.Connection) -> str | None:
