@@ -10,6 +10,10 @@ on failure → start; then execute / finish: same argv, cwd, environment, outcom
 session evidence) in a task of its own, while a watcher renews the lease and stops the child
 if the row stops being this worker's (cancelled, or recovered by another).
 
+With ``scheduled_on_any_node`` the pass also claims the scheduled fires the leader queued
+(up to ``max_scheduled_concurrent`` on this node; the leader's admission holds their global
+slots), under the same lease, and runs each through the fire runner (``scheduled``).
+
 The claim transaction is in ``claim``, the lease watch in ``watch``, recovery of rows
 abandoned by a dead worker and the lease itself in ``lease``.
 """
