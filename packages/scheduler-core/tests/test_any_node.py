@@ -7,11 +7,14 @@ and a new leader holds again the slots of fires still queued or running.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from studio_scheduler_core import SchedulerEngine
+import pytest
+
+from studio_scheduler_core import InvalidSettings, SchedulerEngine, SchedulerSettings
 from studio_scheduler_core.testing import FLAKY
 from studio_state import connect, fetch_value, is_postgres
 
@@ -56,6 +59,26 @@ async def _ended(h: Any, engine: Any, schedule_id: str, count: int = 1) -> list[
 def test_unset_it_is_on_for_postgresql_and_off_for_sqlite(db_target: str, settings) -> None:
     engine = SchedulerEngine(db_target, settings=replace(settings, scheduled_on_any_node=None))
     assert engine.settings.scheduled_on_any_node is is_postgres(db_target)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, "false"])
+def test_a_setting_that_is_no_bool_is_refused_naming_it(value: object) -> None:
+    with pytest.raises(InvalidSettings) as info:
+        SchedulerSettings(scheduled_on_any_node=value)  # type: ignore[arg-type]
+    assert "scheduled_on_any_node" in str(info.value)
+
+
+async def test_the_run_shows_the_argv_the_claiming_worker_ran(
+    make_engine, clock, h, tmp_path: Path
+) -> None:
+    engine = await make_engine(clock=clock, **ANY)
+    created = await _first_fire(engine, clock, h.command_schedule(h.env_dump, str(tmp_path / "a")))
+    # Changed while the fire waits in the queue: the worker prepares it from the schedule now.
+    changed = str(tmp_path / "b")
+    await engine.service.update(created["id"], {"action_command_args": [h.env_dump, changed]})
+    [run] = await _ended(h, engine, created["id"])
+    assert run["status"] == "completed" and Path(changed).exists()
+    assert json.loads(run["action_args"])[-2:] == [h.env_dump, changed]
 
 
 async def test_a_due_fire_is_queued_then_claimed_and_run_under_a_lease(

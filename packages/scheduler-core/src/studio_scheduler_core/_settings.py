@@ -77,6 +77,11 @@ class SchedulerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidSettings(name, f"must be an integer >= 1, got {value!r}")
+        if not (self.scheduled_on_any_node is None or isinstance(self.scheduled_on_any_node, bool)):
+            raise InvalidSettings(
+                "scheduled_on_any_node",
+                f"must be true, false or None, got {self.scheduled_on_any_node!r}",
+            )
         value = self.run_log_bytes
         if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
             raise InvalidSettings("run_log_bytes", f"must be an integer >= 1024, got {value!r}")

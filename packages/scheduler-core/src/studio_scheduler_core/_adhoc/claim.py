@@ -19,6 +19,7 @@ from studio_state import record_transitions, write_transaction
 from .._fire import store as fire_store
 from .._fire.env import Prepared
 from .._notify.service import notify_run
+from .._rows import dumps
 from .._terminal import StatusChange, apply, clip
 from .lease import CLAIMED, lease_transition
 
@@ -102,6 +103,8 @@ async def commit_claim(
             "child_pid": None,
             "child_started_at": None,
             "status_evidence_refs": f'[{{"kind":"invocation","id":"{fire.invocation_id}"}}]',
+            # A scheduled fire was prepared again here: its row shows the argv that runs.
+            **({"action_args": dumps(fire.argv)} if scheduled else {}),
         },
         guards={"lease_attempts": read_attempts},
         exclusive="concurrency_key",

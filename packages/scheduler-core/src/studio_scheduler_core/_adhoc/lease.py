@@ -157,7 +157,7 @@ async def recover_abandoned(
         launched[str(row["id"])] = row["child_pid"] is not None or bool(escaped)
         if child_alive(row):
             logger.warning(
-                "terminating orphaned process group %s of ad-hoc run %s",
+                "terminating orphaned process group %s of leased run %s",
                 row["child_pid"],
                 row["id"],
             )
@@ -231,7 +231,7 @@ async def _recover_row(
             await apply(conn, [invocation_change])
         if status != "queued":
             await notify_run(conn, run_id, now=now)
-    logger.warning("ad-hoc run %s: %s (%s)", run_id, reason, summary)
+    logger.warning("leased run %s: %s (%s)", run_id, reason, summary)
     return outcome
 
 

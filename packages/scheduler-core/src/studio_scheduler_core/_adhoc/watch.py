@@ -73,10 +73,10 @@ class LeaseWatch:
                         attempt=attempt,
                     )
             except Exception:
-                logger.exception("lease check of ad-hoc run %s failed", fire.run_id)
+                logger.exception("lease check of run %s failed", fire.run_id)
                 continue
             if not ours:
-                logger.info("ad-hoc run %s is no longer this worker's: stopping it", fire.run_id)
+                logger.info("run %s is no longer this worker's: stopping it", fire.run_id)
                 on_revoked(fire.run_id)
                 task.cancel()
                 return

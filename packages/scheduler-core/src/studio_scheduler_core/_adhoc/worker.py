@@ -170,7 +170,7 @@ class AdhocWorker:
                     error_detail=None,
                 )
             except Exception:
-                logger.exception("could not settle ad-hoc run %s at shutdown", fire.run_id)
+                logger.exception("could not settle queued run %s at shutdown", fire.run_id)
         self._open.clear()
         self._scheduled.clear()
         self._started.clear()
@@ -238,7 +238,7 @@ class AdhocWorker:
                 if not claimed:
                     raise
                 # The claims already committed are launched; the rest waits for a later pass.
-                logger.exception("claiming ad-hoc run %s failed", run["id"])
+                logger.exception("claiming queued run %s failed", run["id"])
                 break
             if fire is not None:
                 claimed.append(self._open[fire.run_id])
@@ -318,7 +318,7 @@ class AdhocWorker:
             if fire.run_id not in self._revoked:
                 raise
         except Exception:
-            logger.exception("ad-hoc run %s failed unexpectedly", fire.run_id)
+            logger.exception("queued run %s failed unexpectedly", fire.run_id)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
