@@ -1,4 +1,4 @@
-"""Delivery at concurrency 1 claims the next row while the current one is sent."""
+"""Delivery at concurrency 1 claims the next rows while the current one is sent."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import aiosqlite
 import studio_outbox
 import studio_state
 from studio_outbox import DispatchEnvelope, TransportResult
+from studio_outbox._constants import CLAIM_LEASE_SECONDS
 from studio_outbox._delivery import deliver
+from studio_outbox._loop import RENEW_AFTER_SECONDS
 
 ZERO = {"attempted": 0, "delivered": 0, "retried": 0, "dead_letter": 0, "expired": 0}
 
@@ -43,7 +45,7 @@ async def test_the_next_row_is_claimed_while_the_current_send_runs(
     probe: Any,
     transport_factory: Any,
 ) -> None:
-    ids = await _enqueue_n(conn, clock, 3)
+    ids = await _enqueue_n(conn, clock, 5)
     seen: dict[str, dict[str, tuple[str, int]]] = {}
 
     def behaviour(envelope: DispatchEnvelope) -> TransportResult:
@@ -54,14 +56,13 @@ async def test_the_next_row_is_claimed_while_the_current_send_runs(
     counts = await studio_outbox.deliver_due_dispatches(
         conn, transport=transport, clock=clock, concurrency=1
     )
-    assert counts == {**ZERO, "attempted": 3, "delivered": 3}
+    assert counts == {**ZERO, "attempted": 5, "delivered": 5}
     assert transport.max_in_flight == 1
     assert [env.dispatch_id for env in transport.sent] == ids
-    # During the first send the second row was already claimed (committed), the third not.
+    # During the first send the next CLAIM_AHEAD rows were already claimed (committed), the
+    # fifth not.
     during_first = seen[ids[0]]
-    assert during_first[ids[0]] == ("delivering", 1)
-    assert during_first[ids[1]] == ("delivering", 1)
-    assert during_first[ids[2]] == ("pending", 0)
+    assert [during_first[i] for i in ids] == [("delivering", 1)] * 4 + [("pending", 0)]
     # Each row: one claim, one outcome, each a guarded change with its transition.
     for dispatch_id in ids:
         assert await probe.reasons(dispatch_id) == [
@@ -78,19 +79,21 @@ async def test_stop_sends_and_records_the_row_claimed_ahead_and_claims_nothing_m
     clock: studio_state.ManualClock,
     transport_factory: Any,
 ) -> None:
-    ids = await _enqueue_n(conn, clock, 4)
+    ids = await _enqueue_n(conn, clock, 6)
     stop = asyncio.Event()
 
     def behaviour(envelope: DispatchEnvelope) -> TransportResult:
-        stop.set()  # during the first send: the second row is already claimed
+        stop.set()  # during the first send: the next three rows are already claimed
         return TransportResult.success()
 
     transport = transport_factory(behaviour)
     counts = await deliver(conn, transport=transport, clock=clock, concurrency=1, stop=stop)
-    assert counts == {**ZERO, "attempted": 2, "delivered": 2}
+    assert counts == {**ZERO, "attempted": 4, "delivered": 4}
     after = _statuses(db_path)
-    # Nothing is left claimed without a send: the claimed-ahead row was sent and recorded.
+    # Nothing is left claimed without a send: the claimed-ahead rows were sent and recorded.
     assert [after[i] for i in ids] == [
+        ("delivered", 1),
+        ("delivered", 1),
         ("delivered", 1),
         ("delivered", 1),
         ("pending", 0),
@@ -120,3 +123,80 @@ async def test_a_failed_send_is_recorded_while_the_next_row_is_sent(
     assert row["status"] == "pending" and row["attempt"] == 1 and row["last_error"] == "down"
     assert row["next_attempt_at"] == start + 60
     assert (await probe.row(second))["status"] == "delivered"
+
+
+def _leases(path: Path) -> dict[str, float]:
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT id, next_attempt_at FROM dispatch_outbox").fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+async def test_a_row_that_waited_for_its_slot_is_sent_on_a_renewed_claim(
+    conn: aiosqlite.Connection,
+    db_path: Path,
+    clock: studio_state.ManualClock,
+    probe: Any,
+    transport_factory: Any,
+) -> None:
+    first, second, third = await _enqueue_n(conn, clock, 3)
+    claimed_at = clock()
+    leases: dict[str, dict[str, float]] = {}
+
+    async def behaviour(envelope: DispatchEnvelope) -> TransportResult:
+        leases[envelope.dispatch_id] = _leases(db_path)
+        if envelope.dispatch_id == first:
+            # A slow send: the two rows claimed ahead wait longer than RENEW_AFTER_SECONDS.
+            clock.advance(40)
+            await asyncio.sleep(RENEW_AFTER_SECONDS + 0.3)
+        return TransportResult.success()
+
+    transport = transport_factory(behaviour)
+    counts = await studio_outbox.deliver_due_dispatches(
+        conn, transport=transport, clock=clock, concurrency=1
+    )
+    assert counts == {**ZERO, "attempted": 3, "delivered": 3}
+    assert [env.dispatch_id for env in transport.sent] == [first, second, third]
+    # Claimed during the first send with the lease of that moment ...
+    assert leases[first][second] == claimed_at + CLAIM_LEASE_SECONDS
+    # ... and sent on a renewed one: same attempt, a new lease from the renewal's time.
+    assert leases[second][second] == claimed_at + 40 + CLAIM_LEASE_SECONDS
+    assert leases[third][third] == claimed_at + 40 + CLAIM_LEASE_SECONDS
+    for dispatch_id in (second, third):
+        # A renewal is not a status change: one claim, one outcome, attempt 1.
+        assert await probe.reasons(dispatch_id) == [
+            "dispatch.pending.enqueued",
+            "dispatch.delivering.claimed",
+            "dispatch.delivered.transport_ok",
+        ]
+        assert (await probe.row(dispatch_id))["attempt"] == 1
+
+
+async def test_a_waiting_claim_that_changed_meanwhile_is_not_sent(
+    conn: aiosqlite.Connection,
+    db_path: Path,
+    clock: studio_state.ManualClock,
+    probe: Any,
+    transport_factory: Any,
+) -> None:
+    first, second = await _enqueue_n(conn, clock, 2)
+
+    async def behaviour(envelope: DispatchEnvelope) -> TransportResult:
+        if envelope.dispatch_id == first:
+            # While the second row waits, another sender takes it over (its next attempt).
+            with sqlite3.connect(db_path) as db:
+                db.execute(
+                    "UPDATE dispatch_outbox SET attempt = 2, claimed_by = 'elsewhere' WHERE id = ?",
+                    (second,),
+                )
+            await asyncio.sleep(RENEW_AFTER_SECONDS + 0.3)
+        return TransportResult.success()
+
+    transport = transport_factory(behaviour)
+    counts = await studio_outbox.deliver_due_dispatches(
+        conn, transport=transport, clock=clock, concurrency=1
+    )
+    # The second row's claim could not be renewed: it is not sent, and not written.
+    assert counts == {**ZERO, "attempted": 1, "delivered": 1}
+    assert [env.dispatch_id for env in transport.sent] == [first]
+    row = await probe.row(second)
+    assert (row["status"], row["attempt"], row["claimed_by"]) == ("delivering", 2, "elsewhere")

@@ -319,6 +319,31 @@ def claim(
     return claimed, transitions
 
 
+def renew(items: Sequence[Claimed], now: float) -> Steps[list[Claimed]]:
+    """Renew the lease of claims still exactly as claimed (inside the current transaction).
+
+    Guarded like every write here, on ``(id, 'delivering', attempt)``: a row whose status or
+    attempt changed since its claim is not renewed, and must not be sent. A renewal is not a
+    status change, so it records no transition.
+    """
+    renewed: set[str] = set()
+    for start in range(0, len(items), _CHUNK):
+        part = items[start : start + _CHUNK]
+        values: list[Any] = [now + CLAIM_LEASE_SECONDS, now]
+        for item in part:
+            values += [item.row.id, item.attempt]
+        rows = yield Fetch(
+            "UPDATE dispatch_outbox SET next_attempt_at = ?, updated_at = ? "
+            f"FROM (VALUES {', '.join(['(?, ?)'] * len(part))}) AS v "
+            "WHERE dispatch_outbox.id = v.column1 AND dispatch_outbox.status = 'delivering' "
+            "AND dispatch_outbox.attempt = v.column2 "
+            "RETURNING id",
+            values,
+        )
+        renewed.update(r["id"] for r in rows)
+    return [item for item in items if item.row.id in renewed]
+
+
 def _transition(
     entity_id: str,
     previous: str,
