@@ -14,7 +14,7 @@ import studio_state
 from studio_outbox import DispatchEnvelope, TransportResult
 from studio_outbox._constants import CLAIM_LEASE_SECONDS
 from studio_outbox._delivery import deliver
-from studio_outbox._loop import RENEW_AFTER_SECONDS
+from studio_outbox._loop import OUTCOME_WAIT_SECONDS, RENEW_AFTER_SECONDS
 
 ZERO = {"attempted": 0, "delivered": 0, "retried": 0, "dead_letter": 0, "expired": 0}
 
@@ -200,3 +200,28 @@ async def test_a_waiting_claim_that_changed_meanwhile_is_not_sent(
     assert [env.dispatch_id for env in transport.sent] == [first]
     row = await probe.row(second)
     assert (row["status"], row["attempt"], row["claimed_by"]) == ("delivering", 2, "elsewhere")
+
+
+async def test_an_outcome_is_written_within_the_wait_bound_while_the_next_send_is_slow(
+    conn: aiosqlite.Connection,
+    db_path: Path,
+    clock: studio_state.ManualClock,
+    transport_factory: Any,
+) -> None:
+    ids = await _enqueue_n(conn, clock, 6)
+    seen: dict[str, tuple[str, int]] = {}
+
+    async def behaviour(envelope: DispatchEnvelope) -> TransportResult:
+        if envelope.dispatch_id == ids[1]:
+            # Rows are still claimed ahead, so no claim is due: the first outcome must not
+            # wait for this send's end, only OUTCOME_WAIT_SECONDS.
+            await asyncio.sleep(OUTCOME_WAIT_SECONDS + 0.4)
+            seen.update(_statuses(db_path))
+        return TransportResult.success()
+
+    counts = await studio_outbox.deliver_due_dispatches(
+        conn, transport=transport_factory(behaviour), clock=clock, concurrency=1
+    )
+    assert counts == {**ZERO, "attempted": 6, "delivered": 6}
+    assert seen[ids[0]] == ("delivered", 1)
+    assert seen[ids[1]] == ("delivering", 1)
