@@ -38,6 +38,25 @@ async def _enqueue_n(conn: aiosqlite.Connection, clock: Any, n: int) -> list[str
     return ids
 
 
+async def _deliver_one_at_a_time(
+    conn: aiosqlite.Connection, clock: Any, transport: Any
+) -> tuple[dict[str, int], Any]:
+    counts = await studio_outbox.deliver_due_dispatches(
+        conn, transport=transport, clock=clock, concurrency=1
+    )
+    return counts, transport
+
+
+async def _assert_claimed_and_delivered_once(probe: Any, ids: list[str]) -> None:
+    for dispatch_id in ids:
+        assert await probe.reasons(dispatch_id) == [
+            "dispatch.pending.enqueued",
+            "dispatch.delivering.claimed",
+            "dispatch.delivered.transport_ok",
+        ]
+        assert (await probe.row(dispatch_id))["attempt"] == 1
+
+
 async def test_the_next_row_is_claimed_while_the_current_send_runs(
     conn: aiosqlite.Connection,
     db_path: Path,
@@ -52,10 +71,7 @@ async def test_the_next_row_is_claimed_while_the_current_send_runs(
         seen[envelope.dispatch_id] = _statuses(db_path)
         return TransportResult.success()
 
-    transport = transport_factory(behaviour)
-    counts = await studio_outbox.deliver_due_dispatches(
-        conn, transport=transport, clock=clock, concurrency=1
-    )
+    counts, transport = await _deliver_one_at_a_time(conn, clock, transport_factory(behaviour))
     assert counts == {**ZERO, "attempted": 5, "delivered": 5}
     assert transport.max_in_flight == 1
     assert [env.dispatch_id for env in transport.sent] == ids
@@ -64,13 +80,7 @@ async def test_the_next_row_is_claimed_while_the_current_send_runs(
     during_first = seen[ids[0]]
     assert [during_first[i] for i in ids] == [("delivering", 1)] * 4 + [("pending", 0)]
     # Each row: one claim, one outcome, each a guarded change with its transition.
-    for dispatch_id in ids:
-        assert await probe.reasons(dispatch_id) == [
-            "dispatch.pending.enqueued",
-            "dispatch.delivering.claimed",
-            "dispatch.delivered.transport_ok",
-        ]
-        assert (await probe.row(dispatch_id))["attempt"] == 1
+    await _assert_claimed_and_delivered_once(probe, ids)
 
 
 async def test_stop_sends_and_records_the_row_claimed_ahead_and_claims_nothing_more(
@@ -115,9 +125,7 @@ async def test_a_failed_send_is_recorded_while_the_next_row_is_sent(
             return TransportResult.failure("down")
         return TransportResult.success()
 
-    counts = await studio_outbox.deliver_due_dispatches(
-        conn, transport=transport_factory(behaviour), clock=clock, concurrency=1
-    )
+    counts, _ = await _deliver_one_at_a_time(conn, clock, transport_factory(behaviour))
     assert counts == {**ZERO, "attempted": 2, "delivered": 1, "retried": 1}
     row = await probe.row(first)
     assert row["status"] == "pending" and row["attempt"] == 1 and row["last_error"] == "down"
@@ -150,10 +158,7 @@ async def test_a_row_that_waited_for_its_slot_is_sent_on_a_renewed_claim(
             await asyncio.sleep(RENEW_AFTER_SECONDS + 0.3)
         return TransportResult.success()
 
-    transport = transport_factory(behaviour)
-    counts = await studio_outbox.deliver_due_dispatches(
-        conn, transport=transport, clock=clock, concurrency=1
-    )
+    counts, transport = await _deliver_one_at_a_time(conn, clock, transport_factory(behaviour))
     assert counts == {**ZERO, "attempted": 3, "delivered": 3}
     assert [env.dispatch_id for env in transport.sent] == [first, second, third]
     # Claimed during the first send with the lease of that moment ...
@@ -161,14 +166,8 @@ async def test_a_row_that_waited_for_its_slot_is_sent_on_a_renewed_claim(
     # ... and sent on a renewed one: same attempt, a new lease from the renewal's time.
     assert leases[second][second] == claimed_at + 40 + CLAIM_LEASE_SECONDS
     assert leases[third][third] == claimed_at + 40 + CLAIM_LEASE_SECONDS
-    for dispatch_id in (second, third):
-        # A renewal is not a status change: one claim, one outcome, attempt 1.
-        assert await probe.reasons(dispatch_id) == [
-            "dispatch.pending.enqueued",
-            "dispatch.delivering.claimed",
-            "dispatch.delivered.transport_ok",
-        ]
-        assert (await probe.row(dispatch_id))["attempt"] == 1
+    # A renewal is not a status change: one claim, one outcome, attempt 1.
+    await _assert_claimed_and_delivered_once(probe, [second, third])
 
 
 async def test_a_waiting_claim_that_changed_meanwhile_is_not_sent(
@@ -191,10 +190,7 @@ async def test_a_waiting_claim_that_changed_meanwhile_is_not_sent(
             await asyncio.sleep(RENEW_AFTER_SECONDS + 0.3)
         return TransportResult.success()
 
-    transport = transport_factory(behaviour)
-    counts = await studio_outbox.deliver_due_dispatches(
-        conn, transport=transport, clock=clock, concurrency=1
-    )
+    counts, transport = await _deliver_one_at_a_time(conn, clock, transport_factory(behaviour))
     # The second row's claim could not be renewed: it is not sent, and not written.
     assert counts == {**ZERO, "attempted": 1, "delivered": 1}
     assert [env.dispatch_id for env in transport.sent] == [first]
@@ -219,9 +215,7 @@ async def test_an_outcome_is_written_within_the_wait_bound_while_the_next_send_i
             seen.update(_statuses(db_path))
         return TransportResult.success()
 
-    counts = await studio_outbox.deliver_due_dispatches(
-        conn, transport=transport_factory(behaviour), clock=clock, concurrency=1
-    )
+    counts, _ = await _deliver_one_at_a_time(conn, clock, transport_factory(behaviour))
     assert counts == {**ZERO, "attempted": 6, "delivered": 6}
     assert seen[ids[0]] == ("delivered", 1)
     assert seen[ids[1]] == ("delivering", 1)
