@@ -85,7 +85,8 @@ COUNTED_AS = {
     DispatchReason.GONE: "dead_letter",
 }
 
-Finished = list[tuple[Claimed, TransportResult]]
+# A finished send: its claim, its result and the clock when it ended (its outcome's time).
+Finished = list[tuple[Claimed, TransportResult, float]]
 # A claimed row and the monotonic time by which its send must have ended.
 Ready = tuple[Claimed, float]
 # What a write step applied, renewed and claimed, and when (monotonic) its claims landed.
@@ -100,10 +101,11 @@ def step_steps(
     actor: str,
     stale: Sequence[Claimed] = (),
 ) -> Steps[tuple[list[Change], list[Claimed], list[Claimed]]]:
-    """One write step's statements (inside the step's transaction): the changes, the outcomes,
-    the renewals of ``stale`` claims and the new claims; returns what applied of each."""
+    """One write step's statements (inside the step's transaction): the changes, the outcomes
+    (each at the time its send ended), the renewals of ``stale`` claims and the new claims;
+    returns what applied of each."""
     changes = list(decided)
-    changes += [outcome(item, result, now) for item, result in finished]
+    changes += [outcome(item, result, ended) for item, result, ended in finished]
     to_claim: list[DueRow] = []
     for row in batch:
         # Re-decided at claim time: a row may have expired while waiting for a slot.
@@ -176,70 +178,101 @@ class Loop:
     async def run(self, decided: list[Change], sendable: list[DueRow], concurrency: int) -> None:
         queue = collections.deque(sendable)
         ready: collections.deque[Ready] = collections.deque()
-        in_flight: dict[asyncio.Future[TransportResult], Claimed] = {}
+        slots: set[asyncio.Task[None]] = set()  # at most ``concurrency`` senders
+        sending: dict[asyncio.Task[None], Claimed] = {}  # each slot's send in progress
         finished: Finished = []
         unsent: list[Claimed] = []  # claimed ahead, expired before a slot came free
         writing: list[Claimed] = []  # the claims whose outcome the running step records
         stale: list[Claimed] = []  # claimed ahead, waited too long: the next step renews them
         renewing: list[Claimed] = []  # the stale claims the running step renews
         step: asyncio.Future[tuple[list[Ready], list[Ready]]] | None = None
-        starting: list[Ready] = []  # taken from ready, their sends not yet started
         finished_at = 0.0  # when the oldest outcome in ``finished`` came in (monotonic)
+        loop = asyncio.get_running_loop()
+        wake: asyncio.Future[None] = loop.create_future()
+
+        def wake_up(_: object = None) -> None:
+            if not wake.done():
+                wake.set_result(None)
+
+        def take() -> Ready | None:
+            """The next claimed row to send, if any (a row that expired or waited too long
+            for a slot is set aside for the next step instead)."""
+            while ready:
+                item, deadline = ready.popleft()
+                if item.row.expired(self._read()):
+                    decided.append(_expired_unsent(item))
+                    unsent.append(item)
+                elif deadline - time.monotonic() < _RENEW_BELOW:
+                    stale.append(item)
+                else:
+                    return item, deadline
+            return None
+
+        async def slot(item: Claimed, deadline: float) -> None:
+            # A slot goes straight on to the next claimed row when a send ends, in the same
+            # turn of the event loop, and wakes the loop below to write the outcome.
+            nonlocal finished_at
+            me = asyncio.current_task()
+            assert me is not None
+            while True:
+                self._counts["attempted"] += 1
+                sending[me] = item
+                result = await self._send(item, deadline)
+                del sending[me]
+                if not finished:
+                    finished_at = time.monotonic()
+                finished.append((item, result, self._read()))
+                wake_up()
+                following = take()
+                if following is None:
+                    return
+                item, deadline = following
+
         try:
             while True:
                 # Claimed rows are sent even once stopping: their attempt is already spent.
-                starting = []
-                while ready and len(in_flight) + len(starting) < concurrency:
-                    item, deadline = ready.popleft()
-                    if item.row.expired(self._read()):
-                        decided.append(_expired_unsent(item))
-                        unsent.append(item)
-                        continue
-                    if deadline - time.monotonic() < _RENEW_BELOW:
-                        stale.append(item)
-                        continue
-                    starting.append((item, deadline))
+                while len(slots) < concurrency and (following := take()) is not None:
+                    task = asyncio.ensure_future(slot(*following))
+                    sending[task] = following[0]  # until its first send starts
+                    task.add_done_callback(wake_up)
+                    slots.add(task)
                 if step is None:
                     free, left = 0, len(ready) + len(stale)
                     if left <= concurrency and not self._stopping():
                         # Refilled once the rows claimed ahead run low: one step claims several.
-                        wanted = concurrency + CLAIM_AHEAD - len(in_flight) - len(starting) - left
+                        wanted = concurrency + CLAIM_AHEAD - len(sending) - left
                         free = max(0, min(wanted, len(queue)))
                     batch = [queue.popleft() for _ in range(free)]
                     flush = bool(finished) and (
                         not queue
                         or self._stopping()
-                        or not (in_flight or starting)
+                        or not sending
                         or time.monotonic() - finished_at >= OUTCOME_WAIT_SECONDS
                     )
                     if decided or batch or stale or flush:
-                        # Read the step's time now, before the sends just started run.
+                        # The step task is created after the slots just started, so a spawn
+                        # does not share the interpreter with the step's statements; ``at``
+                        # is read now, so an outcome counts from the end of its send.
                         at = (time.monotonic(), self._read())
                         step = asyncio.ensure_future(
                             self._step(decided, finished, batch, stale, at)
                         )
-                        writing = [*unsent, *(item for item, _ in finished)]
+                        step.add_done_callback(wake_up)
+                        writing = [*unsent, *(item for item, _, _ in finished)]
                         renewing = stale
                         decided, finished, unsent, stale = [], [], [], []
-                # The step is queued to the database thread before the sends start: a spawn
-                # holds the event loop until the child has exec'd, and the step's statements
-                # and commit run on the other thread meanwhile instead of after it.
-                for item, deadline in starting:
-                    self._counts["attempted"] += 1
-                    in_flight[asyncio.ensure_future(self._send(item, deadline))] = item
-                starting = []
-                if step is None and not in_flight:
+                if step is None and not slots:
                     return
-                waiting: set[asyncio.Future[Any]] = set(in_flight)
-                timeout = None
-                if step is not None:
-                    waiting.add(step)
-                elif finished:
+                if step is None and finished:
                     timeout = max(0.0, finished_at + OUTCOME_WAIT_SECONDS - time.monotonic())
-                done, _ = await asyncio.wait(
-                    waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-                if step is not None and step in done:
+                    await asyncio.wait((wake,), timeout=timeout)
+                elif not wake.done():
+                    await wake
+                wake = loop.create_future()
+                for task in [task for task in slots if task.done()]:
+                    slots.discard(task)
+                    task.result()  # a slot that failed (it never should) ends the pass
+                if step is not None and step.done():
                     (renewed, claimed), step = step.result(), None
                     for item in writing:
                         claimant.release(item.row.id, item.attempt)
@@ -250,24 +283,19 @@ class Loop:
                         claimant.hold(item.row.id, item.attempt)
                     ready.extendleft(reversed(renewed))  # they were next before they waited
                     ready.extend(claimed)
-                for future in [f for f in in_flight if f in done]:
-                    if not finished:
-                        finished_at = time.monotonic()
-                    finished.append((in_flight.pop(future), future.result()))
         except BaseException:
-            pending: list[asyncio.Future[Any]] = [*in_flight]
+            pending: list[asyncio.Future[Any]] = [*slots]
             if step is not None:
                 pending.append(step)
-            for task in pending:
-                task.cancel()
+            for future in pending:
+                future.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
             raise
         finally:
             # Claims whose outcome was not recorded: this loop no longer holds them, so their
             # lease alone decides when they are sent again.
-            unrecorded = [*in_flight.values(), *(item for item, _ in finished), *unsent]
+            unrecorded = [*sending.values(), *(item for item, _, _ in finished), *unsent]
             held = [*writing, *renewing, *stale, *(item for item, _ in ready)]
-            held += [item for item, _ in starting]
             for item in [*unrecorded, *held]:
                 claimant.release(item.row.id, item.attempt)
 
@@ -318,8 +346,8 @@ class Loop:
         stale: list[Claimed],
         at: tuple[float, float],
     ) -> StepResult:
-        # ``at`` (monotonic, clock) was read when the step was launched, so an outcome counts
-        # from the end of its send even though the next send may already be running; a step
+        # An outcome carries the clock of its send's end, though the next send may already
+        # be running. ``at`` (monotonic, clock) was read when the step was launched; a step
         # that then waited for the write lock reads the clock again, so a claim's lease
         # starts when the claim lands.
         read, actor = self._read, self._actor

@@ -225,7 +225,7 @@ class CommandTransport:
                     stdin.close()
             try:
                 async with asyncio.timeout(self.timeout):
-                    await asyncio.shield(protocol.exited)
+                    await protocol.exit_waiter()
             except TimeoutError:
                 await _kill_group(transport, protocol)
                 return TransportResult.failure(
@@ -254,8 +254,23 @@ class _Protocol(asyncio.SubprocessProtocol):
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.tail = bytearray()
-        self.exited: asyncio.Future[None] = loop.create_future()
         self.stderr_closed: asyncio.Future[None] = loop.create_future()
+        self._loop = loop
+        self._exited = False
+        self._exit_waiters: list[asyncio.Future[None]] = []
+
+    def exit_waiter(self) -> asyncio.Future[None]:
+        """A new future that resolves once the child has exited (at once if it has).
+
+        Each wait gets its own future, awaited directly: a cancelled wait (a timeout) leaves
+        the others, and the kill that follows it, a future that still resolves at the exit.
+        """
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        if self._exited:
+            waiter.set_result(None)
+        else:
+            self._exit_waiters.append(waiter)
+        return waiter
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 2:
@@ -268,8 +283,11 @@ class _Protocol(asyncio.SubprocessProtocol):
             self.stderr_closed.set_result(None)
 
     def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
+        self._exited = True
+        waiters, self._exit_waiters = self._exit_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class _Child(Protocol):
@@ -289,4 +307,4 @@ async def _kill_group(transport: _Child, protocol: _Protocol) -> None:
         with contextlib.suppress(ProcessLookupError):
             transport.kill()
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.shield(protocol.exited), _REAP_SECONDS)
+        await asyncio.wait_for(protocol.exit_waiter(), _REAP_SECONDS)
