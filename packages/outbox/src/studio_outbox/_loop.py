@@ -186,6 +186,7 @@ class Loop:
         stale: list[Claimed] = []  # claimed ahead, waited too long: the next step renews them
         renewing: list[Claimed] = []  # the stale claims the running step renews
         step: asyncio.Future[tuple[list[Ready], list[Ready]]] | None = None
+        starting: list[Ready] = []  # taken from ready for new slots, not yet started
         finished_at = 0.0  # when the oldest outcome in ``finished`` came in (monotonic)
         loop = asyncio.get_running_loop()
         wake: asyncio.Future[None] = loop.create_future()
@@ -231,28 +232,23 @@ class Loop:
         try:
             while True:
                 # Claimed rows are sent even once stopping: their attempt is already spent.
-                while len(slots) < concurrency and (following := take()) is not None:
-                    task = asyncio.ensure_future(slot(*following))
-                    sending[task] = following[0]  # until its first send starts
-                    task.add_done_callback(wake_up)
-                    slots.add(task)
+                starting = []
+                while len(slots) + len(starting) < concurrency and (following := take()):
+                    starting.append(following)
                 if step is None:
                     free, left = 0, len(ready) + len(stale)
                     if left <= concurrency and not self._stopping():
                         # Refilled once the rows claimed ahead run low: one step claims several.
-                        wanted = concurrency + CLAIM_AHEAD - len(sending) - left
+                        wanted = concurrency + CLAIM_AHEAD - len(sending) - len(starting) - left
                         free = max(0, min(wanted, len(queue)))
                     batch = [queue.popleft() for _ in range(free)]
                     flush = bool(finished) and (
                         not queue
                         or self._stopping()
-                        or not sending
+                        or not (sending or starting)
                         or time.monotonic() - finished_at >= OUTCOME_WAIT_SECONDS
                     )
                     if decided or batch or stale or flush:
-                        # The step task is created after the slots just started, so a spawn
-                        # does not share the interpreter with the step's statements; ``at``
-                        # is read now, so an outcome counts from the end of its send.
                         at = (time.monotonic(), self._read())
                         step = asyncio.ensure_future(
                             self._step(decided, finished, batch, stale, at)
@@ -261,6 +257,15 @@ class Loop:
                         writing = [*unsent, *(item for item, _, _ in finished)]
                         renewing = stale
                         decided, finished, unsent, stale = [], [], [], []
+                # New slots start after the step is queued to the database thread: their
+                # spawns hold the event loop, and the step's claims and commit run meanwhile.
+                # (A slot that goes on to its next row spawns before the loop wakes here.)
+                for following in starting:
+                    task = asyncio.ensure_future(slot(*following))
+                    sending[task] = following[0]  # until its first send starts
+                    task.add_done_callback(wake_up)
+                    slots.add(task)
+                starting = []
                 if step is None and not slots:
                     return
                 if step is None and finished:
@@ -295,7 +300,7 @@ class Loop:
             # Claims whose outcome was not recorded: this loop no longer holds them, so their
             # lease alone decides when they are sent again.
             unrecorded = [*sending.values(), *(item for item, _, _ in finished), *unsent]
-            held = [*writing, *renewing, *stale, *(item for item, _ in ready)]
+            held = [*writing, *renewing, *stale, *(item for item, _ in [*ready, *starting])]
             for item in [*unrecorded, *held]:
                 claimant.release(item.row.id, item.attempt)
 
