@@ -219,3 +219,41 @@ async def test_an_outcome_is_written_within_the_wait_bound_while_the_next_send_i
     assert counts == {**ZERO, "attempted": 6, "delivered": 6}
     assert seen[ids[0]] == ("delivered", 1)
     assert seen[ids[1]] == ("delivering", 1)
+
+
+async def test_each_send_starts_in_the_event_loop_turn_the_one_before_it_ended(
+    conn: aiosqlite.Connection, clock: studio_state.ManualClock, probe: Any, transport_factory: Any
+) -> None:
+    ids = await _enqueue_n(conn, clock, 5)
+    loop = asyncio.get_running_loop()
+    turns = [0]  # event-loop turns so far: a callback that schedules itself once per turn
+    ticking = [True]
+
+    def tick() -> None:
+        turns[0] += 1
+        if ticking[0]:
+            loop.call_soon(tick)
+
+    marks: list[tuple[str, int]] = []
+
+    async def behaviour(envelope: DispatchEnvelope) -> TransportResult:
+        marks.append(("start", turns[0]))
+        await asyncio.sleep(0.02)  # long enough for the rows claimed ahead to be committed
+        marks.append(("end", turns[0]))
+        return TransportResult.success()
+
+    loop.call_soon(tick)
+    try:
+        counts, transport = await _deliver_one_at_a_time(
+            conn, clock, transport_factory(behaviour)
+        )
+    finally:
+        ticking[0] = False
+    assert counts == {**ZERO, "attempted": 5, "delivered": 5}
+    assert [env.dispatch_id for env in transport.sent] == ids
+    # The send slot went straight on to the next claimed row: no turn of the loop between
+    # one send's end and the next one's start (the write steps ran beside the sends).
+    ends = [turn for mark, turn in marks if mark == "end"]
+    starts = [turn for mark, turn in marks if mark == "start"]
+    assert starts[1:] == ends[:-1]
+    await _assert_claimed_and_delivered_once(probe, ids)
