@@ -244,9 +244,7 @@ async def test_each_send_starts_in_the_event_loop_turn_the_one_before_it_ended(
 
     loop.call_soon(tick)
     try:
-        counts, transport = await _deliver_one_at_a_time(
-            conn, clock, transport_factory(behaviour)
-        )
+        counts, transport = await _deliver_one_at_a_time(conn, clock, transport_factory(behaviour))
     finally:
         ticking[0] = False
     assert counts == {**ZERO, "attempted": 5, "delivered": 5}
