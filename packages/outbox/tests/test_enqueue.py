@@ -60,6 +60,42 @@ async def test_enqueue_writes_pending_row_payload_and_one_transition(
     ]
 
 
+@pytest.mark.parametrize("ack_required", [False, True])
+async def test_the_stored_payload_is_compact_json_byte_for_byte(
+    conn: aiosqlite.Connection, clock: studio_state.ManualClock, probe: Any, ack_required: bool
+) -> None:
+    # Text that JSON must escape, in every string field, and both None and numbers.
+    awkward = 'quote " back \\ slash\ttab\nnewline ü ☃ \U0001f600 \x7f \x1f'
+    dispatch_id = await studio_outbox.enqueue_dispatch(
+        conn,
+        kind="k " + awkward,
+        deliver_to="d " + awkward,
+        body={"text": awkward, "n": 1.5},
+        ack_required=ack_required,
+        session_id=None if ack_required else "s " + awkward,
+        schedule_run_id="r " + awkward,
+        expires_at=None if ack_required else clock() + 0.1,
+        clock=clock,
+    )
+    row = await probe.row(dispatch_id)
+    expected: dict[str, Any] = {
+        "dispatch_id": dispatch_id,
+        "kind": "k " + awkward,
+        "deliver_to": "d " + awkward,
+        "attempt": 0,
+    }
+    if ack_required:
+        expected["ack_token"] = row["ack_token"]
+    expected |= {
+        "body": {"text": awkward, "n": 1.5},
+        "created_at": clock(),
+        "expires_at": None if ack_required else clock() + 0.1,
+        "session_id": None if ack_required else "s " + awkward,
+        "schedule_run_id": "r " + awkward,
+    }
+    assert row["payload"] == json.dumps(expected, separators=(",", ":"))
+
+
 async def test_ack_required_row_has_a_token_in_its_payload_only_internally(
     conn: aiosqlite.Connection, probe: Any
 ) -> None:

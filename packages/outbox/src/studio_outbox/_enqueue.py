@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 import secrets
 import sqlite3
@@ -127,29 +128,35 @@ def validate(
     )
 
 
+# The string encoder json.dumps itself uses for ``str`` (``ensure_ascii``): the payload is
+# written out by hand, byte for byte what ``json.dumps(..., separators=(",", ":"))`` gives
+# for it, at a fifth of the cost (it is built inside every enqueue's transaction).
+_quote = json.encoder.encode_basestring_ascii
+
+
+def _json_text(value: str | None) -> str:
+    return "null" if value is None else _quote(value)
+
+
+def _json_number(value: float | None) -> str:
+    if value is None:
+        return "null"
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise ValueError(f"Out of range float values are not JSON compliant: {value!r}")
+        return float.__repr__(value)
+    return json.dumps(value, allow_nan=False)
+
+
 def _payload(row: NewRow, dispatch_id: str, ack_token: str | None, now: float) -> str:
-    # Built by hand around the already-serialised body, so the body is encoded once.
-    head: dict[str, Any] = {
-        "dispatch_id": dispatch_id,
-        "kind": row.kind,
-        "deliver_to": row.deliver_to,
-        "attempt": 0,
-    }
-    if ack_token is not None:
-        head["ack_token"] = ack_token
-    tail = {
-        "created_at": now,
-        "expires_at": row.expires_at,
-        "session_id": row.session_id,
-        "schedule_run_id": row.schedule_run_id,
-    }
-    compact = (",", ":")
+    """The stored payload JSON, around the already-serialised body (encoded once)."""
+    ack = "" if ack_token is None else f',"ack_token":{_quote(ack_token)}'
     return (
-        json.dumps(head, separators=compact, allow_nan=False)[:-1]
-        + ',"body":'
-        + row.body_json
-        + ","
-        + json.dumps(tail, separators=compact, allow_nan=False)[1:]
+        f'{{"dispatch_id":{_quote(dispatch_id)},"kind":{_quote(row.kind)},'
+        f'"deliver_to":{_quote(row.deliver_to)},"attempt":0{ack},"body":{row.body_json},'
+        f'"created_at":{_json_number(now)},"expires_at":{_json_number(row.expires_at)},'
+        f'"session_id":{_json_text(row.session_id)},'
+        f'"schedule_run_id":{_json_text(row.schedule_run_id)}}}'
     )
 
 
