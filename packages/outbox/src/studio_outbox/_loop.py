@@ -4,7 +4,10 @@ Each write step is one transaction, run in a single trip to the connection's thr
 outcomes that finished since the last step, the changes decided without a send, and the
 claims that refill the free send slots plus up to :data:`CLAIM_AHEAD` rows claimed ahead. A
 step runs while sends are in flight, so the next row is already claimed when a send ends and
-its send starts at once, while the outcomes of the ones before are written.
+its send starts at once, while the outcomes of the ones before are written. Each of the
+``concurrency`` send slots is one task that goes on to the next claimed row in the same turn
+of the event loop as its send ended; an outcome carries the clock of that end, whenever the
+step that records it runs.
 
 Claims are refilled once the rows claimed ahead run low (no more than one per send slot
 left), not after every send, and a finished send's outcome waits for that step, at most
