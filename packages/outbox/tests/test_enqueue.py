@@ -5,6 +5,8 @@ import json
 import math
 import sys
 import textwrap
+import types
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,34 @@ async def test_the_stored_payload_is_compact_json_byte_for_byte(
         "schedule_run_id": "r " + awkward,
     }
     assert row["payload"] == json.dumps(expected, separators=(",", ":"))
+
+
+class _Body(dict[str, Any]):
+    """A dict subclass: encoded from a plain copy, as any other mapping."""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [types.MappingProxyType({"b": [1, "x"], "a": None}), _Body(b=[1, "x"], a=None)],
+    ids=["mappingproxy", "dict-subclass"],
+)
+async def test_a_body_that_is_any_mapping_is_stored_as_its_json(
+    conn: aiosqlite.Connection, probe: Any, body: Mapping[str, Any]
+) -> None:
+    dispatch_id = await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="d", body=body)
+    payload = (await probe.row(dispatch_id))["payload"]
+    assert '"body":{"b":[1,"x"],"a":null}' in payload
+    assert json.loads(payload)["body"] == dict(body)
+
+
+async def test_a_body_that_contains_itself_is_refused_by_name(
+    conn: aiosqlite.Connection, probe: Any
+) -> None:
+    looped: dict[str, Any] = {"ok": 1}
+    looped["again"] = [looped]
+    with pytest.raises(InvalidDispatch, match="body: is not JSON-serialisable: it contains itself"):
+        await studio_outbox.enqueue_dispatch(conn, kind="k", deliver_to="d", body=looped)
+    assert await probe.count() == 0
 
 
 async def test_ack_required_row_has_a_token_in_its_payload_only_internally(

@@ -18,27 +18,27 @@ import contextlib
 import secrets
 import sqlite3
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import aiosqlite
 
 import studio_state
 
+from ._constants import ENTITY_TYPE
+
 T = TypeVar("T")
 Row = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Fetch:
+# Steps are tuples: several are built for every delivery and enqueue.
+class Fetch(NamedTuple):
     """Run one statement; its result is every row it returns (``[]`` for none)."""
 
     sql: str
     params: Sequence[Any] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ExecMany:
+class ExecMany(NamedTuple):
     """Run one statement once per parameter tuple; its result is ``None``."""
 
     sql: str
@@ -47,6 +47,40 @@ class ExecMany:
 
 Step = Fetch | ExecMany
 Steps = Generator[Step, Any, T]
+
+
+class TransitionRow(NamedTuple):
+    """The ``status_transitions`` row of one status change of a dispatch.
+
+    The outbox records only dispatches' changes (``entity_type`` is always ``dispatch``, with no
+    evidence or metadata), and builds several of these for every delivery and enqueue: a
+    tuple costs a third of ``studio_state.Transition``, a frozen dataclass.
+    """
+
+    entity_id: str
+    previous_status: str | None
+    status: str
+    reason_code: str
+    reason_summary: str
+    created_at: float
+    actor: str
+
+    def params(self, row_id: str) -> tuple[Any, ...]:
+        """The parameters of :data:`TRANSITION_INSERT` for this row, whose id is ``row_id``."""
+        return (
+            row_id,
+            ENTITY_TYPE,
+            self.entity_id,
+            self.previous_status,
+            self.status,
+            self.reason_code,
+            self.reason_summary,
+            None,
+            self.actor,
+            None,
+            self.created_at,
+        )
+
 
 # The audit row of every status change (studio-state's ``status_transitions`` table).
 TRANSITION_INSERT = (
@@ -76,11 +110,11 @@ def transition_id(created_at: float, noise: str) -> str:
     return f"{int(created_at) & 0xFFFFFFFF:08x}{noise}"
 
 
-def record(transitions: Sequence[studio_state.Transition]) -> Steps[None]:
+def record(transitions: Sequence[TransitionRow]) -> Steps[None]:
     """Write ``transitions`` (inside the current transaction), with time-ordered ids.
 
     The random parts of all the ids come from one read of the OS's random source (each id is
-    handed to ``Transition.params``, which would draw one of its own): a delivery write step
+    drawn on its own would be a read of its own): a delivery write step
     records two transitions, and every read of the random source is a system call on the
     connection's thread.
     """
@@ -119,6 +153,9 @@ def _sync_step(conn: sqlite3.Connection, step: Step) -> list[Row] | None:
     if isinstance(step, ExecMany):
         conn.executemany(step.sql, step.params)
         return None
+    if conn.row_factory is studio_state.dict_row_factory:
+        # Studio's own connections already return dicts.
+        return conn.execute(step.sql, step.params).fetchall()
     cursor = conn.cursor()
     try:
         cursor.row_factory = None

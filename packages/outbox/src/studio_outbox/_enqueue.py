@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import json.encoder
 import math
 import secrets
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiosqlite
 
 import studio_state
 from studio_state import Clock, system_clock
 
-from ._constants import DEFAULT_ACTOR, DEFAULT_MAX_ATTEMPTS, ENTITY_TYPE, PENDING, DispatchReason
-from ._drive import Fetch, Steps, record, run_write
+from ._constants import DEFAULT_ACTOR, DEFAULT_MAX_ATTEMPTS, PENDING, DispatchReason
+from ._drive import Fetch, Steps, TransitionRow, record, run_write
 from ._exceptions import InvalidDispatch
 from ._url import check_deliver_to_url
 
@@ -45,8 +45,9 @@ _ENQUEUE_KEYS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class NewRow:
+class NewRow(NamedTuple):
+    """One validated dispatch, ready to insert (a tuple: built on every enqueue)."""
+
     kind: str
     deliver_to: str
     body_json: str
@@ -58,22 +59,47 @@ class NewRow:
     schedule_run_id: str | None
 
 
-def _text(field: str, value: object, *, allow_none: bool, nonblank: bool) -> str | None:
-    if value is None:
-        if allow_none:
-            return None
-        raise InvalidDispatch(field, "is required")
+# The body's compact JSON, from the C encoder ``json.dumps`` itself drives, built once:
+# ``json.dumps`` with separators builds a new encoder object on every call. Without the
+# cycle-check table, a body that contains itself ends in RecursionError (reported below).
+_encode_body = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+    None,
+    json.JSONEncoder().default,
+    json.encoder.encode_basestring_ascii,
+    None,
+    ":",
+    ",",
+    False,
+    False,
+    False,
+)
+
+
+def _text(field: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidDispatch(field, f"must be a string, got {type(value).__name__}")
-    if nonblank and not value.strip():
+    if not value.strip():
         raise InvalidDispatch(field, "must not be empty")
     if "\x00" in value:
         raise InvalidDispatch(field, "must not contain a NUL byte")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidDispatch(field, "must be valid Unicode text (no lone surrogates)") from None
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidDispatch(
+                field, "must be valid Unicode text (no lone surrogates)"
+            ) from None
     return value
+
+
+def _required_text(field: str, value: object) -> str:
+    if value is None:
+        raise InvalidDispatch(field, "is required")
+    return _text(field, value)
+
+
+def _optional_text(field: str, value: object) -> str | None:
+    return None if value is None else _text(field, value)
 
 
 def validate(
@@ -88,18 +114,21 @@ def validate(
     session_id: object,
     schedule_run_id: object,
 ) -> NewRow:
-    kind_s = _text("kind", kind, allow_none=False, nonblank=True)
-    deliver_s = _text("deliver_to", deliver_to, allow_none=False, nonblank=True)
-    assert kind_s is not None and deliver_s is not None
+    kind_s = _required_text("kind", kind)
+    deliver_s = _required_text("deliver_to", deliver_to)
     check_deliver_to_url(deliver_s)
     if body is None:
         body = {}
     if not isinstance(body, Mapping):
         raise InvalidDispatch("body", f"must be a JSON object (dict), got {type(body).__name__}")
     try:
-        body_json = json.dumps(dict(body), separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
+        body_json = "".join(_encode_body(body if type(body) is dict else dict(body), 0))
+    except (TypeError, ValueError) as exc:
         raise InvalidDispatch("body", f"is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidDispatch(
+            "body", "is not JSON-serialisable: it contains itself or is nested too deeply"
+        ) from None
     if not isinstance(ack_required, bool):
         raise InvalidDispatch("ack_required", f"must be a bool, got {type(ack_required).__name__}")
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
@@ -116,15 +145,15 @@ def validate(
         if not math.isfinite(expires):
             raise InvalidDispatch("expires_at", f"must be a finite number, got {expires_at!r}")
     return NewRow(
-        kind=kind_s,
-        deliver_to=deliver_s,
-        body_json=body_json,
-        dedup_key=_text("dedup_key", dedup_key, allow_none=True, nonblank=True),
-        ack_required=ack_required,
-        max_attempts=max_attempts,
-        expires_at=expires,
-        session_id=_text("session_id", session_id, allow_none=True, nonblank=True),
-        schedule_run_id=_text("schedule_run_id", schedule_run_id, allow_none=True, nonblank=True),
+        kind_s,
+        deliver_s,
+        body_json,
+        _optional_text("dedup_key", dedup_key),
+        ack_required,
+        max_attempts,
+        expires,
+        _optional_text("session_id", session_id),
+        _optional_text("schedule_run_id", schedule_run_id),
     )
 
 
@@ -192,17 +221,13 @@ def insert_reporting_steps(
 ) -> Steps[tuple[list[str], set[int]]]:
     """:func:`insert_steps` that also returns the positions that were dedup hits."""
     ids: list[str] = []
-    fresh: list[studio_state.Transition] = []
+    fresh: list[TransitionRow] = []
     conflicted: dict[int, str] = {}  # position -> dedup_key of a row that already existed
     for start in range(0, len(rows), _CHUNK):
         chunk = rows[start : start + _CHUNK]
+        sql = _insert_sql(len(chunk))
         for attempt in range(_ID_RETRIES):
             generated = [_params(row, now) for row in chunk]
-            sql = (
-                f"INSERT INTO dispatch_outbox ({_COLUMNS}) VALUES "
-                + ", ".join([_ROW_SQL] * len(chunk))
-                + " ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING RETURNING id"
-            )
             flat = [value for _, params in generated for value in params]
             try:
                 inserted = {r["id"] for r in (yield Fetch(sql, flat))}
@@ -212,19 +237,18 @@ def insert_reporting_steps(
                     raise
                 continue
             break
-        for offset, (dispatch_id, _) in enumerate(generated):
-            row = chunk[offset]
+        for row, (dispatch_id, _) in zip(chunk, generated, strict=True):
             if dispatch_id in inserted:
                 ids.append(dispatch_id)
                 fresh.append(
-                    studio_state.Transition(
-                        entity_type=ENTITY_TYPE,
-                        entity_id=dispatch_id,
-                        status=PENDING,
-                        reason_code=DispatchReason.ENQUEUED,
-                        created_at=now,
-                        reason_summary=f"enqueued kind={row.kind}",
-                        actor=actor,
+                    TransitionRow(
+                        dispatch_id,
+                        None,
+                        PENDING,
+                        DispatchReason.ENQUEUED,
+                        f"enqueued kind={row.kind}",
+                        now,
+                        actor,
                     )
                 )
             else:
@@ -246,6 +270,16 @@ def insert_reporting_steps(
             ids[position] = found[key]
     yield from record(fresh)
     return ids, set(conflicted)
+
+
+@functools.cache
+def _insert_sql(rows: int) -> str:
+    """The multi-row INSERT of ``rows`` rows (built once per size: most are of one row)."""
+    return (
+        f"INSERT INTO dispatch_outbox ({_COLUMNS}) VALUES "
+        + ", ".join([_ROW_SQL] * rows)
+        + " ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING RETURNING id"
+    )
 
 
 async def enqueue_dispatch(

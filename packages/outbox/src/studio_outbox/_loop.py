@@ -38,7 +38,7 @@ import studio_state
 
 from . import _claimant as claimant
 from ._constants import CLAIM_LEASE_SECONDS, DELIVERING, EXPIRED, DispatchReason
-from ._drive import Steps, is_busy, record, run_sync
+from ._drive import Steps, TransitionRow, is_busy, record, run_sync
 from ._steps import (
     Change,
     Claimed,
@@ -119,7 +119,7 @@ def step_steps(
             changes.append(change)
     applied: list[Change] = []
     claimed: list[Claimed] = []
-    transitions: list[studio_state.Transition] = []
+    transitions: list[TransitionRow] = []
     if changes:
         applied, transitions = yield from apply_changes(changes, now, actor)
     renewed = (yield from renew(stale, now)) if stale else []

@@ -8,7 +8,6 @@ from typing import Any
 
 import aiosqlite
 
-import studio_state
 from studio_state import Clock, system_clock
 
 from ._constants import (
@@ -16,13 +15,12 @@ from ._constants import (
     DEAD_LETTER,
     DELIVERED,
     DELIVERING,
-    ENTITY_TYPE,
     EXPIRED,
     PENDING,
     TABLE,
     DispatchReason,
 )
-from ._drive import Fetch, Steps, record, run_write
+from ._drive import Fetch, Steps, TransitionRow, record, run_write
 from ._exceptions import (
     AckNotRequired,
     AckTokenMismatch,
@@ -70,8 +68,7 @@ def _transition(
         return False
     yield from record(
         [
-            studio_state.Transition(
-                entity_type=ENTITY_TYPE,
+            TransitionRow(
                 entity_id=dispatch_id,
                 previous_status=from_status,
                 status=to_status,

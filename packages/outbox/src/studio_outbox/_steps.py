@@ -15,21 +15,18 @@ from typing import Any
 
 import aiosqlite
 
-import studio_state
-
 from . import _claimant as claimant
 from ._constants import (
     CLAIM_LEASE_SECONDS,
     DEAD_LETTER,
     DELIVERED,
     DELIVERING,
-    ENTITY_TYPE,
     EXPIRED,
     PENDING,
     DispatchReason,
     backoff_seconds,
 )
-from ._drive import Fetch, Steps, fetch_async
+from ._drive import Fetch, Steps, TransitionRow, fetch_async
 from .abc import TransportResult
 
 LAST_ERROR_CHARS = 2000
@@ -234,7 +231,7 @@ def outcome(claimed: Claimed, result: TransportResult, now: float) -> Change:
 
 def apply_changes(
     changes: Sequence[Change], now: float, actor: str
-) -> Steps[tuple[list[Change], list[studio_state.Transition]]]:
+) -> Steps[tuple[list[Change], list[TransitionRow]]]:
     """Apply ``changes`` (inside the current transaction); returns those that applied."""
     applied: set[str] = set()
     for start in range(0, len(changes), _CHUNK):
@@ -264,7 +261,7 @@ def apply_changes(
         applied.update(r["id"] for r in rows)
     done = [c for c in changes if c.id in applied]
     transitions = [
-        _transition(c.id, c.from_status, c.to_status, c.reason_code, c.summary, now, actor)
+        TransitionRow(c.id, c.from_status, c.to_status, c.reason_code, c.summary, now, actor)
         for c in done
     ]
     return done, transitions
@@ -272,7 +269,7 @@ def apply_changes(
 
 def claim(
     rows: Sequence[DueRow], now: float, actor: str
-) -> Steps[tuple[list[Claimed], list[studio_state.Transition]]]:
+) -> Steps[tuple[list[Claimed], list[TransitionRow]]]:
     """Claim ``rows`` for one send each (inside the current transaction).
 
     One guarded UPDATE per chunk sets ``delivering``, ``attempt + 1`` (also inside the stored
@@ -280,7 +277,7 @@ def claim(
     still exactly as scanned, due and below ``max_attempts`` are claimed.
     """
     claimed: list[Claimed] = []
-    transitions: list[studio_state.Transition] = []
+    transitions: list[TransitionRow] = []
     for start in range(0, len(rows), _CHUNK):
         part = rows[start : start + _CHUNK]
         values: list[Any] = [now + CLAIM_LEASE_SECONDS, now, claimant.identity()]
@@ -306,7 +303,7 @@ def claim(
             attempt = int(got["attempt"])
             claimed.append(Claimed(row, attempt, got["payload"]))
             transitions.append(
-                _transition(
+                TransitionRow(
                     row.id,
                     row.status,
                     DELIVERING,
@@ -342,24 +339,3 @@ def renew(items: Sequence[Claimed], now: float) -> Steps[list[Claimed]]:
         )
         renewed.update(r["id"] for r in rows)
     return [item for item in items if item.row.id in renewed]
-
-
-def _transition(
-    entity_id: str,
-    previous: str,
-    status: str,
-    reason_code: str,
-    summary: str,
-    now: float,
-    actor: str,
-) -> studio_state.Transition:
-    return studio_state.Transition(
-        entity_type=ENTITY_TYPE,
-        entity_id=entity_id,
-        previous_status=previous,
-        status=status,
-        reason_code=reason_code,
-        reason_summary=summary,
-        created_at=now,
-        actor=actor,
-    )

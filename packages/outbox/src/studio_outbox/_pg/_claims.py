@@ -14,8 +14,8 @@ from typing import Any
 
 import studio_state
 
-from .._constants import CLAIM_LEASE_SECONDS, DELIVERING, ENTITY_TYPE, DispatchReason
-from .._drive import TRANSITION_INSERT, Fetch
+from .._constants import CLAIM_LEASE_SECONDS, DELIVERING, DispatchReason
+from .._drive import TRANSITION_INSERT, Fetch, TransitionRow
 from .._steps import Change, Claimed, DueRow
 from ._drive import PgSteps
 
@@ -98,7 +98,7 @@ def lock_expiring(now: float, limit: int) -> PgSteps[list[DueRow]]:
 
 def apply_changes(
     changes: Sequence[Change], now: float, actor: str
-) -> PgSteps[tuple[list[Change], list[studio_state.Transition]]]:
+) -> PgSteps[tuple[list[Change], list[TransitionRow]]]:
     """Apply ``changes`` (guarded, inside the current transaction); returns those applied."""
     applied: set[str] = set()
     for start in range(0, len(changes), _CHUNK):
@@ -119,7 +119,7 @@ def apply_changes(
         applied.update(r["id"] for r in rows)
     done = [c for c in changes if c.id in applied]
     transitions = [
-        transition(c.id, c.from_status, c.to_status, c.reason_code, c.summary, now, actor)
+        TransitionRow(c.id, c.from_status, c.to_status, c.reason_code, c.summary, now, actor)
         for c in done
     ]
     return done, transitions
@@ -127,11 +127,11 @@ def apply_changes(
 
 def claim(
     rows: Sequence[DueRow], now: float, actor: str, claimed_by: str
-) -> PgSteps[tuple[list[Claimed], list[studio_state.Transition]]]:
+) -> PgSteps[tuple[list[Claimed], list[TransitionRow]]]:
     """Claim ``rows`` for one send each: ``delivering``, ``attempt + 1``, a lease of
     :data:`CLAIM_LEASE_SECONDS` in ``next_attempt_at`` and ``claimed_by``."""
     claimed: list[Claimed] = []
-    transitions: list[studio_state.Transition] = []
+    transitions: list[TransitionRow] = []
     for start in range(0, len(rows), _CHUNK):
         part = rows[start : start + _CHUNK]
         values: list[Any] = [now + CLAIM_LEASE_SECONDS, now, claimed_by]
@@ -147,7 +147,7 @@ def claim(
             attempt = int(got["attempt"])
             claimed.append(Claimed(row, attempt, got["payload"]))
             transitions.append(
-                transition(
+                TransitionRow(
                     row.id,
                     row.status,
                     DELIVERING,
@@ -160,34 +160,12 @@ def claim(
     return claimed, transitions
 
 
-def record_transitions(transitions: Sequence[studio_state.Transition]) -> PgSteps[None]:
+def record_transitions(transitions: Sequence[TransitionRow]) -> PgSteps[None]:
     """Write the audit rows of the step's changes (inside the current transaction).
 
     One multi-row INSERT per chunk: one statement for the server, whatever the step's size.
     """
     for start in range(0, len(transitions), _CHUNK):
         part = transitions[start : start + _CHUNK]
-        values = [value for t in part for value in t.params()]
+        values = [value for t in part for value in t.params(studio_state.new_id())]
         yield Fetch(_TRANSITIONS + ", ".join([_TRANSITION_ROW] * len(part)), values)
-
-
-def transition(
-    entity_id: str,
-    previous: str,
-    status: str,
-    reason_code: str,
-    summary: str,
-    now: float,
-    actor: str,
-) -> studio_state.Transition:
-    """One ``status_transitions`` row of a dispatch."""
-    return studio_state.Transition(
-        entity_type=ENTITY_TYPE,
-        entity_id=entity_id,
-        previous_status=previous,
-        status=status,
-        reason_code=reason_code,
-        reason_summary=summary,
-        created_at=now,
-        actor=actor,
-    )
