@@ -113,10 +113,9 @@ def transition_id(created_at: float, noise: str) -> str:
 def record(transitions: Sequence[TransitionRow]) -> Steps[None]:
     """Write ``transitions`` (inside the current transaction), with time-ordered ids.
 
-    The random parts of all the ids come from one read of the OS's random source (each id is
-    drawn on its own would be a read of its own): a delivery write step
-    records two transitions, and every read of the random source is a system call on the
-    connection's thread.
+    The random parts of all the ids come from one read of the OS's random source rather than
+    one read per id: a delivery write step records two transitions, and every read of the
+    random source is a system call on the connection's thread.
     """
     if transitions:
         noise = secrets.token_hex(6 * len(transitions))
