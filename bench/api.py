@@ -148,23 +148,14 @@ class _HopEndpoint:
     """ASGI wrapper (bench only): counts aiosqlite round trips; GET /__hops reads and resets."""
 
     def __init__(self, app: Any) -> None:
-        import aiosqlite
+        from _hops import HopCounter
 
         self.app = app
-        self.count = 0
-        original = aiosqlite.Connection._execute
-        counter = self
-
-        async def counting(conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            counter.count += 1
-            return await original(conn, fn, *args, **kwargs)
-
-        aiosqlite.Connection._execute = counting  # type: ignore[method-assign]
+        self.hops = HopCounter()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/__hops":
-            body = json.dumps({"hops": self.count}).encode()
-            self.count = 0
+            body = json.dumps({"hops": self.hops.take()}).encode()
             await send(
                 {
                     "type": "http.response.start",
@@ -308,9 +299,9 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "ours": Server("ours", workdir / "ours.db"),
         "bare": Server("bare", workdir / "bare.db"),
     }
+    names = [key for key, _ in FIGURES] + [f"{key}_cpu" for key, _ in FIGURES]
     results: dict[str, dict[str, list[float]]] = {
-        which: {key: [] for key, _ in FIGURES} | {f"{key}_cpu": [] for key, _ in FIGURES}
-        for which in servers
+        which: {name: [] for name in names} for which in servers
     }
     limits = httpx.Limits(
         max_connections=args.concurrency, max_keepalive_connections=args.concurrency

@@ -12,9 +12,11 @@ Figures, each the median of ROUNDS interleaved rounds with min–max beside it:
   - the spawn limit: bare `subprocess.Popen` of `/bin/true` + a pidfd wait on the event loop,
     16 at a time, for SECONDS seconds (no database, no pipes): spawns/s.
 Targets (issue 18): sustained ≥ 50% of the limit with p99 due → commit lag ≤ 100 ms; the
-ceiling ≥ 25% of the limit.
+ceiling ≥ 25% of the limit. A figure whose round completed all its demand is reported as
+such, not judged: 200 schedules at 1 s ask for 200 fires/s, under 50% of any limit above
+400/s, and 400 schedules no longer saturate a quiet 2-core machine (hence 1,000).
 
-    python bench/fires.py [--rounds 5] [--seconds 8] [--sustained 200] [--saturated 400]
+    python bench/fires.py [--rounds 5] [--seconds 8] [--sustained 200] [--saturated 1000]
                           [--profile saturated|sustained] [--child-record normal|full]
 """
 
@@ -38,6 +40,8 @@ from typing import Any
 
 WIDTH = 16
 TARGETS = {"sustained_ratio": 0.50, "lag_p99_ms": 100.0, "ceiling_ratio": 0.25}
+# A round that completed this share of its schedules' fires per second had nothing left over.
+DEMAND_MET = 0.98
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -169,7 +173,7 @@ def _engine_synchronous(value: str) -> None:
     import studio_state
     from studio_scheduler_core._engine import database
 
-    database.open_connection = functools.partial(  # type: ignore[assignment]
+    database.open_connection = functools.partial(  # type: ignore[attr-defined]
         studio_state.open_connection, synchronous=value
     )
 
@@ -178,12 +182,12 @@ def _child_record_full() -> None:
     """Commit the child-pid record at the engine's own level (as before synchronous=)."""
     from studio_scheduler_core._fire import store
 
-    saved = store.run_write_transaction
+    saved = store.run_write_transaction  # type: ignore[attr-defined]
 
     async def full(conn: Any, fn: Any, *, synchronous: str | None = None) -> Any:
         return await saved(conn, fn)
 
-    store.run_write_transaction = full  # type: ignore[assignment]
+    store.run_write_transaction = full  # type: ignore[attr-defined]
 
 
 def _mmm(values: list[float], digits: int = 0) -> str:
@@ -191,12 +195,25 @@ def _mmm(values: list[float], digits: int = 0) -> str:
     return f"{med:,.{digits}f} ({min(values):,.{digits}f}–{max(values):,.{digits}f})"
 
 
+def _judge(ratio: float, target: float, rate: float, demand: int) -> str:
+    """Met or not; a round that completed all its demand measured the demand, not a
+    ceiling, so its share of the limit says nothing about the target."""
+    if ratio >= target:
+        return "met"
+    if rate >= DEMAND_MET * demand:
+        return (
+            f"not judged: all the demand ({demand}/s) completed, so the share is the "
+            f"demand's, not a ceiling (for a ceiling, raise the schedule count)"
+        )
+    return "NOT met"
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--sustained", type=int, default=200)
-    parser.add_argument("--saturated", type=int, default=400)
+    parser.add_argument("--saturated", type=int, default=1000)
     parser.add_argument("--profile", choices=("sustained", "saturated"), default=None)
     parser.add_argument(
         "--synchronous",
@@ -249,17 +266,18 @@ async def main() -> None:
             flush=True,
         )
     print(f"\nspawn limit (bare Popen + pidfd, {WIDTH} wide): {_mmm(limits)} /s")
-    for label, runs, target in (
-        (f"sustained, {args.sustained} schedules", sustained, TARGETS["sustained_ratio"]),
-        (f"saturation, {args.saturated} schedules", saturated, TARGETS["ceiling_ratio"]),
+    for demand, runs, target in (
+        (args.sustained, sustained, TARGETS["sustained_ratio"]),
+        (args.saturated, saturated, TARGETS["ceiling_ratio"]),
     ):
         rates = [r["rate"] for r in runs]
         ratios = [r["rate"] / lim for r, lim in zip(runs, limits, strict=True)]
         ratio = statistics.median(ratios)
+        label = "sustained" if runs is sustained else "saturation"
         print(
-            f"{label}: {_mmm(rates)} completed fires/s = {ratio:.1%} of the limit "
-            f"(per round {min(ratios):.1%}–{max(ratios):.1%}); target ≥ {target:.0%}: "
-            f"{'met' if ratio >= target else 'NOT met'}"
+            f"{label}, {demand} schedules: {_mmm(rates)} completed fires/s = {ratio:.1%} of "
+            f"the limit (per round {min(ratios):.1%}–{max(ratios):.1%}); target ≥ "
+            f"{target:.0%}: {_judge(ratio, target, statistics.median(rates), demand)}"
         )
         print(
             f"  due → fire commit lag ms: p50 {_mmm([r['commit_p50'] for r in runs], 1)}, "

@@ -129,9 +129,9 @@ async def _claim_outcome(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> obj
     def body(db: sqlite3.Connection) -> object:
         db.execute("BEGIN IMMEDIATE")
         try:
-            _, claimed = _drive.run_sync(db, _loop.step_steps(NOW, [], [], rows, "bench"))
-            done = [(claimed[0], studio_outbox.TransportResult.success())]
-            applied, _ = _drive.run_sync(db, _loop.step_steps(NOW, [], done, [], "bench"))
+            _, _, claimed = _drive.run_sync(db, _loop.step_steps(NOW, [], [], rows, "bench"))
+            done = [(claimed[0], studio_outbox.TransportResult.success(), NOW)]
+            applied, _, _ = _drive.run_sync(db, _loop.step_steps(NOW, [], done, [], "bench"))
             assert len(applied) == 1, applied
             return applied
         finally:
@@ -363,7 +363,9 @@ def _hex(n: int) -> Iterator[str]:
         yield os.urandom(6).hex()
 
 
-def _schedule_row(template: dict[str, Any], i: int, created_at: float, next_fire: float) -> tuple:
+def _schedule_row(
+    template: dict[str, Any], i: int, created_at: float, next_fire: float
+) -> tuple[Any, ...]:
     row = dict(template)
     row.update(id=os.urandom(6).hex(), name=f"bench-{i:07d}", created_at=created_at)
     row.update(updated_at=created_at, next_fire_at=next_fire)
@@ -577,13 +579,13 @@ async def _deep_pages(conn: aiosqlite.Connection, size: int, reps: int) -> None:
         (offset - 1,),
     )
 
-    async def first() -> object:
+    async def first() -> Any:
         return await studio_outbox.page_dispatches(conn, limit=100)
 
-    async def by_offset() -> object:
+    async def by_offset() -> Any:
         return await studio_outbox.page_dispatches(conn, limit=100, offset=offset)
 
-    async def by_cursor() -> object:
+    async def by_cursor() -> Any:
         return await studio_outbox.page_dispatches(conn, limit=100, before=int(before))
 
     assert (await by_offset())[0] == (await by_cursor())[0]
@@ -676,7 +678,21 @@ async def main() -> None:
         "--db-dir",
         help="keep the built databases here and reuse them on the next run (same sizes)",
     )
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="leave the process on every CPU (by default it runs on one, with its threads)",
+    )
     args = parser.parse_args()
+    pinned = ""
+    if not args.no_pin:
+        # Each size has its own connection and so its own SQLite thread. Spread over two
+        # cores, one thread may land beside the event loop and another across from it for
+        # the whole run: a steady 1.6x between sizes that is only where the threads woke.
+        # On one CPU every hop is the same thread switch, whatever the size.
+        cpu = max(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+        pinned = f", pinned to CPU {cpu} (--no-pin: not)"
     sizes = [int(s) for s in args.sizes.split(",")]
     schedule_sizes = [int(s) for s in args.schedules.split(",")]
     print("hot queries vs history (bench/growth.py)")
@@ -684,6 +700,7 @@ async def main() -> None:
         f"  {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
         f"load {os.getloadavg()[0]:.2f}, {args.reps} timed calls per figure, sizes interleaved"
+        f"{pinned}"
     )
     missed: list[tuple[HotQuery, str]] = []
     with contextlib.ExitStack() as stack:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+from _hops import HopCounter
 
 import studio_outbox
 import studio_state
@@ -57,24 +58,6 @@ _CLAIM: dict[str, Any] = {
 }
 WORKLOADS = (("enqueue", "enqueue (INSERT + transition row)"), ("claim", "enqueue + claim"))
 VARIANTS = ("per_statement", "one_hop", "raw_one_hop")
-
-
-class HopCounter:
-    """Counts calls into aiosqlite's worker thread (every execute, commit, run_sync …)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._original = aiosqlite.Connection._execute
-        counter = self
-
-        async def counting(conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            counter.count += 1
-            return await counter._original(conn, fn, *args, **kwargs)
-
-        aiosqlite.Connection._execute = counting  # type: ignore[method-assign]
-
-    def restore(self) -> None:
-        aiosqlite.Connection._execute = self._original  # type: ignore[method-assign]
 
 
 def _row(i: int, now: float) -> tuple[Any, ...]:
@@ -139,7 +122,7 @@ async def raw_one_hop(conn: aiosqlite.Connection, i: int, claim: bool) -> None:
             db.rollback()
             raise
 
-    await conn._execute(txn)
+    await conn._execute(txn)  # type: ignore[no-untyped-call]
 
 
 WAYS = {"per_statement": per_statement, "one_hop": one_hop, "raw_one_hop": raw_one_hop}

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import outbox_webhook
+from _hops import HopCounter
 
 # Both implementations get the same transport. The reference insists on an exact
 # {deliver_to} element (it fails every send without one), and neither template has
@@ -100,27 +101,6 @@ WAVE2 = [
 
 
 # --------------------------------------------------------------------------- round trips
-
-
-class HopCounter:
-    """Counts calls into aiosqlite's worker thread (every execute, fetch, commit …)."""
-
-    def __init__(self) -> None:
-        import aiosqlite
-
-        self.count = 0
-        self._cls = aiosqlite.Connection
-        self._original = self._cls._execute
-        counter = self
-
-        async def counting(conn: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            counter.count += 1
-            return await counter._original(conn, fn, *args, **kwargs)
-
-        self._cls._execute = counting  # type: ignore[method-assign]
-
-    def restore(self) -> None:
-        self._cls._execute = self._original  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- ours

@@ -131,7 +131,7 @@ def _measure(dsn: str, nodes: int, rows: int, latency: float, args: argparse.Nam
     if sum(r["delivered"] for r in reports) != rows:
         raise SystemExit(f"delivered {sum(r['delivered'] for r in reports)} of {rows}")
     span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
-    return rows / span
+    return float(rows / span)
 
 
 def _fmt(values: list[float]) -> str:

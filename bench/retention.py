@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +110,15 @@ def _populate(path: Path, rows: int) -> tuple[int, int]:
     return runs, dispatches
 
 
+def _probe_row(db: sqlite3.Connection, *, at: float) -> None:
+    db.execute("INSERT INTO bench_probe (at) VALUES (?)", (at,))
+
+
 async def _probe(conn: Any, waits: list[float], stop: asyncio.Event) -> None:
     """Another writer of the engine: a one-row write transaction on the same connection."""
     while not stop.is_set():
         begun = time.perf_counter()
-        await run_write_transaction(
-            conn, lambda db, at=begun: db.execute("INSERT INTO bench_probe (at) VALUES (?)", (at,))
-        )
+        await run_write_transaction(conn, partial(_probe_row, at=begun))
         waits.append(time.perf_counter() - begun)
         await asyncio.sleep(0.01)
 
@@ -211,7 +214,7 @@ def _as_before() -> Any:
         return None
 
     saved = (retention._set_autocheckpoint, retention._Checkpointer.checkpoint)
-    retention._set_autocheckpoint = keep  # type: ignore[assignment]
+    retention._set_autocheckpoint = keep
     retention._Checkpointer.checkpoint = nothing  # type: ignore[method-assign]
     try:
         yield
@@ -226,12 +229,12 @@ def _at_full() -> Any:
     async def full(conn: Any, fn: Any, *, synchronous: str | None = None) -> Any:
         return await run_write_transaction(conn, fn)
 
-    saved = retention.run_write_transaction
-    retention.run_write_transaction = full  # type: ignore[assignment]
+    saved = retention.run_write_transaction  # type: ignore[attr-defined]
+    retention.run_write_transaction = full  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        retention.run_write_transaction = saved  # type: ignore[assignment]
+        retention.run_write_transaction = saved  # type: ignore[attr-defined]
 
 
 _BATCH_SELECT = re.compile(r"^SELECT rowid AS r\b.* FROM (\w+) WHERE rowid > \?")
@@ -315,7 +318,7 @@ def _label(sql: str) -> str:
     """A statement's kind: ``scan schedule_runs``, ``live check``, ``DELETE sessions``,
     ``DELETE status_transitions (dispatch)`` …"""
     if sql.startswith("SELECT rowid"):
-        return "scan " + (re.findall(r"FROM (\w+)", sql) or ["?"])[0]
+        return "scan " + str((re.findall(r"FROM (\w+)", sql) or ["?"])[0])
     if "chain_parent_id IN" in sql:
         return "live check"
     table = (re.findall(r"FROM (\w+)", sql) or ["?"])[0]
@@ -384,7 +387,7 @@ def _dispatches_only() -> Any:
     """The pass over the dispatch table alone: with a time budget, a pass over 1M rows ends
     inside the runs; this times the dispatches' batches against the same 1M-row database."""
     saved = retention._TABLES
-    retention._TABLES = tuple(t for t in saved if t.name == "dispatch_outbox")
+    retention._TABLES = tuple(t for t in saved if t.name == "dispatch_outbox")  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -485,7 +488,7 @@ async def steady(fires: int, retention_days: float, workdir: Path) -> dict[str, 
             "SELECT id FROM schedule_runs WHERE fired_at > ?", (clock() - 3600,)
         )
         for row in rows:
-            (runs_dir / f"{row['id']}.log").write_bytes(log)  # type: ignore[index]
+            (runs_dir / f"{row['id']}.log").write_bytes(log)
         fired += len(list(rows))
     await engine.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     left = await engine.conn.execute_fetchall("SELECT COUNT(*) AS n FROM schedule_runs")
