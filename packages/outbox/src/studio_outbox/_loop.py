@@ -376,22 +376,33 @@ class Loop:
             counts[COUNTED_AS[change.reason_code]] += 1
 
     async def _send(self, item: Claimed, deadline: float) -> TransportResult:
-        row = item.row
-        envelope = DispatchEnvelope(row.id, row.kind, row.deliver_to, item.attempt, item.payload)
-        failed = f"transport did not finish within {TRANSPORT_DEADLINE_SECONDS:g}s"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             # Claimed ahead and kept waiting for a slot until too close to its lease's end.
-            return TransportResult.failure(f"{failed} of its claim (not started)")
-        try:
-            async with asyncio.timeout(remaining):
-                result: object = await self._transport.send(envelope)
-        except TimeoutError:
-            return TransportResult.failure(failed)
-        except Exception as exc:
-            return TransportResult.failure(f"transport raised {type(exc).__name__}: {exc}")
-        if not isinstance(result, TransportResult):
-            return TransportResult.failure(
-                f"transport returned {type(result).__name__}, not a TransportResult"
-            )
-        return result
+            return TransportResult.failure(f"{_UNFINISHED} of its claim (not started)")
+        return await send_once(self._transport, item, remaining)
+
+
+_UNFINISHED = f"transport did not finish within {TRANSPORT_DEADLINE_SECONDS:g}s"
+
+
+async def send_once(transport: Transport, item: Claimed, timeout: float) -> TransportResult:
+    """Send one claimed row through ``transport``, stopping after ``timeout`` seconds.
+
+    Whatever the transport does (returns, raises, hangs, returns something else) ends as a
+    :class:`TransportResult`, so every claim gets its outcome recorded.
+    """
+    row = item.row
+    envelope = DispatchEnvelope(row.id, row.kind, row.deliver_to, item.attempt, item.payload)
+    try:
+        async with asyncio.timeout(timeout):
+            result: object = await transport.send(envelope)
+    except TimeoutError:
+        return TransportResult.failure(_UNFINISHED)
+    except Exception as exc:
+        return TransportResult.failure(f"transport raised {type(exc).__name__}: {exc}")
+    if not isinstance(result, TransportResult):
+        return TransportResult.failure(
+            f"transport returned {type(result).__name__}, not a TransportResult"
+        )
+    return result

@@ -22,12 +22,12 @@ from studio_state import Clock, system_clock
 from .. import _claimant as claimant
 from .._delivery import DEFAULT_DELIVERY_ACTOR, positive_int, still_held
 from .._exceptions import InvalidArgument
-from .._loop import COUNT_KEYS, COUNTED_AS, TRANSPORT_DEADLINE_SECONDS
+from .._loop import COUNT_KEYS, COUNTED_AS, TRANSPORT_DEADLINE_SECONDS, send_once
 from .._routing import Routes
 from .._secret import parse_webhook_secret
 from .._steps import Change, Claimed, DueRow, decide_without_send, outcome
 from .._transport import CommandTransport
-from ..abc import DispatchEnvelope, Transport, TransportResult
+from ..abc import Transport, TransportResult
 from ._claims import apply_changes, claim, lock_due, lock_expiring, record_transitions
 from ._drive import in_transaction, run_async
 
@@ -220,19 +220,4 @@ class _Pass:
             self._counts[COUNTED_AS[change.reason_code]] += 1
 
     async def _send(self, item: Claimed) -> TransportResult:
-        row = item.row
-        envelope = DispatchEnvelope(row.id, row.kind, row.deliver_to, item.attempt, item.payload)
-        try:
-            async with asyncio.timeout(TRANSPORT_DEADLINE_SECONDS):
-                result: object = await self._routes.send(envelope)
-        except TimeoutError:
-            return TransportResult.failure(
-                f"transport did not finish within {TRANSPORT_DEADLINE_SECONDS:g}s"
-            )
-        except Exception as exc:
-            return TransportResult.failure(f"transport raised {type(exc).__name__}: {exc}")
-        if not isinstance(result, TransportResult):
-            return TransportResult.failure(
-                f"transport returned {type(result).__name__}, not a TransportResult"
-            )
-        return result
+        return await send_once(self._routes, item, TRANSPORT_DEADLINE_SECONDS)
