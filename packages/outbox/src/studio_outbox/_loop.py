@@ -62,6 +62,7 @@ _BUSY_LOG_EVERY = 10.0
 # The loop stops waiting for any transport this long after the row's claim, comfortably inside
 # the claim lease, so no other scanner can claim the row while its send may still be running.
 TRANSPORT_DEADLINE_SECONDS = CLAIM_LEASE_SECONDS - 2.0
+_UNFINISHED = f"transport did not finish within {TRANSPORT_DEADLINE_SECONDS:g}s"
 
 # A step that began this long after it was launched waited for the write lock: it reads the
 # clock again (a claim's lease must count from when the claim lands).
@@ -381,9 +382,6 @@ class Loop:
             # Claimed ahead and kept waiting for a slot until too close to its lease's end.
             return TransportResult.failure(f"{_UNFINISHED} of its claim (not started)")
         return await send_once(self._transport, item, remaining)
-
-
-_UNFINISHED = f"transport did not finish within {TRANSPORT_DEADLINE_SECONDS:g}s"
 
 
 async def send_once(transport: Transport, item: Claimed, timeout: float) -> TransportResult:
