@@ -55,7 +55,7 @@ import aiosqlite
 import studio_outbox
 import studio_scheduler_core
 import studio_state
-from studio_outbox import _drive, _loop, _steps
+from studio_outbox import _delivery, _drive, _steps
 
 TARGET = 1.5
 NOW = 1_800_000_000.0
@@ -129,9 +129,9 @@ async def _claim_outcome(conn: aiosqlite.Connection, ctx: dict[str, Any]) -> obj
     def body(db: sqlite3.Connection) -> object:
         db.execute("BEGIN IMMEDIATE")
         try:
-            _, _, claimed = _drive.run_sync(db, _loop.step_steps(NOW, [], [], rows, "bench"))
+            _, _, claimed = _drive.run_sync(db, _delivery.step_steps(NOW, [], [], rows, "bench"))
             done = [(claimed[0], studio_outbox.TransportResult.success(), NOW)]
-            applied, _, _ = _drive.run_sync(db, _loop.step_steps(NOW, [], done, [], "bench"))
+            applied, _, _ = _drive.run_sync(db, _delivery.step_steps(NOW, [], done, [], "bench"))
             assert len(applied) == 1, applied
             return applied
         finally:

@@ -1,6 +1,7 @@
-"""One delivery pass's loop: write steps pipelined with the sends they feed.
+"""One delivery pass's loop, for either backend: write steps pipelined with the sends they feed.
 
-Each write step is one transaction, run in a single trip to the connection's thread: the
+Each write step is one transaction (on SQLite one trip to the connection's thread; on
+PostgreSQL one short transaction that locks the rows it claims ``FOR UPDATE SKIP LOCKED``): the
 outcomes that finished since the last step, the changes decided without a send, and the
 claims that refill the free send slots plus up to :data:`CLAIM_AHEAD` rows claimed ahead. A
 step runs while sends are in flight, so the next row is already claimed when a send ends and
@@ -24,49 +25,25 @@ dropped if the row changed meanwhile.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import collections
 import logging
-import sqlite3
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
-
-import aiosqlite
-
-import studio_state
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from . import _claimant as claimant
 from ._constants import CLAIM_LEASE_SECONDS, DELIVERING, EXPIRED, DispatchReason
-from ._drive import Steps, TransitionRow, is_busy, record, run_sync
-from ._steps import (
-    Change,
-    Claimed,
-    DueRow,
-    apply_changes,
-    claim,
-    decide_without_send,
-    outcome,
-    renew,
-)
+from ._steps import Change, Claimed
 from .abc import DispatchEnvelope, Transport, TransportResult
 
 logger = logging.getLogger("studio_outbox")
-
-# A write step that finds the database locked by another process waits and tries again until
-# it lands: an outcome that is not written would become a second send after the lease.
-_BUSY_RETRY_FIRST = 0.05
-_BUSY_RETRY_MAX = 1.0
-_BUSY_LOG_EVERY = 10.0
 
 # The loop stops waiting for any transport this long after the row's claim, comfortably inside
 # the claim lease, so no other scanner can claim the row while its send may still be running.
 TRANSPORT_DEADLINE_SECONDS = CLAIM_LEASE_SECONDS - 2.0
 _UNFINISHED = f"transport did not finish within {TRANSPORT_DEADLINE_SECONDS:g}s"
-
-# A step that began this long after it was launched waited for the write lock: it reads the
-# clock again (a claim's lease must count from when the claim lands).
-_STALE_SECONDS = 0.5
 
 # Rows claimed beyond the free send slots, so the next send need not wait for a write step.
 CLAIM_AHEAD = 3
@@ -93,42 +70,9 @@ COUNTED_AS = {
 Finished = list[tuple[Claimed, TransportResult, float]]
 # A claimed row and the monotonic time by which its send must have ended.
 Ready = tuple[Claimed, float]
-# What a write step applied, renewed and claimed, and when (monotonic) its claims landed.
-StepResult = tuple[list[Change], list[Claimed], list[Claimed], float]
-
-
-def step_steps(
-    now: float,
-    decided: list[Change],
-    finished: Finished,
-    batch: list[DueRow],
-    actor: str,
-    stale: Sequence[Claimed] = (),
-) -> Steps[tuple[list[Change], list[Claimed], list[Claimed]]]:
-    """One write step's statements (inside the step's transaction): the changes, the outcomes
-    (each at the time its send ended), the renewals of ``stale`` claims and the new claims;
-    returns what applied of each."""
-    changes = list(decided)
-    changes += [outcome(item, result, ended) for item, result, ended in finished]
-    to_claim: list[DueRow] = []
-    for row in batch:
-        # Re-decided at claim time: a row may have expired while waiting for a slot.
-        change = decide_without_send(row, now)
-        if change is None:
-            to_claim.append(row)
-        else:
-            changes.append(change)
-    applied: list[Change] = []
-    claimed: list[Claimed] = []
-    transitions: list[TransitionRow] = []
-    if changes:
-        applied, transitions = yield from apply_changes(changes, now, actor)
-    renewed = (yield from renew(stale, now)) if stale else []
-    if to_claim:
-        claimed, claim_transitions = yield from claim(to_claim, now, actor)
-        transitions += claim_transitions
-    yield from record(transitions)
-    return applied, renewed, claimed
+# What the loop hands a write step to claim: the rows themselves (SQLite's pass scanned them
+# first) or how many to take (PostgreSQL's step locks the rows as it claims them).
+Batch = TypeVar("Batch")
 
 
 def _drop_unrenewed(renewing: list[Claimed], renewed: list[Ready]) -> None:
@@ -157,19 +101,21 @@ def _expired_unsent(item: Claimed) -> Change:
     )
 
 
-class Loop:
-    """One delivery pass: refills up to ``concurrency`` sends as earlier ones finish."""
+class Loop(abc.ABC, Generic[Batch]):
+    """One delivery pass: refills up to ``concurrency`` sends as earlier ones finish.
+
+    A backend says how many rows may still be claimed (:meth:`_left`), sets aside the next
+    ones for a step (:meth:`_take`) and runs a write step until it lands (:meth:`_step`).
+    """
 
     def __init__(
         self,
-        conn: aiosqlite.Connection,
         transport: Transport,
         read: Callable[[], float],
         actor: str,
         counts: dict[str, int],
         stop: asyncio.Event | None,
     ) -> None:
-        self._conn = conn
         self._transport = transport
         self._read = read
         self._actor = actor
@@ -179,8 +125,29 @@ class Loop:
     def _stopping(self) -> bool:
         return self._stop is not None and self._stop.is_set()
 
-    async def run(self, decided: list[Change], sendable: list[DueRow], concurrency: int) -> None:
-        queue = collections.deque(sendable)
+    @abc.abstractmethod
+    def _left(self) -> int:
+        """How many more rows this pass may claim (``0``: none)."""
+
+    @abc.abstractmethod
+    def _take(self, count: int) -> Batch:
+        """The next ``count`` rows to claim (``count`` may be ``0``), for one step."""
+
+    @abc.abstractmethod
+    async def _step(
+        self,
+        decided: list[Change],
+        finished: Finished,
+        batch: Batch,
+        stale: list[Claimed],
+        at: tuple[float, float],
+    ) -> tuple[list[Ready], list[Ready]]:
+        """Run one write step until it lands: ``decided`` and the outcomes of ``finished``
+        (each at its send's end), renewals of ``stale``, claims from ``batch``; ``at`` is
+        (monotonic, clock) at launch. Returns the renewed and the new claims with their
+        deadlines (monotonic), after counting what applied (:meth:`_count`)."""
+
+    async def run(self, decided: list[Change], concurrency: int) -> None:
         ready: collections.deque[Ready] = collections.deque()
         slots: set[asyncio.Task[None]] = set()  # at most ``concurrency`` senders
         sending: dict[asyncio.Task[None], Claimed] = {}  # each slot's send in progress
@@ -244,15 +211,15 @@ class Loop:
                     if left <= concurrency and not self._stopping():
                         # Refilled once the rows claimed ahead run low: one step claims several.
                         wanted = concurrency + CLAIM_AHEAD - len(sending) - len(starting) - left
-                        free = max(0, min(wanted, len(queue)))
-                    batch = [queue.popleft() for _ in range(free)]
+                        free = max(0, min(wanted, self._left()))
+                    batch = self._take(free)
                     flush = bool(finished) and (
-                        not queue
+                        not self._left()
                         or self._stopping()
                         or not (sending or starting)
                         or time.monotonic() - finished_at >= OUTCOME_WAIT_SECONDS
                     )
-                    if decided or batch or stale or flush:
+                    if decided or free or stale or flush:
                         at = (time.monotonic(), self._read())
                         step = asyncio.ensure_future(
                             self._step(decided, finished, batch, stale, at)
@@ -308,70 +275,8 @@ class Loop:
             for item in [*unrecorded, *held]:
                 claimant.release(item.row.id, item.attempt)
 
-    async def _step(
-        self,
-        decided: list[Change],
-        finished: Finished,
-        batch: list[DueRow],
-        stale: list[Claimed],
-        at: tuple[float, float],
-    ) -> tuple[list[Ready], list[Ready]]:
-        """Run one write step until it lands; the renewed and the new claims, with deadlines."""
-        delay = _BUSY_RETRY_FIRST
-        waiting_since: float | None = None
-        logged = 0.0
-        while True:
-            try:
-                applied, renewed, claimed, claimed_at = await self._write_step(
-                    decided, finished, batch, stale, at
-                )
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc):
-                    raise
-                now = time.monotonic()
-                if waiting_since is None:
-                    waiting_since = logged = now
-                elif now - logged >= _BUSY_LOG_EVERY:
-                    logged = now
-                    logger.warning(
-                        "delivery: the database has been locked by another writer for %.0fs; "
-                        "still waiting to record %d outcome(s)",
-                        now - waiting_since,
-                        len(finished),
-                    )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _BUSY_RETRY_MAX)
-                at = (time.monotonic(), self._read())
-                continue
-            self._count(applied)
-            deadline = claimed_at + TRANSPORT_DEADLINE_SECONDS
-            return [(item, deadline) for item in renewed], [(item, deadline) for item in claimed]
-
-    async def _write_step(
-        self,
-        decided: list[Change],
-        finished: Finished,
-        batch: list[DueRow],
-        stale: list[Claimed],
-        at: tuple[float, float],
-    ) -> StepResult:
-        # An outcome carries the clock of its send's end, though the next send may already
-        # be running. ``at`` (monotonic, clock) was read when the step was launched; a step
-        # that then waited for the write lock reads the clock again, so a claim's lease
-        # starts when the claim lands.
-        read, actor = self._read, self._actor
-        started, now = at
-
-        def body(db: sqlite3.Connection) -> StepResult:
-            claimed_at = time.monotonic()
-            at = now if claimed_at - started < _STALE_SECONDS else read()
-            steps = step_steps(at, decided, finished, batch, actor, stale)
-            applied, renewed, claimed = run_sync(db, steps)
-            return applied, renewed, claimed, claimed_at
-
-        return await studio_state.run_write_transaction(self._conn, body)
-
     def _count(self, applied: list[Change]) -> None:
+        """Count the changes a step applied by what they mean (delivered, retried …)."""
         counts = self._counts
         for change in applied:
             counts[COUNTED_AS[change.reason_code]] += 1

@@ -58,6 +58,13 @@ _CHANGE = (
     "RETURNING d.id"
 )
 _CLAIM_ROW = "(?::text, ?::text, ?::int)"
+_RENEW = (
+    "UPDATE dispatch_outbox AS d SET next_attempt_at = ?, updated_at = ? "
+    "FROM (VALUES {values}) AS v(id, attempt) "
+    "WHERE d.id = v.id AND d.status = 'delivering' AND d.attempt = v.attempt "
+    "RETURNING d.id"
+)
+_RENEW_ROW = "(?::text, ?::int)"
 # The shared audit INSERT, with as many VALUES rows as the step has transitions.
 _TRANSITIONS, _TRANSITION_ROW = TRANSITION_INSERT.split("VALUES ")
 _TRANSITIONS += "VALUES "
@@ -158,6 +165,23 @@ def claim(
                 )
             )
     return claimed, transitions
+
+
+def renew(items: Sequence[Claimed], now: float) -> PgSteps[list[Claimed]]:
+    """Renew the lease of claims still exactly as claimed (inside the current transaction).
+
+    Guarded on ``(id, 'delivering', attempt)`` as on SQLite: a claim whose row changed is not
+    renewed and must not be sent. A renewal is not a status change: no transition.
+    """
+    renewed: set[str] = set()
+    for start in range(0, len(items), _CHUNK):
+        part = items[start : start + _CHUNK]
+        values: list[Any] = [now + CLAIM_LEASE_SECONDS, now]
+        for item in part:
+            values += [item.row.id, item.attempt]
+        sql = _RENEW.format(values=", ".join([_RENEW_ROW] * len(part)))
+        renewed.update(r["id"] for r in (yield Fetch(sql, values)))
+    return [item for item in items if item.row.id in renewed]
 
 
 def record_transitions(transitions: Sequence[TransitionRow]) -> PgSteps[None]:

@@ -1,16 +1,18 @@
-"""Delivery on PostgreSQL: the SQLite outbox's pass, with claims that several deliverers share.
+"""Delivery on PostgreSQL: the SQLite outbox's loop, with claims that several deliverers share.
 
-The decisions (expiry, exhausted attempts, the outcome of a send, backoff, ``Retry-After``,
-dead letters) are the SQLite path's own (``studio_outbox._steps``); what differs is how rows
-are taken. Instead of scanning and then racing for the same rows, each write step locks the
-due rows it is about to claim with ``FOR UPDATE SKIP LOCKED``, so deliverers on other
-connections take the rows after them, and records the outcomes of the sends that finished
-since the previous step, in one short transaction.
+The loop (claims ahead, send slots, renewals: ``studio_outbox._loop``) and the decisions
+(expiry, exhausted attempts, the outcome of a send, backoff, ``Retry-After``, dead letters:
+``studio_outbox._steps``) are the SQLite path's own; what differs is how rows are taken.
+Instead of scanning and then racing for the same rows, each write step locks the due rows it
+is about to claim with ``FOR UPDATE SKIP LOCKED``, so deliverers on other connections take the
+rows after them, and records the outcomes of the sends that finished since the previous step,
+in one short transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,13 +24,13 @@ from studio_state import Clock, system_clock
 from .. import _claimant as claimant
 from .._delivery import DEFAULT_DELIVERY_ACTOR, positive_int, still_held
 from .._exceptions import InvalidArgument
-from .._loop import COUNT_KEYS, COUNTED_AS, TRANSPORT_DEADLINE_SECONDS, send_once
+from .._loop import COUNT_KEYS, TRANSPORT_DEADLINE_SECONDS, Finished, Loop, Ready
 from .._routing import Routes
 from .._secret import parse_webhook_secret
 from .._steps import Change, Claimed, DueRow, decide_without_send, outcome
 from .._transport import CommandTransport
-from ..abc import Transport, TransportResult
-from ._claims import apply_changes, claim, lock_due, lock_expiring, record_transitions
+from ..abc import Transport
+from ._claims import apply_changes, claim, lock_due, lock_expiring, record_transitions, renew
 from ._drive import in_transaction, run_async
 
 # A step that loses a deadlock (two steps updating rows of a lapsed lease in opposite order)
@@ -89,85 +91,60 @@ async def deliver_due_dispatches(
             "its own short transactions)",
         )
     read: Callable[[], float] = clock if now is None else (lambda: float(now))
-    loop = _Pass(conn, routes, read, actor or DEFAULT_DELIVERY_ACTOR, counts, stop)
+    loop = _Pass(conn, limit, routes, read, actor or DEFAULT_DELIVERY_ACTOR, counts, stop)
     try:
-        await loop.run(limit, concurrency)
+        await loop.run([], concurrency)
     finally:
         await routes.aclose()
     return counts
 
 
-class _Pass:
-    """One delivery pass: each step records finished sends and locks and claims refills."""
+class _Pass(Loop[int]):
+    """The pipelined loop on PostgreSQL: each write step records the outcomes that finished,
+    renews claims that waited and locks and claims up to the count the loop asks for."""
 
     def __init__(
         self,
         conn: Connection,
+        limit: int,
         routes: Routes,
         read: Callable[[], float],
         actor: str,
         counts: dict[str, int],
         stop: asyncio.Event | None,
     ) -> None:
+        super().__init__(routes, read, actor, counts, stop)
         self._conn = conn
         self._routes = routes
-        self._read = read
-        self._actor = actor
-        self._counts = counts
-        self._stop = stop
+        self._budget = limit  # due rows this pass may still look at
+        self._exhausted = False
         self._passed: list[str] = []  # ids looked at and left alone in this pass
         self._swept = False
 
-    def _stopping(self) -> bool:
-        return self._stop is not None and self._stop.is_set()
+    def _left(self) -> int:
+        return 0 if self._exhausted else self._budget
 
-    async def run(self, limit: int, concurrency: int) -> None:
-        budget = limit
-        exhausted = False
-        in_flight: dict[asyncio.Future[TransportResult], Claimed] = {}
-        finished: list[tuple[Claimed, TransportResult]] = []
-        try:
-            while True:
-                free = 0
-                if not exhausted and not self._stopping():
-                    free = min(concurrency - len(in_flight), budget)
-                if finished or free > 0 or not self._swept:
-                    claimed, seen = await self._step(finished, free)
-                    for item, _ in finished:
-                        claimant.release(item.row.id, item.attempt)
-                    finished = []
-                    budget -= seen
-                    if seen < free or budget <= 0:
-                        exhausted = True
-                    for item in claimed:
-                        claimant.hold(item.row.id, item.attempt)
-                        in_flight[asyncio.ensure_future(self._send(item))] = item
-                if not in_flight:
-                    if not exhausted and not self._stopping():
-                        continue
-                    return
-                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                for future in done:
-                    finished.append((in_flight.pop(future), future.result()))
-        except BaseException:
-            for future in in_flight:
-                future.cancel()
-            await asyncio.gather(*in_flight, return_exceptions=True)
-            raise
-        finally:
-            for item in [*in_flight.values(), *(item for item, _ in finished)]:
-                claimant.release(item.row.id, item.attempt)
+    def _take(self, count: int) -> int:
+        return count
 
     async def _step(
-        self, finished: list[tuple[Claimed, TransportResult]], free: int
-    ) -> tuple[list[Claimed], int]:
+        self,
+        decided: list[Change],
+        finished: Finished,
+        batch: int,
+        stale: list[Claimed],
+        at: tuple[float, float],
+    ) -> tuple[list[Ready], list[Ready]]:
         for retry in range(_STEP_RETRIES):
             passed = len(self._passed)
+            claimed_at = time.monotonic()
             try:
                 async with self._conn.transaction():
                     # Read inside the transaction: a lease starts when its claim is written.
                     now = self._read()
-                    applied, claimed, seen = await self._write(now, finished, free)
+                    applied, renewed, claimed, seen = await self._write(
+                        now, decided, finished, batch, stale
+                    )
             except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                 del self._passed[passed:]
                 if retry == _STEP_RETRIES - 1:
@@ -175,15 +152,20 @@ class _Pass:
                 await asyncio.sleep(0.01 * (retry + 1))
                 continue
             self._swept = True
-            self._count(applied, claimed)
-            return claimed, seen
+            self._budget -= seen
+            if seen < batch or self._budget <= 0:
+                self._exhausted = True
+            self._count(applied)
+            deadline = claimed_at + TRANSPORT_DEADLINE_SECONDS
+            return [(item, deadline) for item in renewed], [(item, deadline) for item in claimed]
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _write(
-        self, now: float, finished: list[tuple[Claimed, TransportResult]], free: int
-    ) -> tuple[list[Change], list[Claimed], int]:
+        self, now: float, decided: list[Change], finished: Finished, free: int, stale: list[Claimed]
+    ) -> tuple[list[Change], list[Claimed], list[Claimed], int]:
         conn = self._conn
-        changes = [outcome(item, result, now) for item, result in finished]
+        changes = list(decided)
+        changes += [outcome(item, result, ended) for item, result, ended in finished]
         if not self._swept:
             for row in await run_async(conn, lock_expiring(now, 100)):
                 change = decide_without_send(row, now)
@@ -206,18 +188,11 @@ class _Pass:
         applied, transitions = (
             await run_async(conn, apply_changes(changes, now, self._actor)) if changes else ([], [])
         )
+        renewed = await run_async(conn, renew(stale, now)) if stale else []
         claimed, claim_transitions = (
             await run_async(conn, claim(to_claim, now, self._actor, claimant.identity()))
             if to_claim
             else ([], [])
         )
         await run_async(conn, record_transitions(transitions + claim_transitions))
-        return applied, claimed, seen
-
-    def _count(self, applied: list[Change], claimed: list[Claimed]) -> None:
-        self._counts["attempted"] += len(claimed)
-        for change in applied:
-            self._counts[COUNTED_AS[change.reason_code]] += 1
-
-    async def _send(self, item: Claimed) -> TransportResult:
-        return await send_once(self._routes, item, TRANSPORT_DEADLINE_SECONDS)
+        return applied, renewed, claimed, seen
