@@ -24,7 +24,7 @@ TRANSACTION = "transaction"
 
 SCANNED = {
     "scheduler-core": "studio_scheduler_core",
-    "api": "studio_api",
+    "studio-api": "studio_api",
     "cli": "studio_cli",
 }
 
@@ -47,7 +47,7 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
         # a savepoint per write inside the grouped terminal-write transaction
         "_fire/grouped.py": frozenset({TRANSACTION}),
     },
-    "api": {
+    "studio-api": {
         # connection settings of the API's own connections (no data statements)
         "_app.py": frozenset({PRAGMA}),
         "_reads.py": frozenset({PRAGMA}),

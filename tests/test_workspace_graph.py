@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-FOLDERS = ["state", "launcher", "outbox", "scheduler-core", "api", "cli"]
+FOLDERS = ["state", "launcher", "outbox", "scheduler-core", "studio-api", "cli"]
 
 
 def _project(root: Path, folder: str) -> dict[str, object]:
