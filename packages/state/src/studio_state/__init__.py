@@ -54,8 +54,15 @@ from ._query import (
 )
 from ._schema import ENTITY_TYPES, STATE_MIGRATIONS, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
-from ._transitions import Transition, record_transition, record_transitions, transition
-from ._transitions_sync import record_transition_sync, record_transitions_sync, transition_sync
+from ._transitions import (
+    Transition,
+    record_transition,
+    record_transition_sync,
+    record_transitions,
+    record_transitions_sync,
+    transition,
+    transition_sync,
+)
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

@@ -3,6 +3,12 @@
 Every applied status change in Studio is one guarded ``UPDATE`` plus one
 ``status_transitions`` row, in the same transaction. A guard that no longer holds (someone
 else changed the row first) makes the change a no-op that writes nothing.
+
+There is one implementation, on the connection's own handle (``db``: the ``sqlite3``
+connection, or the DB-API object over psycopg on PostgreSQL): the ``*_sync`` functions, which
+a function given to :func:`studio_state.run_write_transaction` calls directly. The async
+functions are a thin facade that runs the same function in one trip to the connection's
+thread (:func:`studio_state.run_sync`).
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sqlite3
+
 import aiosqlite
 
 from ._exceptions import InvalidTransition
+from ._hop import run_sync
 from ._ids import new_id
-from ._query import execute, fetch_value
 from ._schema import ENTITY_TYPES
 from ._transactions import write_transaction
 
@@ -111,6 +119,120 @@ def _guarded_update(
     return update, (*values, *where_values)
 
 
+def record_transition_sync(
+    db: sqlite3.Connection,
+    *,
+    entity_type: str,
+    entity_id: str,
+    status: str,
+    reason_code: str,
+    now: float,
+    previous_status: str | None = None,
+    reason_summary: str | None = None,
+    evidence_refs: Sequence[Any] | None = None,
+    actor: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """Write one ``status_transitions`` row on ``db`` (arguments as :func:`record_transition`)."""
+    row = Transition(
+        entity_type=entity_type,
+        entity_id=entity_id,
+        status=status,
+        reason_code=reason_code,
+        created_at=now,
+        previous_status=previous_status,
+        reason_summary=reason_summary,
+        evidence_refs=evidence_refs,
+        actor=actor,
+        metadata=metadata,
+    )
+    db.execute(_INSERT, row.params())
+
+
+def record_transitions_sync(db: sqlite3.Connection, rows: Iterable[Transition]) -> int:
+    """Write many ``status_transitions`` rows on ``db`` in one ``executemany`` (as
+    :func:`record_transitions`); returns how many."""
+    params = [row.params() for row in rows]
+    if params:
+        db.executemany(_INSERT, params)
+    return len(params)
+
+
+def _first_column(row: object) -> Any:
+    if row is None:
+        return None
+    if isinstance(row, Mapping):
+        return next(iter(row.values()))
+    return row[0]  # type: ignore[index]  # a tuple or sqlite3.Row
+
+
+def transition_sync(
+    db: sqlite3.Connection,
+    *,
+    table: str,
+    entity_type: str,
+    entity_id: str,
+    from_statuses: Sequence[str],
+    to_status: str,
+    reason_code: str,
+    now: float,
+    set_fields: Mapping[str, Any] | None = None,
+    guards: Mapping[str, Any] | None = None,
+    reason_summary: str | None = None,
+    evidence_refs: Sequence[Any] | None = None,
+    actor: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    touch_updated_at: bool = True,
+) -> bool:
+    """The guarded change of :func:`transition`, on ``db`` inside an open write transaction.
+
+    One ``UPDATE … WHERE id = ? AND status IN (…)`` (plus ``guards``) and its
+    ``status_transitions`` row; ``True`` when the change applied, ``False`` (nothing
+    written) when a guard no longer held. Arguments as :func:`transition`. It begins and
+    commits nothing: call it from a function given to :func:`run_write_transaction`; with
+    no transaction open on ``db`` it raises :class:`InvalidTransition` and writes nothing.
+    """
+    update, params = _guarded_update(
+        table=table,
+        entity_id=entity_id,
+        from_statuses=from_statuses,
+        to_status=to_status,
+        now=now,
+        set_fields=set_fields,
+        guards=guards,
+        touch_updated_at=touch_updated_at,
+    )
+    if not db.in_transaction:
+        raise InvalidTransition(
+            "transition_sync needs an open write transaction: call it from a function "
+            "given to run_write_transaction"
+        )
+    if len(from_statuses) == 1:
+        previous: str | None = from_statuses[0]
+    else:
+        previous = _first_column(
+            db.execute(f"SELECT status FROM {table} WHERE id = ?", (entity_id,)).fetchone()
+        )
+        if previous is None or previous not in from_statuses:
+            return False
+    if db.execute(update, params).rowcount != 1:
+        return False
+    record_transition_sync(
+        db,
+        entity_type=entity_type,
+        entity_id=entity_id,
+        previous_status=previous,
+        status=to_status,
+        reason_code=reason_code,
+        reason_summary=reason_summary,
+        evidence_refs=evidence_refs,
+        actor=actor,
+        metadata=metadata,
+        now=now,
+    )
+    return True
+
+
 async def record_transition(
     conn: aiosqlite.Connection,
     *,
@@ -138,15 +260,15 @@ async def record_transition(
         actor=actor,
         metadata=metadata,
     )
-    await conn.execute(_INSERT, row.params())
+    await record_transitions(conn, (row,))
 
 
 async def record_transitions(conn: aiosqlite.Connection, rows: Iterable[Transition]) -> int:
     """Write many ``status_transitions`` rows in one statement batch; returns how many."""
-    params = [row.params() for row in rows]
-    if params:
-        await conn.executemany(_INSERT, params)
-    return len(params)
+    batch = list(rows)
+    if not batch:
+        return 0
+    return await run_sync(conn, lambda db: record_transitions_sync(db, batch))
 
 
 async def transition(
@@ -173,9 +295,31 @@ async def transition(
     ``None`` meaning ``IS NULL``) that also writes ``set_fields`` (and ``updated_at = now``),
     and the ``status_transitions`` row, in one transaction — the caller's when one is open,
     else its own ``BEGIN IMMEDIATE``. Returns ``True`` when the change applied and ``False``
-    when a guard no longer held, in which case nothing was written.
+    when a guard no longer held, in which case nothing was written. The statements run as
+    :func:`transition_sync` in one trip to the connection's thread.
     """
-    update, params = _guarded_update(
+
+    def change(db: sqlite3.Connection) -> bool:
+        return transition_sync(
+            db,
+            table=table,
+            entity_type=entity_type,
+            entity_id=entity_id,
+            from_statuses=from_statuses,
+            to_status=to_status,
+            reason_code=reason_code,
+            now=now,
+            set_fields=set_fields,
+            guards=guards,
+            reason_summary=reason_summary,
+            evidence_refs=evidence_refs,
+            actor=actor,
+            metadata=metadata,
+            touch_updated_at=touch_updated_at,
+        )
+
+    # Malformed arguments are refused before a transaction is opened.
+    _guarded_update(
         table=table,
         entity_id=entity_id,
         from_statuses=from_statuses,
@@ -186,27 +330,4 @@ async def transition(
         touch_updated_at=touch_updated_at,
     )
     async with write_transaction(conn):
-        if len(from_statuses) == 1:
-            previous: str | None = from_statuses[0]
-        else:
-            previous = await fetch_value(
-                conn, f"SELECT status FROM {table} WHERE id = ?", (entity_id,)
-            )
-            if previous is None or previous not in from_statuses:
-                return False
-        if await execute(conn, update, params) != 1:
-            return False
-        await record_transition(
-            conn,
-            entity_type=entity_type,
-            entity_id=entity_id,
-            previous_status=previous,
-            status=to_status,
-            reason_code=reason_code,
-            reason_summary=reason_summary,
-            evidence_refs=evidence_refs,
-            actor=actor,
-            metadata=metadata,
-            now=now,
-        )
-        return True
+        return await run_sync(conn, change)
