@@ -48,9 +48,14 @@ class LeaseWatch:
         fire: Prepared,
         attempt: int,
         task: asyncio.Task[Any],
-        on_revoked: Callable[[str], None],
+        on_revoked: Callable[[str], bool],
     ) -> None:
-        """Renew the lease every ``renew_seconds``; stop the run once the row is not ours."""
+        """Renew the lease every ``renew_seconds``; stop the run once the row is not ours.
+
+        ``on_revoked(run_id)`` marks the run revoked and says whether it was not already: a
+        run an operator's cancel is stopping already is left to that stop, since a second
+        cancellation of the task would cut its child's SIGTERM grace short (SIGKILL at once).
+        """
         last_renewal = self.clock()
         while True:
             await asyncio.sleep(self.watch_seconds)
@@ -77,8 +82,8 @@ class LeaseWatch:
                 continue
             if not ours:
                 logger.info("run %s is no longer this worker's: stopping it", fire.run_id)
-                on_revoked(fire.run_id)
-                task.cancel()
+                if on_revoked(fire.run_id):
+                    task.cancel()
                 return
 
     async def _ownership_reader(self) -> aiosqlite.Connection:

@@ -306,7 +306,7 @@ class AdhocWorker:
         assert env is not None and task is not None
         self._started.add(fire.run_id)
         watcher = asyncio.create_task(
-            self._watch.watch(env, fire, attempt, task, self._revoked.add),
+            self._watch.watch(env, fire, attempt, task, self._revoke_once),
             name=f"adhoc-lease-{fire.run_id}",
         )
         try:
@@ -342,7 +342,19 @@ class AdhocWorker:
             if opened is not None:
                 opened[0].discard()
             return opened is not None
-        self._revoked.add(run_id)
-        task.cancel()
+        if self._revoke_once(run_id):
+            task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        return True
+
+    def _revoke_once(self, run_id: str) -> bool:
+        """Mark the run revoked; whether it was not yet (its task is then cancelled once).
+
+        Cancelling the task again while its child is in the SIGTERM grace would SIGKILL the
+        child at once: the lease watch and an operator's cancel both revoke, only the first
+        cancels.
+        """
+        if run_id in self._revoked:
+            return False
+        self._revoked.add(run_id)
         return True
