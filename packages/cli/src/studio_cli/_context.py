@@ -30,6 +30,7 @@ URL_ENV = "LIONAGI_STUDIO_URL"
 TOKEN_ENV = "LIONAGI_STUDIO_AUTH_TOKEN"  # noqa: S105 - the variable's name, not a secret
 INVOCATION_ENV = "LIONAGI_INVOCATION_ID"
 SYNCHRONOUS_ENV = "LIONAGI_STUDIO_SYNCHRONOUS"
+NODE_ID_ENV = "LIONAGI_STUDIO_NODE_ID"
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
@@ -105,6 +106,12 @@ def resolve_server(url_option: str | None) -> tuple[str, str]:
     return url, source
 
 
+def configured_node_id() -> str | None:
+    """``$LIONAGI_STUDIO_NODE_ID`` (this machine's node, when it names one), else ``None``."""
+    node = os.environ.get(NODE_ID_ENV, "").strip()
+    return node or None
+
+
 def auth_token() -> str | None:
     token = os.environ.get(TOKEN_ENV, "").strip()
     return token or None
@@ -140,6 +147,23 @@ def run_async(factory: Callable[[], Awaitable[T]]) -> T:
         raise CliError("interrupted", exit_code=EXIT_INTERRUPTED) from None
 
 
+def check_openable(path: Path) -> None:
+    """A :class:`CliError` naming ``path`` when SQLite cannot open (or create) it.
+
+    Checked before the asynchronous connection is opened: SQLite's own message ("unable to open
+    database file") does not say which file, and a failed asynchronous open leaves a worker
+    thread that reports into the closed event loop.
+    """
+    import sqlite3
+
+    if not path.parent.is_dir():
+        return  # the connection creates its directory (an OSError there names the path)
+    try:
+        sqlite3.connect(path).close()
+    except sqlite3.Error as exc:
+        raise CliError(f"cannot open the database {path}: {exc}") from None
+
+
 @asynccontextmanager
 async def open_db(
     db_path: Path | str, *, outbox_only: bool = False
@@ -152,6 +176,8 @@ async def open_db(
     """
     from studio_state import connect, is_postgres
 
+    if not is_postgres(db_path):
+        check_openable(Path(db_path))
     async with connect(db_path, synchronous=synchronous_mode()) as conn:
         # On PostgreSQL the outbox's tables come with scheduler-core's schema (its PostgreSQL
         # form is the outbox's own, created through the connection's psycopg session).

@@ -118,7 +118,11 @@ def _library_message(exc: BaseException) -> str | None:
     api = sys.modules.get("studio_api")
     settings_error = getattr(api, "SettingsError", None) if api is not None else None
     if isinstance(settings_error, type) and isinstance(exc, settings_error):
-        return f"invalid settings: {exc}"
+        # one line per invalid variable (fail() prints each line as its own error)
+        problems = getattr(exc, "problems", None) or {"settings": str(exc)}
+        return "\n".join(
+            f"invalid settings: {name}: {one_line(text)}" for name, text in problems.items()
+        )
     api_error = getattr(api, "StudioApiError", None) if api is not None else None
     if isinstance(api_error, type) and isinstance(exc, api_error):
         return str(exc)
@@ -148,12 +152,27 @@ def debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
+def error_lines(exc: BaseException) -> tuple[list[str], int]:
+    """The ``error: …`` lines for ``exc`` and its exit code: one line, or one per invalid
+    variable of a settings error."""
+    message, code = describe(exc)
+    parts = message.split("\n") if _is_settings_error(exc) else [message]
+    return [f"error: {one_line(part)}" for part in parts if part.strip()], code
+
+
+def _is_settings_error(exc: BaseException) -> bool:
+    api = sys.modules.get("studio_api")
+    settings_error = getattr(api, "SettingsError", None) if api is not None else None
+    return isinstance(settings_error, type) and isinstance(exc, settings_error)
+
+
 def fail(exc: BaseException) -> NoReturn:
     """Print ``error: …`` for ``exc`` on stderr (a traceback first under STUDIO_DEBUG=1), exit."""
-    message, code = describe(exc)
+    lines, code = error_lines(exc)
     if debug_enabled() and not isinstance(exc, CliError):
         traceback.print_exception(exc, file=sys.stderr)
-    click.echo(f"error: {one_line(message)}", err=True)
+    for line in lines:
+        click.echo(line, err=True)
     sys.exit(code)
 
 

@@ -241,10 +241,14 @@ def _allowed_command(schedule: Mapping[str, Any], allowlist: frozenset[str]) -> 
         )
     if command not in allowlist:
         listed = ", ".join(sorted(allowlist)) if allowlist else "nothing (every command is refused)"
+        # Say how to allow it: the exact value of the variable with this command added.
+        value = ",".join([*sorted(allowlist), command])
         raise InvalidAction(
             "action_command",
             f"{command!r} is not on the command allow-list "
-            f"(LIONAGI_SCHEDULER_COMMAND_ALLOWLIST allows: {listed})",
+            f"(LIONAGI_SCHEDULER_COMMAND_ALLOWLIST allows: {listed}); to allow it, set "
+            f"LIONAGI_SCHEDULER_COMMAND_ALLOWLIST={value} where the server runs (and for the "
+            "studio CLI that creates schedules)",
             value=command,
         )
     return command

@@ -18,6 +18,10 @@ from ._app import create_app
 from ._connections import install_accept_error_filter, raise_nofile_limit, server_options
 from ._exceptions import PortUnavailable
 from ._settings import StudioSettings
+from ._startup_log import BannerServer, StartupGate, gated
+
+#: uvicorn's exit status for a server that could not start.
+STARTUP_FAILURE = 3
 
 #: Loggers of the Studio packages, shown beside uvicorn's own in the same format.
 STUDIO_LOGGERS = ("studio_api", "studio_scheduler_core", "studio_outbox", "studio_launcher")
@@ -61,6 +65,8 @@ def run(
 ) -> None:
     """Serve Studio until interrupted; blocks.
 
+    Once it listens it logs where the dashboard, the API docs and the metrics are.
+
     ``host``, ``port`` and ``db`` override ``settings`` (default: read from the environment).
     Raises :class:`SettingsError` for an invalid value or for a non-loopback ``host`` without
     ``LIONAGI_STUDIO_AUTH_TOKEN``, and :class:`PortUnavailable` when ``host:port`` is taken,
@@ -92,22 +98,35 @@ def run(
         return
     strip_secrets(settings)
     app = create_app(settings)
-    try:
-        uvicorn.run(
+    gate = StartupGate()
+    server = BannerServer(
+        uvicorn.Config(
             app,
             host=settings.host,
             port=settings.port,
             log_level=log_level,
-            log_config=log_config(log_level, settings.log_format),
+            log_config=gated(log_config(log_level, settings.log_format), gate),
             timeout_graceful_shutdown=10,
             **server_options(),
-        )
+        ),
+        gate,
+    )
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
     except SystemExit:
-        # uvicorn exits when the lifespan fails; give the caller the reason instead
-        error = getattr(app.state, "startup_error", None)
-        if isinstance(error, BaseException):
-            raise error from None
-        raise
+        if server.started:
+            raise
+    if server.started:
+        return
+    # uvicorn gave up during startup; give the caller the reason instead, said once
+    error = getattr(app.state, "startup_error", None)
+    if isinstance(error, BaseException):
+        gate.discard()
+        raise error from None
+    gate.release()
+    raise SystemExit(STARTUP_FAILURE)
 
 
 def check_port(host: str, port: int) -> None:

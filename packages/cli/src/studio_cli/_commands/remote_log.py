@@ -1,9 +1,12 @@
 """A run's log kept by another node (several nodes on one PostgreSQL database).
 
 A run's output is written on the machine of the node that ran it, and the run names that node.
-When the log is not in this machine's run-log directory, ``studio schedule logs`` asks that
-node's API (its ``LIONAGI_STUDIO_NODE_URL``, recorded in the database) with this shell's
-``LIONAGI_STUDIO_AUTH_TOKEN``, the way any node's API does.
+When the log is not in this machine's run-log directory and another node ran the run,
+``studio schedule logs`` asks that node's API (its ``LIONAGI_STUDIO_NODE_URL``, recorded in the
+database) with this shell's ``LIONAGI_STUDIO_AUTH_TOKEN``, the way any node's API does.
+
+A SQLite database is one machine's file, run by one node at a time: every run on it ran here,
+and a missing log file is a run that has printed nothing yet (an empty log, as the API answers).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._context import auth_token, open_db, run_async
+from .._context import auth_token, configured_node_id, open_db, run_async
 from .._errors import CliError
 from .._output import note
 
@@ -24,11 +27,15 @@ CONNECT_TIMEOUT = 5.0
 def node_url(db_path: Path | str, run: dict[str, Any], path: str) -> str | None:
     """The API base URL of the node that ran ``run``, when its log is not here at ``path``.
 
-    ``None`` when the log is on this machine (or the run has not started a child yet). A node
-    that gave no URL is a :class:`CliError` naming it.
+    ``None`` when the log is on this machine: the file is there, the run has not started a
+    child yet, the database is SQLite (one machine's file), or the run's node is this
+    machine's (:func:`_this_machine`) and gave no URL. Another node that gave no URL is a
+    :class:`CliError` naming it.
     """
+    from studio_state import is_postgres
+
     node = run.get("node_id")
-    if node is None or os.path.exists(path):
+    if node is None or os.path.exists(path) or not is_postgres(str(db_path)):
         return None
 
     async def _read() -> dict[str, Any] | None:
@@ -39,12 +46,22 @@ def node_url(db_path: Path | str, run: dict[str, Any], path: str) -> str | None:
 
     info = run_async(_read)
     url = None if info is None else info["url"]
+    if node == configured_node_id() or (not url and _this_machine(str(node))):
+        return None  # this node's log: a missing file is a run that printed nothing yet
     if not url:
         raise CliError(
             f"run {run['id']} ran on node {node}, which keeps its log and has no "
             "LIONAGI_STUDIO_NODE_URL: run this command on that node's machine"
         )
     return str(url)
+
+
+def _this_machine(node: str) -> bool:
+    """Whether ``node`` is a default node id (``hostname:pid``) of this machine."""
+    from studio_state import default_node_id
+
+    host, _, pid = node.rpartition(":")
+    return bool(host) and pid.isdigit() and host == default_node_id().rpartition(":")[0]
 
 
 def _headers() -> dict[str, str]:

@@ -64,7 +64,9 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
         metavar="JSON",
         help='Fire only on a metric breach: {"metric", "op", "value", "window_minutes"}.',
     ),
-    click.option("--action", type=VocabularyChoice("ActionKindName"), help="Action kind."),
+    click.option(
+        "--action", "--kind", "action", type=VocabularyChoice("ActionKindName"), help="Action kind."
+    ),
     click.option("--model", help="Model for agent/flow/fanout actions."),
     click.option("--prompt", help="Prompt text ({{name}} placeholders render from the trigger)."),
     click.option(
@@ -207,17 +209,20 @@ def _check_limits(data: dict[str, Any]) -> None:
 
 
 def _infer_action(data: dict[str, Any]) -> str:
-    """``--action`` default: the kind implied by --command/--flow-yaml/--playbook, else agent."""
+    """``--action`` default: the kind implied by --command/--command-arg/--flow-yaml/--playbook,
+    else agent (a schedule given only --command-arg is a command schedule missing --command,
+    and is told so, not that an agent needs --prompt)."""
     implied = [
         (flag, kind)
         for flag, field, kind in (
             ("--command", "action_command", "command"),
+            ("--command-arg", "action_command_args", "command"),
             ("--flow-yaml", "action_flow_yaml", "flow_yaml"),
             ("--playbook", "action_playbook", "play"),
         )
         if field in data
     ]
-    if len(implied) > 1:
+    if len({kind for _, kind in implied}) > 1:
         flags = " and ".join(flag for flag, _ in implied)
         raise click.UsageError(f"{flags} imply different action kinds: pass --action")
     return implied[0][1] if implied else "agent"
