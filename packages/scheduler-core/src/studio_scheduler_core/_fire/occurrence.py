@@ -27,7 +27,7 @@ from studio_state import (
     write_transaction,
 )
 
-from .._notify.service import notify_run
+from .._notify.service import notify_run, notify_schedule_disabled
 from .._observe.events import emit
 from .._rows import TERMINAL_RUN_STATUSES, dumps
 from .._schedules.store import drop_buffered
@@ -186,7 +186,10 @@ async def write_skip(
     disable: tuple[str, str] | None = None,
 ) -> bool:
     """A skip/no-fire in one transaction: the claim, an optional skipped run, an optional
-    disable (``(reason_code, summary)``). ``False`` (nothing written) when the claim is lost."""
+    disable (``(reason_code, summary)``) with its ``schedule.disabled`` notification (a gate's
+    disable notifies like every other disable). ``False`` (nothing written) when the claim is
+    lost."""
+    disabled = False
     async with write_transaction(conn):
         if not await _apply_claim(conn, claim, now):
             return False
@@ -195,17 +198,11 @@ async def write_skip(
         rows = list(transitions)
         if disable is not None:
             reason_code, summary = disable
-            if await store.disable_schedule(
+            disabled = await store.disable_schedule(
                 conn, claim.schedule_id, reason_code=reason_code, now=now
-            ):
+            )
+            if disabled:
                 await drop_buffered(conn, claim.schedule_id, now=now)
-                emit(
-                    "disable",
-                    f"schedule {claim.schedule_id} disabled [{reason_code}]: {summary}",
-                    level=logging.WARNING,
-                    schedule_id=claim.schedule_id,
-                    reason_code=reason_code,
-                )
                 rows.append(
                     Transition(
                         entity_type="schedule",
@@ -219,7 +216,20 @@ async def write_skip(
                     )
                 )
         await record_transitions(conn, rows)
-        return True
+        if disable is not None and disabled:
+            # after the transition row: the dispatch's dedup key names it
+            await notify_schedule_disabled(
+                conn, claim.schedule_id, reason_code=disable[0], reason_summary=disable[1], now=now
+            )
+    if disable is not None and disabled:
+        emit(
+            "disable",
+            f"schedule {claim.schedule_id} disabled [{disable[0]}]: {disable[1]}",
+            level=logging.WARNING,
+            schedule_id=claim.schedule_id,
+            reason_code=disable[0],
+        )
+    return True
 
 
 @dataclass(frozen=True, slots=True)
