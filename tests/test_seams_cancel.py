@@ -134,7 +134,9 @@ def _cancelled_total(server: Any) -> float:
 def test_cancelled_runs_are_outcomes_counted_and_logged(
     studio_process: Any, tmp_path: Path
 ) -> None:
-    server = studio_process(env={"LIONAGI_STUDIO_LOG_FORMAT": "json"})
+    server = studio_process(
+        env={"LIONAGI_STUDIO_LOG_FORMAT": "json", "LIONAGI_STUDIO_MAX_ADHOC_CONCURRENT": "1"}
+    )
     server.start()
     trap = write_script(tmp_path, "trap.py", TRAP)
     sid = _schedule(server, "trap", trap, tmp_path / "s", "exit")
@@ -147,6 +149,10 @@ def test_cancelled_runs_are_outcomes_counted_and_logged(
     cancelled[run] = "api scheduled"
     adhoc = _start_adhoc(server, trap, tmp_path / "a", "exit")
     _child_pid(tmp_path / "a")
+    queued = _start_adhoc(server, trap, tmp_path / "q", "exit")  # behind the cap of 1
+    assert _status(server, queued)["status"] == "queued"
+    assert server.request("POST", f"/api/schedules/runs/{queued}/cancel").status_code == 202
+    cancelled[queued] = "api queued"
     assert server.request("POST", f"/api/schedules/runs/{adhoc}/cancel").status_code == 202
     cancelled[adhoc] = "api adhoc"
 

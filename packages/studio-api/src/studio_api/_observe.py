@@ -123,7 +123,9 @@ class StudioMetrics:
                 self.max_lag = lag if self.max_lag is None else max(self.max_lag, lag)
         elif event == "outcome":
             self.fires.labels(outcome=str(fields.get("status"))).inc()
-            self.duration.observe(float(fields.get("duration_seconds") or 0.0))
+            took = fields.get("duration_seconds")
+            if took is not None:  # None: cancelled before it started, no duration to count
+                self.duration.observe(float(took))
         elif event == "deferral":
             self.deferrals.labels(reason=str(fields.get("reason_code"))).inc()
         elif event == "coalesced":

@@ -30,6 +30,7 @@ from studio_state import Clock, new_id, record_transition, write_transaction
 
 from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
 from .._fire import store as fire_store
+from .._fire.ending import OPERATOR_CANCELLED, outcome_event, waiting_kind
 from .._notify.service import check_notify, notify_run
 from .._rows import decode_run, dumps
 from .._schedules.store import ADHOC_PAGE_KEY, page_runs
@@ -51,7 +52,7 @@ ENQUEUE_FIELDS = (*ACTION_FIELDS, "timeout_sec", "concurrency_key", "notify")
 """Every key :meth:`AdhocRunService.enqueue` accepts."""
 
 ENQUEUED = "run.queued.enqueued"
-CANCELLED = "run.cancelled.operator"
+CANCELLED = OPERATOR_CANCELLED
 CANCELLABLE = ("queued", "running", "retry_wait", "waiting_dependency")
 """The statuses an operator's cancel takes a run from."""
 MAX_CONCURRENCY_KEY = 200
@@ -226,6 +227,10 @@ class AdhocRunService:
         has no process: cancelling it means it never starts (its start is guarded on the
         waiting status).
         Raises :class:`RunNotFound`, or :class:`RunNotCancellable` for a terminal run.
+
+        The run's ``outcome`` event: a run with no process is reported here; a running run by
+        the process that executes it, once its own terminal write finds the cancel (wherever
+        the cancel was made, this process or another).
         """
         now = self._clock()
         async with write_transaction(self._conn):
@@ -254,8 +259,19 @@ class AdhocRunService:
                         evidence_refs=[{"kind": "schedule_run", "id": run_id}],
                     )
                 )  # fmt: skip
-            if (await apply(self._conn, changes))[0]:
+            applied = (await apply(self._conn, changes))[0]
+            if applied:
                 await notify_run(self._conn, run_id, now=now)
+        if applied and status != "running":
+            outcome_event(
+                run_id=run_id,
+                schedule_id=row["schedule_id"],
+                status="cancelled",
+                reason_code=CANCELLED,
+                exit_code=None,
+                kind=waiting_kind(row),
+                duration=None,
+            )
         if status == "running":
             await self._stop_child(row)
         self._changed()

@@ -23,6 +23,7 @@ from studio_launcher import (
 from .._runlog import run_log_path
 from .._settings import SchedulerSettings
 from . import store
+from .ending import report_end
 from .env import FireEnv, Outcome, Prepared
 from .finish import finish
 
@@ -54,8 +55,13 @@ def run_deadline(schedule: Mapping[str, Any], settings: SchedulerSettings) -> fl
 async def execute(
     env: FireEnv, fire: Prepared, *, on_commit: Callable[[], None] | None = None
 ) -> Outcome:
-    """Spawn the committed fire's child, wait for it, and write the terminal status."""
+    """Spawn the committed fire's child, wait for it, and write the terminal status.
+
+    Emits the run's ``outcome`` event: its own write's, or an operator's cancel that ended the
+    run first (:func:`~studio_scheduler_core._fire.ending.report_end`).
+    """
     settings = env.settings
+    started = env.clock()
     status, reason, exit_code, detail = "failed", "run.failed.exception", None, None
     summary = ""
     try:
@@ -86,7 +92,7 @@ async def execute(
         except CwdUnavailable as exc:
             status, reason, summary, detail = "failed", "run.failed.missing_cwd", str(exc), str(exc)
         except asyncio.CancelledError:
-            await asyncio.shield(
+            won = await asyncio.shield(
                 finish(
                     env,
                     fire,
@@ -98,6 +104,8 @@ async def execute(
                     on_commit=on_commit,
                 )
             )
+            shutdown = Outcome("cancelled", "run.cancelled.shutdown", None, won)
+            await report_end(env, fire, shutdown, started)
             raise
         except Exception as exc:
             logger.exception("fire %s of schedule %s failed", fire.run_id, fire.schedule.get("id"))
@@ -115,4 +123,6 @@ async def execute(
         error_detail=detail,
         on_commit=on_commit,
     )
-    return Outcome(status=status, reason_code=reason, exit_code=exit_code, applied=won)
+    outcome = Outcome(status=status, reason_code=reason, exit_code=exit_code, applied=won)
+    await report_end(env, fire, outcome, started)
+    return outcome

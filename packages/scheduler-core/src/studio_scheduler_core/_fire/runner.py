@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._admission.gates import MAX_RUNS, Reservation
-from .._observe.events import emit
 from .._rows import decode_run
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
 from .._schedules.store import fired_run_count, load_schedule, set_enabled
@@ -131,13 +130,10 @@ class FireRunner:
                 task = asyncio.current_task()
                 if task is not None:
                     self._executing[current.run_id] = task
-                started = self._env.clock()
                 try:
                     outcome = await execute(self._env, current, on_commit=release)
                 finally:
                     self._executing.pop(current.run_id, None)
-                if outcome.applied:
-                    outcome_event(current, outcome, self._env.clock() - started)
             if outcome.applied:
                 await self._terminal(current, outcome.status)
             overlay = select_follow_up(current.schedule, outcome.status, current.chain_depth)
@@ -188,22 +184,6 @@ class FireRunner:
                     await self._on_terminal(self._env.conn, fire.schedule, decode_run(row))
         except Exception:
             logger.exception("terminal bookkeeping of run %s failed", fire.run_id)
-
-
-def outcome_event(fire: Prepared, outcome: Outcome, duration: float) -> None:
-    """The log event of a run's end."""
-    emit(
-        "outcome",
-        f"run {fire.run_id} of schedule {child_sid(fire)} ended {outcome.status} "
-        f"[{outcome.reason_code}] after {duration:.3f}s",
-        schedule_id=child_sid(fire),
-        run_id=fire.run_id,
-        status=outcome.status,
-        reason_code=outcome.reason_code,
-        exit_code=outcome.exit_code,
-        kind=fire.kind,
-        duration_seconds=max(0.0, duration),
-    )
 
 
 def child_sid(fire: Prepared) -> str:

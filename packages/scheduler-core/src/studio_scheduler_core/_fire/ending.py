@@ -1,0 +1,101 @@
+"""The ``outcome`` event of a run's end: one per run, emitted by the process that saw it end.
+
+A run this process executes ends through its own terminal write, or through an operator's
+cancel that another writer committed first (the API in this process, or ``studio schedule
+cancel`` on the database from another process): the terminal write then loses its guard, the
+child is stopped (by the canceller, or by this process when the row stops being its own), and
+this process, which owns the run, reads the row and reports the cancel as the run's outcome.
+A run cancelled before it had a process (queued, waiting) has no owner: its canceller reports
+it (:func:`outcome_event` with no duration).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from .._observe.events import emit
+from . import store
+from .env import FireEnv, Outcome, Prepared
+
+logger = logging.getLogger("studio_scheduler_core")
+
+OPERATOR_CANCELLED = "run.cancelled.operator"
+"""The reason code of an operator's cancel (API, CLI, dashboard, force-delete)."""
+
+
+def outcome_event(
+    *,
+    run_id: str,
+    schedule_id: str | None,
+    status: str,
+    reason_code: str,
+    exit_code: int | None,
+    kind: str,
+    duration: float | None,
+) -> None:
+    """The log event of a run's end (``duration`` ``None``: it never started)."""
+    took = "before it started" if duration is None else f"after {duration:.3f}s"
+    emit(
+        "outcome",
+        f"run {run_id} of schedule {schedule_id} ended {status} [{reason_code}] {took}",
+        schedule_id=schedule_id,
+        run_id=run_id,
+        status=status,
+        reason_code=reason_code,
+        exit_code=exit_code,
+        kind=kind,
+        duration_seconds=None if duration is None else max(0.0, duration),
+    )
+
+
+def fire_schedule_id(fire: Prepared) -> str | None:
+    """The schedule a fire belongs to (``None`` for an ad-hoc run)."""
+    sid = fire.schedule.get("id")
+    return None if sid is None else str(sid)
+
+
+async def report_end(env: FireEnv, fire: Prepared, outcome: Outcome, started: float) -> None:
+    """Emit the outcome of a run this process executed.
+
+    Its own terminal write reports what it wrote. A write that lost to an operator's cancel
+    (committed by this process or another) reports the cancel, read from the row; a write
+    that lost to anything else reports nothing (whoever ended the run reports it).
+    """
+    status, reason_code, exit_code = outcome.status, outcome.reason_code, outcome.exit_code
+    if not outcome.applied:
+        try:
+            row = await store.load_run(env.conn, fire.run_id)
+        except Exception as exc:  # the event must never break the run's end
+            logger.warning("reading the end of run %s failed: %s", fire.run_id, exc)
+            return
+        if not ended_by_operator(row):
+            return
+        assert row is not None
+        status, reason_code, exit_code = str(row["status"]), OPERATOR_CANCELLED, None
+    outcome_event(
+        run_id=fire.run_id,
+        schedule_id=fire_schedule_id(fire),
+        status=status,
+        reason_code=reason_code,
+        exit_code=exit_code,
+        kind=fire.kind,
+        duration=env.clock() - started,
+    )
+
+
+def ended_by_operator(row: Mapping[str, Any] | None) -> bool:
+    """Whether the run row was ended by an operator's cancel."""
+    return (
+        row is not None
+        and row["status"] == "cancelled"
+        and row["status_reason_code"] == OPERATOR_CANCELLED
+    )
+
+
+def waiting_kind(row: Mapping[str, Any]) -> str:
+    """The kind of a run cancelled before it started, from its row."""
+    if row.get("schedule_id") is None:
+        return "adhoc"
+    return "follow_up" if int(row.get("chain_depth") or 0) > 0 else "scheduled"
