@@ -1,44 +1,41 @@
+"""The PostgreSQL suite's fixtures: the session's throwaway cluster and a fresh database of it.
+
+The cluster is the one scheduler-core's own tests run their ``postgresql`` params on (the
+``postgres`` matrix entry runs both folders in one session): both conftests take it from
+``packages/scheduler-core/tests/pg_databases.py``, loaded once under one module name.
+"""
+
 from __future__ import annotations
 
-import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from studio_state.testing import clean_environment  # noqa: F401  (autouse fixture)
-from studio_state.testing_pg import PostgresUnavailable, start_cluster
+from studio_state.testing import clean_environment, load_beside  # noqa: F401  (autouse fixture)
+
+_CORE_TESTS = Path(__file__).resolve().parents[2] / "packages" / "scheduler-core" / "tests"
+pg_databases = load_beside(
+    _CORE_TESTS / "conftest.py", "pg_databases.py", "studio_scheduler_core_test_pg_databases"
+)
 
 
 @pytest.fixture(scope="session")
-def pg_cluster_dsn() -> Iterator[str]:
-    """A throwaway PostgreSQL cluster for the session; fails (never skips) without binaries."""
-    try:
-        cluster = start_cluster()
-    except PostgresUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield cluster.dsn
-    finally:
-        cluster.stop()
+def pg_cluster_dsn(pytestconfig: pytest.Config) -> str:
+    """The session's throwaway PostgreSQL cluster; fails (never skips) without binaries."""
+    dsn: str = pg_databases.cluster_dsn(pytestconfig)
+    return dsn
 
 
 @pytest.fixture
-async def pg_dsn(pg_cluster_dsn: str) -> AsyncIterator[str]:
+def pg_dsn(pg_cluster_dsn: str) -> Iterator[str]:
     """A DSN of a new, empty database of the cluster for each test (dropped afterwards)."""
-    name = f"test_{next(_databases)}"
-    async with await psycopg.AsyncConnection.connect(pg_cluster_dsn, autocommit=True) as conn:
-        await conn.execute(f"CREATE DATABASE {name}")
-    try:
-        yield pg_cluster_dsn.rsplit("/", 1)[0] + "/" + name
-    finally:
-        async with await psycopg.AsyncConnection.connect(pg_cluster_dsn, autocommit=True) as conn:
-            await conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with pg_databases.fresh_database(pg_cluster_dsn) as url:
+        yield url
 
-
-_databases = itertools.count()
 
 Rows = Callable[..., Awaitable[list[dict[str, Any]]]]
 

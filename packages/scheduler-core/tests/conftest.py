@@ -1,9 +1,20 @@
-"""Shared fixtures: real SQLite files in tmp_path, a manual clock, engines that clean up."""
+"""Shared fixtures: real databases, a manual clock, engines that clean up.
+
+Every test that opens the database (through ``db_target``, or ``conn``, ``service``,
+``settings``, ``make_engine`` built on it) runs once per backend: ``test_x[sqlite]`` on a SQLite
+file in ``tmp_path``, ``test_x[postgresql]`` on a fresh database of the session's throwaway
+PostgreSQL cluster. ``--db-target`` (default: ``$STUDIO_TEST_DB_TARGET``, else ``sqlite``) picks
+which of the two a run selects; the others are deselected, never skipped. hatch.toml's
+``scheduler-core`` entry runs the ``sqlite`` params, its ``postgres`` entry the ``postgresql``
+ones. ``@pytest.mark.sqlite_only("why")`` keeps a test on SQLite alone (it reads SQLite's query
+plan, its file, ...): it gets no ``postgresql`` param.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +38,58 @@ GITHUB_SERVER_MODULE = "studio_scheduler_core_test_github_server"
 # here, its `github` fixture (a loopback fake GitHub) serves every test, and test modules take
 # the module from sys.modules.
 github = load_beside(__file__, "github_server.py", GITHUB_SERVER_MODULE).github
+pg_databases = load_beside(__file__, "pg_databases.py", "studio_scheduler_core_test_pg_databases")
+
+DB_TARGETS = ("sqlite", "postgresql")
+HERE = Path(__file__).resolve().parent
+SQLITE_ONLY = "sqlite_only(reason): runs on SQLite alone, for the reason given (required)"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--db-target",
+        choices=DB_TARGETS,
+        default=os.environ.get("STUDIO_TEST_DB_TARGET") or "sqlite",
+        help="the backend scheduler-core's database tests run on (default: "
+        "$STUDIO_TEST_DB_TARGET, else sqlite); the other backend's params are deselected",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Also registered in this package's pyproject.toml; registered here too for runs whose
+    # configuration file is the workspace's (the `postgres` entry runs tests of two folders).
+    config.addinivalue_line("markers", SQLITE_ONLY)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "db_target" not in metafunc.fixturenames:
+        return
+    targets = list(DB_TARGETS)
+    marker = metafunc.definition.get_closest_marker("sqlite_only")
+    if marker is not None:
+        reason = marker.kwargs.get("reason", marker.args[0] if marker.args else "")
+        if not (isinstance(reason, str) and reason.strip()):
+            pytest.fail(f"{metafunc.definition.nodeid}: sqlite_only needs a reason", pytrace=False)
+        targets = ["sqlite"]
+    metafunc.parametrize("db_target", targets, indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect this folder's tests of the backend not chosen by ``--db-target``; tests that
+    open no database run with the ``sqlite`` selection only (they would repeat themselves)."""
+    chosen = config.getoption("db_target")
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        if not item.path.is_relative_to(HERE):
+            keep.append(item)
+            continue
+        callspec = getattr(item, "callspec", None)
+        target = callspec.params.get("db_target", "sqlite") if callspec else "sqlite"
+        (keep if target == chosen else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.fixture
@@ -40,10 +103,14 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def db_target(db_path: Path) -> str:
-    """The database ``conn`` and ``make_engine`` open: the SQLite file here; the PostgreSQL
-    suite (tests/postgres/test_core_pg_*.py) runs these tests on a fresh database's URL."""
-    return str(db_path)
+def db_target(request: pytest.FixtureRequest, db_path: Path) -> Iterator[str]:
+    """The database ``conn`` and ``make_engine`` open: the SQLite file ``db_path`` for the
+    ``sqlite`` param, a fresh database's URL of the session's cluster for ``postgresql``."""
+    if request.param == "sqlite":
+        yield str(db_path)
+        return
+    with pg_databases.fresh_database(pg_databases.cluster_dsn(request.config)) as url:
+        yield url
 
 
 @pytest.fixture

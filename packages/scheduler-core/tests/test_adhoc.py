@@ -342,6 +342,7 @@ async def test_one_running_row_per_concurrency_key(make_engine, clock, h, tmp_pa
         await _wait_status(h, engine.conn, run["id"], "completed")
 
 
+@pytest.mark.sqlite_only("reads SQLite's query plan")
 async def test_the_claim_query_uses_the_queue_indexes(conn) -> None:
     from studio_scheduler_core._adhoc.store import CANDIDATES as _CANDIDATES
 

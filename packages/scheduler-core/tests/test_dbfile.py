@@ -13,6 +13,10 @@ import pytest
 
 from studio_state import fetch_value
 
+pytestmark = pytest.mark.sqlite_only(
+    "deletes and replaces the SQLite file under the running engine"
+)
+
 
 def _remove(db_path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):

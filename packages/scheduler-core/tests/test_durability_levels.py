@@ -7,9 +7,15 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from studio_outbox import enqueue_dispatch
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_state import fetch_value, run_sync
+
+pytestmark = pytest.mark.sqlite_only(
+    "reads SQLite's synchronous levels through sqlite3's trace callback"
+)
 
 DAY = 86400.0
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import pytest
 
 from studio_scheduler_core._fire.commit import commit
 from studio_scheduler_core._fire.env import FireEnv, Prepared
@@ -52,6 +53,7 @@ def _claims(group: list[str]) -> int:
     return sum(s.startswith("UPDATE schedules SET") for s in group)
 
 
+@pytest.mark.sqlite_only("counts statements with sqlite3's trace callback")
 async def test_the_fires_of_one_pass_commit_in_one_transaction_with_a_setup_refusal(
     make_engine: Any, clock: Any, h: Any, tmp_path: Path
 ) -> None:
@@ -226,6 +228,7 @@ async def test_a_terminal_write_with_nothing_to_notify_is_one_trip_and_notifies_
     assert len(await h.transitions_of(conn, quiet.run_id)) == 2
 
 
+@pytest.mark.sqlite_only("counts statements with sqlite3's trace callback")
 async def test_terminal_writes_of_one_loop_turn_share_a_transaction_each_in_its_savepoint(
     conn: Any, service: Any, settings: Any, clock: Any, h: Any, db_target: str
 ) -> None:

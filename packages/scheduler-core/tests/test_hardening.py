@@ -7,6 +7,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from studio_scheduler_core import AdhocWorker, SchedulerEngine
 from studio_state import connect, fetch_one
 
@@ -22,6 +24,7 @@ async def _run(conn: Any, run_id: str) -> dict[str, Any]:
     return row
 
 
+@pytest.mark.sqlite_only("slows a statement down with an SQL function defined through sqlite3")
 async def test_the_lease_watcher_never_sees_the_runs_own_uncommitted_terminal_write(
     settings, db_target, clock, h
 ) -> None:

@@ -6,6 +6,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from studio_scheduler_core import (
     latest_transition_seq,
     read_dispatch_counts,
@@ -55,6 +57,7 @@ async def test_run_status_and_slots(conn: Any, service: Any, h: Any) -> None:
     assert total == 2 and {row["id"] for row in rows} == {"r-sched", "r-adhoc"}
 
 
+@pytest.mark.sqlite_only("reads the SQLite file or its schema itself")
 async def test_metric_reads_on_a_plain_sqlite3_connection(conn: Any, db_path: Path) -> None:
     db = sqlite3.connect(f"{db_path.absolute().as_uri()}?mode=ro", uri=True)
     try:

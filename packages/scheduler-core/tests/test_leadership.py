@@ -64,6 +64,7 @@ def test_the_implementations_follow_the_seam(db_path: Path) -> None:
     assert isinstance(Baton("n", leading=True), Leadership)
 
 
+@pytest.mark.sqlite_only("the PostgreSQL engine leads through an advisory lock, not a file lock")
 async def test_on_sqlite_the_started_engine_leads_while_it_holds_the_lock(
     make_engine: Any, clock: Any
 ) -> None:
@@ -77,10 +78,10 @@ async def test_on_sqlite_the_started_engine_leads_while_it_holds_the_lock(
 
 
 async def test_a_follower_evaluates_nothing_until_it_leads(
-    db_path: Path, settings: SchedulerSettings, clock: Any, h: Any
+    db_target: str, settings: SchedulerSettings, clock: Any, h: Any
 ) -> None:
     baton = Baton("node-b", leading=False)
-    engine = SchedulerEngine(db_path, settings=settings, clock=clock, leadership=baton)
+    engine = SchedulerEngine(db_target, settings=settings, clock=clock, leadership=baton)
     await engine.start(loop=False)
     try:
         created = await engine.service.create(h.command_schedule(h.blocker, "/nonexistent"))
@@ -110,12 +111,12 @@ async def test_a_follower_evaluates_nothing_until_it_leads(
 
 
 async def test_taking_over_reconciles_others_runs_but_never_its_own(
-    db_path: Path, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
+    db_target: str, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
 ) -> None:
     flag = tmp_path / "release"
     batons = [Baton("a", leading=True), Baton("b", leading=False)]
     a, b = (
-        SchedulerEngine(db_path, settings=settings, clock=clock, leadership=baton)
+        SchedulerEngine(db_target, settings=settings, clock=clock, leadership=baton)
         for baton in batons
     )
     await a.start(loop=False)
@@ -156,14 +157,14 @@ async def test_taking_over_reconciles_others_runs_but_never_its_own(
 
 
 async def test_a_run_names_the_node_that_ran_it_and_the_node_its_url(
-    db_path: Path, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
+    db_target: str, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
 ) -> None:
     flag = tmp_path / "release"
 
     def engine(url: str | None) -> SchedulerEngine:
         own = SchedulerSettings(**{**settings.__dict__, "node_url": url})
         baton = Baton("node-a", leading=True)
-        return SchedulerEngine(db_path, settings=own, clock=clock, leadership=baton)
+        return SchedulerEngine(db_target, settings=own, clock=clock, leadership=baton)
 
     first = engine("http://10.0.0.5:8765")
     await first.start(loop=False)
@@ -198,12 +199,12 @@ async def test_a_run_names_the_node_that_ran_it_and_the_node_its_url(
 
 
 async def test_a_follower_claims_queued_ad_hoc_runs_but_fires_no_schedule(
-    db_path: Path, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
+    db_target: str, settings: SchedulerSettings, clock: Any, h: Any, tmp_path: Path
 ) -> None:
     flag = tmp_path / "release"
     flag.write_text("go")
     follower = SchedulerEngine(
-        db_path, settings=settings, clock=clock, leadership=Baton("node-b", leading=False)
+        db_target, settings=settings, clock=clock, leadership=Baton("node-b", leading=False)
     )
     await follower.start(loop=False)
     try:

@@ -20,6 +20,10 @@ from studio_scheduler_core import (
 )
 from studio_state import ManualClock, fetch_all
 
+pytestmark = pytest.mark.sqlite_only(
+    "reads SQLite's query plan of statements caught with its trace callback"
+)
+
 RUNS = 300
 
 

@@ -27,6 +27,7 @@ async def _table_columns(conn: Any, table: str) -> list[str]:
     return [str(r["name"]) for r in await fetch_all(conn, f"PRAGMA table_info({table})")]
 
 
+@pytest.mark.sqlite_only("reads the SQLite file or its schema itself")
 async def test_record_fields_are_the_table_columns_in_order(conn: Any) -> None:
     schedule_columns = await _table_columns(conn, "schedules")
     # migrations append columns; the record lists every one of them

@@ -223,6 +223,7 @@ async def test_reaper_times_out_stale_runs_without_a_process(make_engine, clock,
     await engine.wait_idle()
 
 
+@pytest.mark.sqlite_only("reads the SQLite file or its schema itself")
 async def test_checkpoint_runs_on_its_interval(make_engine, clock) -> None:
     engine = await make_engine(clock=clock, checkpoint_interval_seconds=10.0)
     assert (await engine.tick_once())["checkpoint"] is None
@@ -232,6 +233,7 @@ async def test_checkpoint_runs_on_its_interval(make_engine, clock) -> None:
     assert (await engine.tick_once())["checkpoint"] is None
 
 
+@pytest.mark.sqlite_only("reads the SQLite file or its schema itself")
 async def test_second_engine_is_refused_naming_the_holder(make_engine, clock) -> None:
     first = await make_engine(clock=clock)
     with pytest.raises(EngineLocked) as info:

@@ -103,6 +103,7 @@ async def test_costly_batches_shrink_to_the_floor(conn: Any, clock: Any, tmp_pat
     assert max(report.sizes) <= MAX_BATCH
 
 
+@pytest.mark.sqlite_only("reads SQLite's query plan")
 async def test_the_live_run_check_reads_indexes_not_the_runs_table(conn: Any) -> None:
     seen: list[str] = []
 

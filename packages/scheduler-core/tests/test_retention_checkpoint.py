@@ -7,6 +7,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from studio_outbox import enqueue_dispatch
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_state import fetch_value
@@ -50,6 +52,7 @@ async def test_the_autocheckpoint_is_restored_when_the_pass_stops_at_its_budget(
     assert int(await fetch_value(conn, "PRAGMA wal_autocheckpoint")) == 1000  # SQLite's default
 
 
+@pytest.mark.sqlite_only("copies the SQLite file and reads it with sqlite3")
 async def test_deleted_pages_reach_the_database_file_without_an_auto_checkpoint(
     conn: Any, clock: Any, db_path: Path, tmp_path: Path
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from studio_scheduler_core import ScheduleService
 from studio_scheduler_core import ensure_schema as ensure_core_schema
 from studio_scheduler_core._schema import MIGRATIONS, PACKAGE
@@ -86,6 +88,7 @@ async def test_the_migration_counts_the_runs_already_there(tmp_path: Path, h: An
         assert await _kept(conn) == await _exact(conn)
 
 
+@pytest.mark.sqlite_only("reads SQLite's query plan")
 async def test_the_adhoc_run_list_reads_its_order_from_an_index(
     conn: Any, clock: ManualClock
 ) -> None:

@@ -7,8 +7,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from studio_scheduler_core._engine.evaluation import REFILL_MARGIN
 from studio_state import fetch_all
+
+pytestmark = pytest.mark.sqlite_only("counts statements with sqlite3's trace callback")
 
 OK = "import sys\nsys.exit(0)\n"
 _DUE_SCAN = re.compile(r"FROM schedules WHERE enabled = 1 AND next_fire_at <= .* LIMIT (\d+)$")

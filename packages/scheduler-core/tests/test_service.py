@@ -386,6 +386,7 @@ async def test_preview(service, conn) -> None:
     assert info.value.field == "cron_expr"
 
 
+@pytest.mark.sqlite_only("reads the SQLite file or its schema itself")
 async def test_schema_has_the_hot_path_indexes(conn) -> None:
     names = {
         r["name"]

@@ -6,10 +6,13 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from studio_launcher import is_same_process
 from studio_state import connect, fetch_one
 
 
+@pytest.mark.sqlite_only("holds SQLite's write lock through sqlite3")
 async def test_a_terminal_write_waiting_for_the_lock_at_shutdown_still_lands(
     make_engine, clock, h, tmp_path: Path
 ) -> None:

@@ -235,6 +235,7 @@ async def test_github_poll_metrics(conn, service, clock):
 
 
 @pytest.mark.parametrize("name", sorted(SQL))
+@pytest.mark.sqlite_only("reads SQLite's query plan")
 async def test_metric_queries_use_indexes(conn, name):
     sql = SQL[name]
     if name == "latency_rows":
