@@ -127,7 +127,7 @@ async def test_failed_run_enqueues_run_failed_in_the_terminal_write(
     assert body["schedule_name"] == "nightly" and body["schedule_id"] == created["id"]
     assert body["ended_at"] == run["ended_at"] and body["duration_seconds"] >= 0
     assert body["trigger_context"]["due_at"] == created["next_fire_at"]
-    assert body["log_url"] == f"/api/runs/{run['id']}/log"
+    assert body["log_url"] == f"/api/schedules/runs/{run['id']}/log"
     # the dispatch's enqueue transition is stamped with the terminal write's time
     assert row["created_at"] == run["ended_at"]
 

@@ -44,7 +44,15 @@ def test_the_engine_runs_while_served_and_stops_on_shutdown(
     assert health["scheduler"]["running"] is True
     assert health["scheduler"]["tick_seconds"] == 1
     assert set(health["scheduler"]) >= {"last_tick_at", "in_flight", "due_backlog"}
-    assert set(health["dispatch"]) == {"backlog", "delivery_paused", "transports"}
+    assert set(health["dispatch"]) == {
+        "backlog",
+        "delivery_paused",
+        "delivery_paused_transports",
+        "delivery_paused_dispatches",
+        "delivery_paused_reason",
+        "transports",
+    }
+    assert health["dispatch"]["delivery_paused"] is False  # no row waits for a transport
     assert health["dispatch"]["transports"] == {
         "argv": {
             "state": "paused",

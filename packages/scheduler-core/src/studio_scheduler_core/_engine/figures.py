@@ -4,19 +4,51 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from studio_outbox import webhook_transport_available
 
 from .._dbfile import StorageHealth
 from .._settings import SchedulerSettings
-from .delivery import transports_health
+from .delivery import BACKLOG_EVERY, transports_health
 from .running import Running
 
 logger = logging.getLogger("studio_scheduler_core")
 
 Concern = tuple[str, Callable[[float], Awaitable[Any]]]
+
+_WEBHOOK_ROW = "(deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%')"
+#: Pending rows per transport, counted only for a transport this node lacks: those rows wait
+#: for it (a row of a present transport is merely queued).
+_PENDING_FOR = {
+    "argv": f"SELECT count(*) AS n FROM dispatch_outbox WHERE status = 'pending' "
+    f"AND NOT {_WEBHOOK_ROW}",
+    "webhook": f"SELECT count(*) AS n FROM dispatch_outbox WHERE status = 'pending' "
+    f"AND {_WEBHOOK_ROW}",
+}
+#: Why each transport is missing, as the health report words it.
+MISSING_TRANSPORT = {
+    "argv": "no notify_template (LIONAGI_STUDIO_NOTIFY_TEMPLATE)",
+    "webhook": "httpx is not installed (the http extra)",
+}
+
+
+def missing_transports(settings: SchedulerSettings, *, webhook: bool) -> list[str]:
+    """The transports this node cannot deliver with: ``argv`` without a notify template,
+    ``webhook`` without httpx."""
+    missing = [] if settings.notify_template is not None else ["argv"]
+    return missing if webhook else [*missing, "webhook"]
+
+
+def paused_reason(stuck: dict[str, int]) -> str | None:
+    """``"no notify_template (…) for 3 argv dispatches"``, per stuck transport; ``None``: none."""
+    parts = [
+        f"{MISSING_TRANSPORT[name]} for {n} {name} dispatch{'' if n == 1 else 'es'}"
+        for name, n in sorted(stuck.items())
+        if n > 0
+    ]
+    return "; ".join(parts) or None
 
 
 async def run_concerns(
@@ -54,6 +86,9 @@ class Figures:
     scheduling_lag: float = 0.0
     """Seconds the oldest due schedule is behind its due time (0 when none is due)."""
     dispatch_backlog: int = 0
+    stuck: dict[str, int] = field(default_factory=dict)
+    """Pending dispatches per transport this node lacks (they cannot be delivered here)."""
+    stuck_at: float | None = None
 
     def ticked(self, now: float, error: str | None) -> None:
         """A tick ran (or was refused) at ``now``."""
@@ -66,8 +101,20 @@ class Figures:
             self.due_backlog, self.scheduling_lag = await run.evaluator.due_backlog(now)
             await run.delivery.refresh_backlog(now)
             self.dispatch_backlog = run.delivery.backlog
+            await self._read_stuck(run, now)
         except Exception:
             logger.exception("reading the scheduler's backlog figures failed")
+
+    async def _read_stuck(self, run: Running, now: float) -> None:
+        if self.stuck_at is not None and now - self.stuck_at < BACKLOG_EVERY:
+            return
+        self.stuck_at = now
+        missing = missing_transports(run.env.settings, webhook=webhook_transport_available())
+        stuck: dict[str, int] = {}
+        for name in missing:
+            rows = list(await run.conn.execute_fetchall(_PENDING_FOR[name]))
+            stuck[name] = int(rows[0]["n"] or 0) if rows else 0
+        self.stuck = stuck
 
     def health(
         self, run: Running | None, *, problem: str | None, settings: SchedulerSettings
@@ -76,6 +123,7 @@ class Figures:
         task = None if run is None else run.loop_task
         running = task is not None and not task.done()
         degraded = not running or problem is not None or self.last_tick_error is not None
+        stuck = {name: n for name, n in self.stuck.items() if n > 0}
         return {
             "status": "degraded" if degraded else "ok",
             "running": running,
@@ -86,7 +134,11 @@ class Figures:
             "scheduling_lag_seconds": self.scheduling_lag,
             "coalesced_slots": 0 if run is None else run.evaluator.coalesced_total,
             "dispatch_backlog": self.dispatch_backlog,
-            "delivery_paused": settings.notify_template is None,
+            # paused: some pending row waits for a transport this node lacks
+            "delivery_paused": bool(stuck),
+            "delivery_paused_transports": sorted(stuck),
+            "delivery_paused_dispatches": stuck,
+            "delivery_paused_reason": paused_reason(stuck),
             "transports": (
                 transports_health(settings, webhook=webhook_transport_available())
                 if run is None

@@ -159,7 +159,7 @@ def run_body(run: Mapping[str, Any], schedule_name: str | None) -> dict[str, Any
         "chain_parent_id": run.get("chain_parent_id"),
         "run_attempt": run.get("attempt") or 1,
         "trigger_context": _loads(run.get("trigger_context")),
-        "log_url": f"/api/runs/{run['id']}/log",
+        "log_url": f"/api/schedules/runs/{run['id']}/log",
     }
 
 

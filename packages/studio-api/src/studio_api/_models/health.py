@@ -58,11 +58,20 @@ class TransportHealth(ResponseModel):
 
 
 class DispatchHealth(ResponseModel):
-    """Outbox delivery: rows waiting, whether argv delivery is paused for lack of a template,
-    and each transport's state (``argv``, ``webhook``)."""
+    """Outbox delivery: rows waiting, whether delivery is paused, and each transport's state
+    (``argv``, ``webhook``)."""
 
     backlog: int
     delivery_paused: bool
+    """Some ``pending`` dispatch cannot be delivered by this node: its transport is missing
+    (an argv row with no ``notify_template``, a URL row without httpx)."""
+    delivery_paused_transports: list[Literal["argv", "webhook"]] = Field(default_factory=list)
+    """The missing transports that ``pending`` dispatches wait for (empty when not paused)."""
+    delivery_paused_dispatches: dict[str, int] = Field(default_factory=dict)
+    """How many ``pending`` dispatches wait for each missing transport."""
+    delivery_paused_reason: str | None = None
+    """Why delivery is paused, e.g. ``no notify_template (LIONAGI_STUDIO_NOTIFY_TEMPLATE) for
+    3 argv dispatches``; ``null`` when it is not."""
     transports: dict[str, TransportHealth] = Field(default_factory=dict)
 
 
