@@ -20,6 +20,7 @@ from .__about__ import __version__
 from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
 from ._body_limit import BodyLimitMiddleware
 from ._dashboard import install_dashboard
+from ._docs import install_docs
 from ._errors import LastResortMiddleware, install_error_handlers
 from ._metrics_route import METRICS_PATH, install_metrics_route
 from ._models import ErrorOut
@@ -89,6 +90,8 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
         version=__version__,
         summary="Schedules, runs and dispatch delivery of a Studio host.",
         lifespan=lifespan,
+        docs_url=None,  # served from this machine by install_docs, not from a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     metrics = StudioMetrics(settings.db, lambda: getattr(app.state, "engine", None))
@@ -103,6 +106,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(dispatch.router)
     install_dashboard(app)
+    install_docs(app)
     app.add_middleware(LastResortMiddleware)
     if settings.auth_token is not None:
         app.add_middleware(

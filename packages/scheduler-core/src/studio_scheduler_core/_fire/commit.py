@@ -17,6 +17,13 @@ FIRED_REASON = {
     "missed_fire": "schedule.fired.missed_fire",
     "follow_up": "schedule.fired.follow_up",
 }
+#: The summary beside each fired reason (what the run page shows while the run runs).
+FIRED_SUMMARY = {
+    "scheduled": "the trigger was due",
+    "manual": "triggered manually by an operator",
+    "missed_fire": "a missed occurrence, fired late (missed_fire_policy run_once)",
+    "follow_up": "a follow-up of its parent run",
+}
 
 
 async def commit(env: FireEnv, fire: Prepared, claim: ScheduleClaim) -> bool:
@@ -66,7 +73,9 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
     run_status = "failed" if failed else "running"
     fired_reason = FIRED_REASON[fire.kind]
     reason_code, summary = (
-        fire.setup_error if fire.setup_error is not None else (fired_reason, "the trigger was due")
+        fire.setup_error
+        if fire.setup_error is not None
+        else (fired_reason, FIRED_SUMMARY[fire.kind])
     )
     run = {
         "id": fire.run_id,
@@ -107,7 +116,7 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
             entity_id=fire.run_id,
             status="running",
             reason_code=fired_reason,
-            reason_summary="the trigger was due",
+            reason_summary=FIRED_SUMMARY[fire.kind],
             evidence_refs=[{"kind": "schedule", "id": sid}],
             actor="scheduler",
             metadata=meta,
@@ -146,7 +155,7 @@ def queued_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
     yet: the claim adds it) and its transition row."""
     sid = str(fire.schedule["id"])
     fired_reason = FIRED_REASON[fire.kind]
-    summary = "the trigger was due; queued for a worker"
+    summary = f"{FIRED_SUMMARY[fire.kind]}; queued for a worker"
     refs = [{"kind": "schedule", "id": sid}]
     run = {
         "id": fire.run_id,

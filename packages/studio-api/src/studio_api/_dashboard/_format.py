@@ -6,6 +6,8 @@ import datetime as dt
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from markupsafe import Markup, escape
+
 # Each status has an icon and a word beside its colour, so the page reads in grey too.
 STATUS_ICONS = {
     "completed": "✓",
@@ -102,3 +104,14 @@ def status_icon(status: str | None) -> str:
 
 def status_tone(status: str | None) -> str:
     return _TONES.get(status or "", "neutral")
+
+
+def code_breaks(code: str | None) -> Markup:
+    """A reason code (``run.failed.exit_nonzero``) that may wrap only after its dots.
+
+    The element showing it keeps words whole (``.reason-code`` in the stylesheet); a ``<wbr>``
+    after each dot is the only place a line may break.
+    """
+    if not code:
+        return Markup("")
+    return Markup(".<wbr>").join(escape(part) for part in str(code).split("."))

@@ -41,6 +41,7 @@ _env.filters.update(
     utc=_format.utc_time,
     icon=_format.status_icon,
     tone=_format.status_tone,
+    code_breaks=_format.code_breaks,
 )
 
 

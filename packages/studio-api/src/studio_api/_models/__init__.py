@@ -15,6 +15,7 @@ from .dispatch import (
     DispatchOut,
     DispatchStatus,
 )
+from .examples import SCHEDULE_CREATE_EXAMPLES
 from .health import (
     DatabaseHealth,
     DispatchHealth,
@@ -47,6 +48,7 @@ from .schedules import (
 )
 
 __all__ = [
+    "SCHEDULE_CREATE_EXAMPLES",
     "SQLITE_INT_MAX",
     "AckRequest",
     "ActionKind",

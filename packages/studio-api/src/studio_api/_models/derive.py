@@ -79,9 +79,17 @@ def _request_type(view: FieldView) -> Any:
     return _plain(base)
 
 
-def request_model(name: str, doc: str, views: Iterable[FieldView], *, partial: bool) -> Any:
+def request_model(
+    name: str,
+    doc: str,
+    views: Iterable[FieldView],
+    *,
+    partial: bool,
+    examples: list[dict[str, Any]] | None = None,
+) -> Any:
     """A request body: each field optional (null), except ``not_null`` fields on create
-    (``partial=False``), which take the record's default or are required."""
+    (``partial=False``), which take the record's default or are required. ``examples`` go to
+    the model's JSON schema (and so to the OpenAPI document)."""
     fields: dict[str, Any] = {}
     for view in views:
         kind = _request_type(view)
@@ -89,7 +97,11 @@ def request_model(name: str, doc: str, views: Iterable[FieldView], *, partial: b
             fields[view.name] = (kind, ...) if view.required else (kind, view.default)
         else:
             fields[view.name] = (kind | None, None)
-    return _create(name, doc, RequestModel, fields)
+    base: type[Any] = RequestModel
+    if examples:
+        config = {**RequestModel.model_config, "json_schema_extra": {"examples": examples}}
+        base = type(f"{name}Base", (RequestModel,), {"model_config": config, "__doc__": doc})
+    return _create(name, doc, base, fields)
 
 
 def _response_type(view: FieldView) -> Any:

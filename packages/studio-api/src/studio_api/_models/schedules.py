@@ -25,6 +25,7 @@ from studio_scheduler_core import (
 
 from .base import RequestModel, ResponseModel
 from .derive import of_specs, request_model, response_model
+from .examples import schedule_create_examples
 
 __all__ = [
     "ActionKind",
@@ -76,6 +77,7 @@ else:
         "Body of ``POST /api/schedules`` (the create model, plus cwd, command, enabled).",
         _INPUT,
         partial=False,
+        examples=schedule_create_examples(),
     )
     ScheduleUpdate = request_model(
         "ScheduleUpdate",

@@ -12,6 +12,7 @@ from studio_scheduler_core import RUN_PAGE_KEY, RunNotCancellable, RunNotFound
 from .._cursor import decode_cursor, next_cursor
 from .._deps import EngineDep, ReadsDep, ServiceDep, SettingsDep, responses
 from .._models import (
+    SCHEDULE_CREATE_EXAMPLES,
     SQLITE_INT_MAX,
     BackfillOut,
     BackfillRequest,
@@ -56,7 +57,10 @@ async def list_schedules(
 
 
 @router.post("", status_code=201, response_model=ScheduleOut, responses=responses(409))
-async def create_schedule(service: ServiceDep, body: ScheduleCreate) -> ScheduleOut:
+async def create_schedule(
+    service: ServiceDep,
+    body: Annotated[ScheduleCreate, Body(openapi_examples=SCHEDULE_CREATE_EXAMPLES)],
+) -> ScheduleOut:
     """Create a schedule; 422 names the invalid field, 409 when the name is taken."""
     row = await service.create(body.model_dump(exclude_none=True))
     return ScheduleOut.of(row)

@@ -24,11 +24,16 @@
   function streamLog(pre) {
     if (!window.EventSource) return;
     var source = new EventSource(pre.getAttribute("data-sse"));
+    var note = pre.querySelector("[data-log-note]");
+    var lines = 0;
     source.onmessage = function (event) {
+      if (note) { note.remove(); note = null; }
+      lines += 1;
       pre.append(event.data + "\n");
       pre.scrollTop = pre.scrollHeight;
     };
     source.addEventListener("end", function (event) {
+      if (note && !lines) note.textContent = "no output";
       pre.setAttribute("data-ended", event.data || "");
       source.close();
     });
