@@ -11,9 +11,10 @@ METRICS_PATH = "/metrics"
 
 
 def install_metrics_route(app: FastAPI, metrics: StudioMetrics) -> None:
-    """Add ``GET /metrics`` serving ``metrics``' registry."""
+    """Add ``GET /metrics`` serving ``metrics``' registry, and ``HEAD /metrics`` (the same
+    headers, no body: the server drops a HEAD answer's body)."""
 
-    @app.get(METRICS_PATH, include_in_schema=False)
+    @app.api_route(METRICS_PATH, methods=["GET", "HEAD"], include_in_schema=False)
     def scrape() -> Response:
         metrics.refresh()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -17,10 +17,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from studio_outbox import DISPATCH_STATUSES
 from studio_scheduler_core import (
     EVENTS_LOGGER,
     SchedulerEngine,
@@ -111,6 +118,10 @@ class StudioMetrics:
         self.last_lag: float | None = None
         self.max_lag: float | None = None
         r.register(_ScrapeGauges(db_path, engine))
+        # process_* (CPU, memory, descriptors, start time) and python_info, as on the
+        # default registry; both read at scrape time
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         self.handler = _EventHandler(self)
 
     def observe(self, event: str, fields: dict[str, Any]) -> None:
@@ -208,9 +219,11 @@ class _ScrapeGauges(Collector):
             by_status, polls = self._read()
         except sqlite3.Error as exc:
             logger.warning("metrics: reading the database failed: %s", exc)
-            by_status, polls = {}, []
-        for status, count in sorted(by_status.items()):
-            rows.add_metric([status], float(count))
+            by_status, polls = None, []
+        if by_status is not None:
+            # every status, 0 included, so an alert on one works before its first row
+            for status in sorted({*DISPATCH_STATUSES, *by_status}):
+                rows.add_metric([status], float(by_status.get(status, 0)))
         now = time.time()
         for schedule_id, healthy_at, created_at in polls:
             since = healthy_at if healthy_at is not None else created_at
@@ -218,7 +231,7 @@ class _ScrapeGauges(Collector):
         yield rows
         yield age
 
-    def _read(self) -> tuple[dict[str, int], list[tuple[str, float | None, float]]]:
+    def _read(self) -> tuple[dict[str, int] | None, list[tuple[str, float | None, float]]]:
         db = open_sync_reader(self._db)
         try:
             return read_dispatch_counts(db), read_github_polls(db)
