@@ -28,6 +28,7 @@ from studio_outbox import (
 )
 from studio_state import Clock
 
+from .._observe.delivery_events import DeliveryEvents
 from .._observe.summary import delivery_event
 from .._settings import SchedulerSettings
 from . import store
@@ -87,6 +88,9 @@ class Delivery:
         self._webhook: WebhookTransport | None = None
         if webhook_transport_available():
             self._webhook = WebhookTransport(secret=settings.webhook_secret)
+        # SQLite: one event per dispatch outcome, read from the outcomes' transition rows
+        # after each pass (PostgreSQL's rows have no order to read them by: one per pass).
+        self._events = DeliveryEvents(conn) if postgres_url is None else None
         self.backlog = 0
         """Dispatches due now (read at most every :data:`BACKLOG_EVERY` seconds)."""
 
@@ -131,14 +135,23 @@ class Delivery:
         if due is None or float(due) > now:
             return None
         self._last_start = now
-        self._task = asyncio.create_task(
-            self._outbox.deliver(
-                clock=self._clock, transport=self._argv, webhook_transport=self._webhook
-            ),
-            name="studio-delivery",
-        )
+        if self._events is not None:
+            await self._events.start()
+        self._task = asyncio.create_task(self._pass(), name="studio-delivery")
         self._task.add_done_callback(self._done)
         return "started"
+
+    async def _pass(self) -> dict[str, int]:
+        """One outbox pass, then the events of the outcomes it recorded."""
+        counts = await self._outbox.deliver(
+            clock=self._clock, transport=self._argv, webhook_transport=self._webhook
+        )
+        if self._events is not None:
+            try:
+                await self._events.report()
+            except Exception as exc:  # an event must never fail the pass
+                logger.warning("reading the delivery outcomes for their events failed: %s", exc)
+        return counts
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         if task.cancelled():
@@ -147,7 +160,8 @@ class Delivery:
         if exc is not None:
             logger.error("dispatch delivery pass failed: %s", exc)
             return
-        delivery_event(task.result(), self._settings.notify_template)
+        if self._events is None:
+            delivery_event(task.result(), self._settings.notify_template)
         if not self._closing:
             self._wake()
 
