@@ -78,6 +78,7 @@ def _assert_no_500_logged(log: str) -> None:
     assert "unexpected error on" not in log, log
     assert "database error on" not in log, log
     assert "internal server error" not in log, log
+    assert "Traceback" not in log, log
 
 
 def test_disk_full_answers_503_and_health_degraded_until_space_returns(

@@ -1,9 +1,11 @@
 """The engine's database file and storage health, as the tick sees them.
 
 Opening migrates the file and proves it writable (a read-only file opens and reads fine).
-Before each tick the file is checked to be the one opened (not deleted or replaced), and a
+Before each tick the file and its ``-wal`` file are checked to be the ones opened (not
+deleted or replaced: then nothing is written at all, terminal writes included), and a
 storage fault met by any write ("disk full", "read-only", "disk I/O error") holds the tick
-until a probe write lands again: nothing advances meanwhile, and health says why.
+until the file system takes a new file beside the database and a probe write lands again:
+nothing advances meanwhile, and health says why.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import aiosqlite
 
 from studio_state import is_postgres, open_connection
 
-from .._dbfile import DatabaseFile, StorageHealth, probe_writable, storage_fault
+from .._dbfile import (
+    DatabaseFile,
+    StorageHealth,
+    filesystem_fault,
+    probe_writable,
+    storage_fault,
+)
 from .._exceptions import DatabaseUnavailable
 from .._schema import ensure_schema
 from . import store
@@ -71,6 +79,7 @@ class EngineDatabase:
             raise
         self.file_problem = None
         self.storage.problem = None
+        self.storage.halted = None
         return conn
 
     async def refusal(self, conn: aiosqlite.Connection) -> tuple[str, str] | None:
@@ -80,15 +89,21 @@ class EngineDatabase:
             # Writes would go to a file no one can open again.
             if problem != self.file_problem:
                 logger.error("%s", problem)
-            self.file_problem = problem
+            self.file_problem = self.storage.halted = problem
             return problem, problem
-        self.file_problem = None
+        self.file_problem = self.storage.halted = None
         if self.storage.problem is not None and not await self._writable(conn):
             return self.storage.problem, f"storage fault: {self.storage.problem}"
         return None
 
     async def _writable(self, conn: aiosqlite.Connection) -> bool:
-        """Write the header once (``user_version`` to its own value): has the fault healed?"""
+        """Has the fault healed? A new file beside the database takes a small write (a header
+        rewrite alone may reuse space the log already has on a disk still full), then the
+        header is written once (``user_version`` to its own value)."""
+        if self._file is not None:
+            fault = filesystem_fault(self.path)
+            if fault is not None:
+                return False  # still the same fault: no new log line, no write tried
         try:
             await store.rewrite_header(conn)
         except (sqlite3.Error, OSError) as exc:

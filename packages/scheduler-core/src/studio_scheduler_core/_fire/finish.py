@@ -8,7 +8,6 @@ same loop turn with nothing to notify or retry share one transaction (each in it
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import sqlite3
@@ -22,6 +21,7 @@ from studio_state import (
     write_transaction,
 )
 
+from .._dbfile import StorageHalted, one_line
 from .._notify.service import notify_run
 from .._terminal import StatusChange, apply_sync, clip
 from . import store
@@ -81,8 +81,11 @@ async def finish(
     A storage fault (disk full, read-only, I/O error …) or a lock held past the busy timeout
     must not leave the run ``running`` with no process: the write is retried with backoff
     (each attempt bounded by the busy timeout, no bound in total), every failure logged and a
-    storage fault reported through ``env.storage`` until a write succeeds. At shutdown
-    (``env.closing``) a failing write is given up and raised; start-up reconciles the row.
+    storage fault reported through ``env.storage`` until a write succeeds (logged once, not
+    per attempt; a retry goes at once when another write lands). While the database file or
+    its ``-wal`` file is no longer the one opened (``env.storage.halted``) nothing is
+    attempted. At shutdown (``env.closing``) a failing write is given up and raised;
+    start-up reconciles the row.
 
     Cancelling the caller (shutdown, an operator's cancel) does not cancel the write: it runs
     to its end first, since a rolled-back terminal write would leave the run ``running``
@@ -98,6 +101,14 @@ async def _finish_retrying(
     delay = _RETRY_FIRST
     failures = 0
     while True:
+        halted = env.storage.halted
+        if halted is not None:
+            # The database or its log is no longer the file opened: a write would damage it.
+            # Nothing is written; the row stays ``running`` for start-up to reconcile.
+            if env.closing:
+                raise StorageHalted(halted)
+            await env.storage.wait(_RETRY_MAX)
+            continue
         try:
             won = await _finish_once(env, fire, ending, on_commit)
         except sqlite3.Error as exc:
@@ -106,23 +117,25 @@ async def _finish_retrying(
             if (problem is None and not busy) or env.closing:
                 raise
             failures += 1
-            logger.error(
-                "terminal write of run %s (%s) failed %d time(s): %s; retrying in %.2fs",
-                fire.run_id,
-                ending.status,
-                failures,
-                problem or exc,
-                delay,
-            )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _RETRY_MAX)
-            continue
-        env.storage.succeeded()
-        if failures:
-            logger.warning(
-                "terminal write of run %s landed after %d failure(s)", fire.run_id, failures
-            )
-        return won
+            if failures == 1 or problem is None:
+                logger.error(
+                    "terminal write of run %s (%s) failed: %s; retrying until it lands",
+                    fire.run_id,
+                    ending.status,
+                    problem or one_line(exc),
+                )
+            # Wait outside this block: the exception's traceback (its frames, any statement
+            # still open in them) must not outlive the attempt, or SQLite keeps the
+            # connection in its error state and the next attempt fails the same way.
+        else:
+            env.storage.succeeded()
+            if failures:
+                logger.warning(
+                    "terminal write of run %s landed after %d failure(s)", fire.run_id, failures
+                )
+            return won
+        await env.storage.wait(delay)
+        delay = min(delay * 2, _RETRY_MAX)
 
 
 async def _finish_once(
