@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -107,3 +108,41 @@ def test_package_layout(repo_root: Path, folder: str) -> None:
     headings = [line for line in changelog.splitlines() if line.startswith("## ")]
     assert headings[:1] == ["## Unreleased"], f"{folder}: CHANGELOG must start with ## Unreleased"
     assert "__version__" in (src / "__about__.py").read_text()
+
+
+# -- one test matrix: scheduler-core's database tests on both backends ------------------------
+def _entry_env_vars(hatch: dict[str, object], entry: str) -> dict[str, str]:
+    env = hatch["envs"]["hatch-test"]  # type: ignore[index]
+    rules = env["overrides"]["matrix"]["package"]["env-vars"]
+    return {rule["key"]: rule["value"] for rule in rules if entry in rule["if"]}
+
+
+def test_the_postgres_entry_runs_scheduler_cores_tests_on_postgresql(repo_root: Path) -> None:
+    hatch = tomllib.loads((repo_root / "hatch.toml").read_text())
+    overrides = hatch["envs"]["hatch-test"]["overrides"]
+    paths = overrides["name"]["^postgres$"]["default-args"]["value"]
+    assert paths == ["tests/postgres", "packages/scheduler-core/tests"]
+    assert _entry_env_vars(hatch, "postgres")["STUDIO_TEST_DB_TARGET"] == "postgresql"
+    # scheduler-core's conftest (db_target's params) must load: no conftest cut-off dir
+    assert "--confcutdir" not in _entry_env_vars(hatch, "postgres").get("PYTEST_ADDOPTS", "")
+    # the scheduler-core entry installs no psycopg and starts no cluster: its sqlite params only
+    assert _entry_env_vars(hatch, "scheduler-core")["STUDIO_TEST_DB_TARGET"] == "sqlite"
+
+
+def test_no_suite_copies_scheduler_cores_tests(repo_root: Path) -> None:
+    copies = sorted(p.name for p in (repo_root / "tests").rglob("test_core_pg_*.py"))
+    assert copies == [], "scheduler-core's tests run on PostgreSQL through db_target's params"
+
+
+def test_every_sqlite_only_mark_gives_its_reason(repo_root: Path) -> None:
+    marks = 0
+    for path in sorted((repo_root / "packages" / "scheduler-core" / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.sqlite_only":
+                marks += 1
+                reason = node.args[0] if node.args else None
+                assert isinstance(reason, ast.Constant) and isinstance(reason.value, str), path
+                assert reason.value.strip(), (
+                    f"{path.name}:{node.lineno}: sqlite_only needs a reason"
+                )
+    assert marks > 0
