@@ -165,6 +165,11 @@ def test_cancelled_runs_are_outcomes_counted_and_logged(
     cancelled[run] = "cli scheduled"
     adhoc = _start_adhoc(server, trap, tmp_path / "d", "exit")
     _child_pid(tmp_path / "d")
+    queued = _start_adhoc(server, trap, tmp_path / "cq", "exit")  # behind the cap of 1
+    assert _status(server, queued)["status"] == "queued"
+    done = _cli(server, "schedule", "cancel", queued)
+    assert done.returncode == 0, done.stderr
+    cancelled[queued] = "cli queued"
     done = _cli(server, "schedule", "cancel", adhoc)
     assert done.returncode == 0, done.stderr
     cancelled[adhoc] = "cli adhoc"

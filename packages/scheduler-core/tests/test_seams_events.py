@@ -1,14 +1,31 @@
-"""A gate's disable notifies like every other disable: ``schedule.disabled`` is enqueued in the
+"""Seams of the engine's events and notifications.
+
+A gate's disable notifies like every other disable: ``schedule.disabled`` is enqueued in the
 disabling transaction, whichever gate (budget, max_runs at admission or after a run,
-pause_on_failure) disabled the schedule, with the default ``notify.on``."""
+pause_on_failure) disabled the schedule, with the default ``notify.on``. An operator's cancel
+is one ``outcome`` event."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from studio_scheduler_core import report_usage
+import pytest
+
+from studio_scheduler_core import EVENTS_LOGGER, report_usage
 from studio_state import fetch_all
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "not met in time"
+        await asyncio.sleep(0.02)
 
 
 async def _fire(engine: Any, clock: Any, at: float) -> None:
@@ -103,3 +120,47 @@ async def test_pause_on_failure_enqueues_schedule_disabled(
     row, transition = await _disabled_dispatch(engine.conn, created["id"])
     assert transition["reason_code"] == "schedule.disabled.failure"
     _check(row, transition, created)
+
+
+class _Outcomes(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "studio_event", None) == "outcome":
+            self.seen.append(dict(record.studio_fields))  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def outcomes() -> Iterator[_Outcomes]:
+    handler = _Outcomes()
+    log = logging.getLogger(EVENTS_LOGGER)
+    old = log.level
+    log.setLevel(logging.DEBUG)
+    log.addHandler(handler)
+    yield handler
+    log.removeHandler(handler)
+    log.setLevel(old)
+
+
+async def test_an_operator_cancel_is_one_outcome_event(
+    make_engine: Any, clock: Any, h: Any, tmp_path: Path, outcomes: _Outcomes
+) -> None:
+    engine = await make_engine(clock=clock, max_adhoc_concurrent=1)
+    await engine.tick_once()  # the engine reports cancels recorded from its first tick on
+    sleeper = h.script("sleep.py", "import time\ntime.sleep(60)\n")
+    created = await engine.service.create(h.command_schedule(sleeper, name="long"))
+    run_id = await engine.fire_now(created["id"])
+    await wait_until(lambda: bool(engine.limits().get("in_flight")))
+    adhoc = await engine.runs.enqueue({"action_kind": "command", "action_command": "true"})
+    await engine.runs.cancel(run_id)  # running: its owner (this engine) reports it
+    await engine.runs.cancel(adhoc["id"])  # queued or running: reported once either way
+    await engine.tick_once()
+    await engine.wait_idle()
+    mine = {o["run_id"]: o for o in outcomes.seen if o["run_id"] in (run_id, adhoc["id"])}
+    assert len([o for o in outcomes.seen if o["run_id"] in mine]) == 2  # once each
+    assert mine[run_id]["status"] == "cancelled"
+    assert mine[run_id]["reason_code"] == "run.cancelled.operator"
+    assert mine[run_id]["duration_seconds"] is not None
+    assert mine[adhoc["id"]]["reason_code"] == "run.cancelled.operator"

@@ -115,6 +115,8 @@ class AdhocRunService:
 
     ``on_change`` (the engine's ``wake``) is called after an enqueue or a cancel. ``worker``,
     when given, is the in-process worker: cancelling a run it executes stops the run at once.
+    ``report_waiting``: emit the ``outcome`` event of a cancelled run that never started
+    (``False`` where the engine reports those from their rows).
     """
 
     def __init__(
@@ -126,8 +128,10 @@ class AdhocRunService:
         on_change: Callable[[], None] | None = None,
         worker: AdhocWorker | None = None,
         runner: FireRunner | None = None,
+        report_waiting: bool = True,
     ) -> None:
         self._conn = conn
+        self._report_waiting = report_waiting
         self._settings = settings
         self._clock = clock
         self._on_change = on_change
@@ -228,9 +232,9 @@ class AdhocRunService:
         waiting status).
         Raises :class:`RunNotFound`, or :class:`RunNotCancellable` for a terminal run.
 
-        The run's ``outcome`` event: a run with no process is reported here; a running run by
-        the process that executes it, once its own terminal write finds the cancel (wherever
-        the cancel was made, this process or another).
+        The run's ``outcome`` event: a run with no process is reported here (unless the
+        engine reports it from its row); a running run by the process that executes it, once
+        its own terminal write finds the cancel (wherever the cancel was made).
         """
         now = self._clock()
         async with write_transaction(self._conn):
@@ -262,7 +266,7 @@ class AdhocRunService:
             applied = (await apply(self._conn, changes))[0]
             if applied:
                 await notify_run(self._conn, run_id, now=now)
-        if applied and status != "running":
+        if applied and status != "running" and self._report_waiting:
             outcome_event(
                 run_id=run_id,
                 schedule_id=row["schedule_id"],

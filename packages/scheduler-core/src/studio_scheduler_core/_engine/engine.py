@@ -152,6 +152,8 @@ class SchedulerEngine:
             on_change=self.wake,
             worker=worker,
             runner=None if self._run is None else self._run.runner,
+            # on SQLite the engine reports cancels of runs that never started, from the rows
+            report_waiting=self.backend == "postgresql",
         )
 
     # -- lifecycle --------------------------------------------------------------------------

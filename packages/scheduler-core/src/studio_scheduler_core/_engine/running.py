@@ -21,6 +21,7 @@ from studio_state import Clock, is_postgres
 from .._admission.dispatched import release_ended
 from .._admission.gates import Admission
 from .._dbfile import StorageHealth
+from .._fire.ending import WaitingCancels
 from .._fire.env import FireEnv
 from .._fire.runner import FireRunner
 from .._recovery.ended_children import EndedChildren
@@ -55,6 +56,8 @@ class Running:
     children: EndedChildren
     stack: AsyncExitStack
     loop_task: asyncio.Task[None] | None = None
+    cancels: WaitingCancels | None = None
+    """SQLite: reports the operator's cancels of runs that never started, by any process."""
 
     def concerns(self, worker: WorkerPass, *, leading: bool) -> tuple[Concern, ...]:
         """A tick's concerns, in order: the leader's all of them; a follower's the outbox, the
@@ -74,6 +77,8 @@ class Running:
         )
         if self.env.queue_fires:
             leader += (("dispatched", self._release_ended),)
+        if self.cancels is not None:
+            leader += (("cancels", self.cancels.report),)
         return (*leader, ("schedules", self.evaluator.evaluate))
 
     async def _release_ended(self, now: float) -> dict[str, int]:
@@ -157,4 +162,5 @@ def build(
             reaper=orphans,
         ),
         stack=stack,
+        cancels=None if is_postgres(db_path) else WaitingCancels(conn),
     )

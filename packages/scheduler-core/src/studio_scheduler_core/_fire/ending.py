@@ -5,8 +5,10 @@ cancel that another writer committed first (the API in this process, or ``studio
 cancel`` on the database from another process): the terminal write then loses its guard, the
 child is stopped (by the canceller, or by this process when the row stops being its own), and
 this process, which owns the run, reads the row and reports the cancel as the run's outcome.
-A run cancelled before it had a process (queued, waiting) has no owner: its canceller reports
-it (:func:`outcome_event` with no duration).
+A run cancelled before it had a process (queued, waiting) has no owner. On SQLite the engine
+reports it from its transition row (:class:`WaitingCancels`, a concern of every tick), so a
+cancel made by another process (``studio schedule cancel`` on the database) is counted by the
+server too; on PostgreSQL the canceller reports it (:func:`outcome_event` with no duration).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Any
+
+import aiosqlite
+
+from studio_state import fetch_all, fetch_value
 
 from .._observe.events import emit
 from . import store
@@ -99,3 +105,52 @@ def waiting_kind(row: Mapping[str, Any]) -> str:
     if row.get("schedule_id") is None:
         return "adhoc"
     return "follow_up" if int(row.get("chain_depth") or 0) > 0 else "scheduled"
+
+
+class WaitingCancels:
+    """Reports the operator's cancels of runs that never started, from their transition rows.
+
+    SQLite only (its ``rowid`` orders the rows): each call emits the cancels recorded since
+    the last one, by any process. Cancels of running runs are left to the process executing
+    them (:func:`report_end`).
+    """
+
+    BATCH = 1000
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+        self._seen: int | None = None
+
+    async def report(self, now: float) -> dict[str, int]:
+        """Emit the cancels recorded since the last call (the first call only starts)."""
+        if self._seen is None:
+            value = await fetch_value(
+                self._conn, "SELECT coalesce(max(rowid), 0) FROM status_transitions"
+            )
+            self._seen = int(value or 0)
+            return {"cancelled": 0}
+        emitted = 0
+        while True:
+            rows = await fetch_all(
+                self._conn,
+                "SELECT t.rowid AS seq, t.entity_id, r.schedule_id, r.chain_depth "
+                "FROM status_transitions t LEFT JOIN schedule_runs r ON r.id = t.entity_id "
+                "WHERE t.rowid > ? AND t.entity_type = 'schedule_run' "
+                "AND t.status = 'cancelled' AND t.reason_code = ? "
+                "AND t.previous_status <> 'running' ORDER BY t.rowid LIMIT ?",
+                (self._seen, OPERATOR_CANCELLED, self.BATCH),
+            )
+            for row in rows:
+                self._seen = int(row["seq"])
+                outcome_event(
+                    run_id=str(row["entity_id"]),
+                    schedule_id=row["schedule_id"],
+                    status="cancelled",
+                    reason_code=OPERATOR_CANCELLED,
+                    exit_code=None,
+                    kind=waiting_kind(row),
+                    duration=None,
+                )
+            emitted += len(rows)
+            if len(rows) < self.BATCH:
+                return {"cancelled": emitted}
