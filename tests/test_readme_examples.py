@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import isolated_env
+from conftest import StudioProcess, isolated_env
 
 from studio_launcher.testing import write_fake_li
 from studio_scheduler_core import SchedulerEngine, SchedulerSettings
@@ -139,7 +139,7 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "outbox#2": check_outbox_delivery,
     "scheduler-core#1": check_scheduler_core,
     "state#1": check_state,
-    "api#1": check_studio_api,
+    "studio-api#1": check_studio_api,
 }
 
 
@@ -274,6 +274,66 @@ def test_cli_readme_github_example_renders_its_placeholders(tmp_path: Path, gith
     asyncio.run(fire_github_schedule(db, settings))
     [entry] = [json.loads(line) for line in log.read_text().splitlines()]
     assert entry["prompt"] == "review PR #7: Fix the widget"
+
+
+# -- the root README's quickstart -----------------------------------------------------------------
+QUICKSTART_MARKER = "<!-- tested: quickstart -->"
+_QUICKSTART = re.compile(
+    r"^" + re.escape(QUICKSTART_MARKER) + r"\s*\n```sh\n(.*?)^```", re.M | re.S
+)
+
+
+def quickstart_commands() -> list[list[str]]:
+    """The quickstart's command lines (continuations joined), as argvs, in order."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines: list[list[str]] = []
+    for block in _QUICKSTART.findall(text):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        lines += [shlex.split(line) for line in joined.splitlines() if line.strip()]
+    return lines
+
+
+def test_readme_quickstart_runs_its_first_command_schedule(tmp_path: Path) -> None:
+    commands = quickstart_commands()
+    assert commands[0][:2] == ["pip", "install"]  # done: the test environment has every package
+    serve = commands[1]
+    split = next(i for i, word in enumerate(serve) if "=" not in word)
+    assert serve[split:] == ["studio", "serve"], serve
+    env = dict(word.split("=", 1) for word in serve[:split])
+    assert "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST" in env  # the first command schedule may run
+    # the README's settings replace the harness's own allow-list
+    server = StudioProcess(tmp_path / "studio", env=env)
+    assert server.env["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"] == env[
+        "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"
+    ]
+    server.start()
+    try:
+        cli_env = {
+            **server.env,
+            "LIONAGI_STUDIO_DB": str(server.db),
+            "LIONAGI_STUDIO_URL": server.url,
+        }
+        for argv in commands[2:]:
+            assert argv[0] == "studio", argv
+            done = subprocess.run(
+                [sys.executable, "-m", "studio_cli", *argv[1:]],
+                cwd=server.base,
+                env=cli_env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, (
+                f"{shlex.join(argv)} exited {done.returncode}:\n{done.stderr}"
+            )
+        [run] = server.rows("SELECT id, status FROM schedule_runs")
+        assert run["status"] == "completed"
+        log = server.request("GET", f"/api/schedules/runs/{run['id']}/log")
+        assert log.text.strip() == "hello from Studio"
+    finally:
+        server.close()
+        server.stop()
 
 
 # -- links between the READMEs and docs/ ----------------------------------------------------------
