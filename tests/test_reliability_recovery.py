@@ -238,8 +238,8 @@ def test_storage_faults_under_load_log_one_line_naming_the_fault(
     server.stop()
     log = server.log()
     _traceback_free(log)
-    named = "read-only" if fault == "read-only" else "I/O"
-    assert any(named in line or "disk" in line for line in _fault_lines(log, "")), log
+    named = "read-only file system" if fault == "read-only" else "I/O error"
+    assert _fault_lines(log, named), log
     count("faults_survived")
 
 

@@ -48,6 +48,8 @@ _SQLITE_WORDS = (
     ("unable to open database file", _SQLITE_FAULTS[14]),
     ("file is not a database", _SQLITE_FAULTS[26]),
 )
+# Faults the file system's own answer makes more precise (an I/O error of a read-only one).
+_REFINED = frozenset({_SQLITE_FAULTS[8], _SQLITE_FAULTS[10], _SQLITE_FAULTS[13]})
 _OS_FAULTS = {
     errno.EROFS: "read-only file system",
     errno.ENOSPC: "disk full",
@@ -96,8 +98,11 @@ class StorageHealth:
     Making one installs :class:`StorageFaultFilter` on Studio's loggers (once).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None = None) -> None:
         install_storage_fault_filter()
+        self.path = path
+        """The database file (``None``: PostgreSQL, or unknown): lets a fault say what the
+        file system reports (SQLite says "disk I/O error" for a read-only one)."""
         self.problem: str | None = None
         self.halted: str | None = None
         self._healed: asyncio.Event | None = None
@@ -105,6 +110,10 @@ class StorageHealth:
     def failed(self, exc: BaseException) -> str | None:
         """Record ``exc`` if it is a storage fault; return the fault (``None``: not one)."""
         problem = storage_fault(exc)
+        if problem in _REFINED and self.path is not None:
+            state = filesystem_fault(self.path)
+            if state is not None and state not in problem:
+                problem = f"{problem}: {state}"
         if problem is not None:
             if problem != self.problem:
                 logger.error("storage fault: %s (%s)", problem, one_line(exc))

@@ -51,6 +51,8 @@ class EngineDatabase:
         """The storage fault the last write met, shared with every terminal write."""
         # A file's identity is checked on SQLite only: a PostgreSQL database has no file.
         self._file = None if is_postgres(path) else DatabaseFile(path)
+        if self._file is not None and storage.path is None:
+            storage.path = path
         self.file_problem: str | None = None
         """Set while the file opened is no longer the one at ``path``."""
 
