@@ -65,7 +65,7 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
         help='Fire only on a metric breach: {"metric", "op", "value", "window_minutes"}.',
     ),
     click.option(
-        "--action", "--kind", "action", type=VocabularyChoice("ActionKindName"), help="Action kind."
+        "--kind", "--action", "action", type=VocabularyChoice("ActionKindName"), help="Action kind."
     ),
     click.option("--model", help="Model for agent/flow/fanout actions."),
     click.option("--prompt", help="Prompt text ({{name}} placeholders render from the trigger)."),
