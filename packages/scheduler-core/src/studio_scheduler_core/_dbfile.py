@@ -50,6 +50,7 @@ _SQLITE_WORDS = (
 )
 # Faults the file system's own answer makes more precise (an I/O error of a read-only one).
 _REFINED = frozenset({_SQLITE_FAULTS[8], _SQLITE_FAULTS[10], _SQLITE_FAULTS[13]})
+_MAX_CHAIN = 8
 _OS_FAULTS = {
     errno.EROFS: "read-only file system",
     errno.ENOSPC: "disk full",
@@ -70,8 +71,23 @@ def storage_fault(exc: BaseException) -> str | None:
 
     For SQLite errors (read-only, full, I/O, corrupt, cannot open, not a database) and OS errors
     (``EROFS``, ``ENOSPC``, ``EDQUOT``, ``EIO``); a :class:`DatabaseUnavailable` gives its
-    reason. Callers map a fault to "service unavailable" naming it, never to a crash.
+    reason. An error raised while handling a fault is that fault: when a full disk holds
+    SQLite's temporary files, SQLite rolls the transaction back by itself and the
+    ``ROLLBACK TO`` of a savepoint then fails with "no such savepoint". Callers map a fault to
+    "service unavailable" naming it, never to a crash.
     """
+    seen: BaseException | None = exc
+    for _ in range(_MAX_CHAIN):
+        if seen is None:
+            return None
+        problem = _direct_fault(seen)
+        if problem is not None:
+            return problem
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _direct_fault(exc: BaseException) -> str | None:
     if isinstance(exc, StorageHalted):
         return str(exc)
     if isinstance(exc, DatabaseUnavailable):
@@ -144,19 +160,6 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def _fault_of(exc: BaseException) -> str | None:
-    """The storage fault ``exc`` or an exception it was raised from reports, if any."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return None
-        problem = storage_fault(seen)
-        if problem is not None:
-            return problem
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
 class StorageFaultFilter(logging.Filter):
     """Logs a record whose exception is a storage fault as one line naming the fault.
 
@@ -169,7 +172,7 @@ class StorageFaultFilter(logging.Filter):
         info = record.exc_info
         if not info or info[1] is None:
             return True
-        problem = _fault_of(info[1])
+        problem = storage_fault(info[1])
         if problem is not None:
             record.msg = f"{record.getMessage()}: storage fault: {problem} ({one_line(info[1])})"
             record.args = None

@@ -113,7 +113,7 @@ async def _finish_retrying(
             won = await _finish_once(env, fire, ending, on_commit)
         except sqlite3.Error as exc:
             problem = env.storage.failed(exc)
-            busy = getattr(exc, "sqlite_errorcode", None) in (5, 6)  # BUSY, LOCKED
+            busy = ((getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF) in (5, 6)  # BUSY*, LOCKED*
             if (problem is None and not busy) or env.closing:
                 raise
             failures += 1

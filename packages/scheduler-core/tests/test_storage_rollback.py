@@ -1,0 +1,75 @@
+"""A full disk that also holds SQLite's temporary files (one disk for everything): a write
+inside a savepoint whose statement journal cannot be written makes SQLite roll the whole
+transaction back by itself, so the grouped terminal writes' ``ROLLBACK TO`` fails with "no
+such savepoint". That error is the disk-full fault (retried until it lands), not a bug that
+gives the terminal writes of every run in the group up and leaves them ``running``.
+Mounting needs root: CI runs as root, elsewhere this test skips saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from studio_scheduler_core import storage_fault
+from studio_scheduler_core._fire.grouped import WriteGroup
+from studio_state import connect
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs these as root)")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(directory: Path) -> Path:
+    path = directory / "filler"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1 << 20, 1 << 12, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _rewrite_rows(db: sqlite3.Connection) -> int:
+    # Enough changed pages that the savepoint's statement journal leaves memory for a file.
+    return db.execute("UPDATE t SET x = ? WHERE id <= 150", (b"b" * 600,)).rowcount
+
+
+async def test_a_savepoint_rolled_back_by_sqlite_on_a_full_disk_is_the_disk_full_fault(
+    tmpfs: Path,
+) -> None:
+    async with connect(tmpfs / "state.db") as conn:
+        await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, x BLOB)")
+        await conn.executemany("INSERT INTO t (x) VALUES (?)", [(b"a" * 500,)] * 200)
+        # SQLite's temporary files on the same disk (process-wide: put back below).
+        await conn.execute(f"PRAGMA temp_store_directory = '{tmpfs}'")
+        try:
+            group = WriteGroup(conn)
+            filler = _fill(tmpfs)
+            with pytest.raises(sqlite3.Error) as failed:
+                await group.run(_rewrite_rows)
+            assert "no such savepoint" in str(failed.value)  # what the caller sees
+            assert storage_fault(failed.value) == "disk full"
+            assert not conn.in_transaction  # nothing left open on the connection
+            filler.unlink()
+            assert await group.run(_rewrite_rows) == 150  # and it lands once space is back
+        finally:
+            await conn.execute("PRAGMA temp_store_directory = ''")
