@@ -173,3 +173,26 @@ def test_no_document_names_a_wave_or_a_feature_being_added() -> None:
                 found.append(f"{page.relative_to(ROOT)}:{number}: {line.strip()}")
     assert len(user_documents()) >= 10
     assert found == [], "\n".join(found)
+
+
+# -- how a run started ----------------------------------------------------------------------------
+def test_a_manual_run_says_it_was_triggered_manually(studio: StudioProcess) -> None:
+    body = {
+        "name": "quiet",
+        "trigger_type": "interval",
+        "interval_sec": 3600,
+        "action_kind": "command",
+        "action_command": "python3",
+        "action_command_args": ["-c", "import time; time.sleep(60)"],
+    }
+    created = studio.request("POST", "/api/schedules", json=body).json()
+    run_id = studio.request("POST", f"/api/schedules/{created['id']}/trigger").json()["run_id"]
+    run = studio.request("GET", f"/api/schedules/runs/{run_id}").json()
+    assert run["status_reason_code"] == "schedule.fired.manual"
+    assert run["status_reason_summary"] == "triggered manually by an operator"
+    [fired] = studio.rows(
+        "SELECT reason_summary FROM status_transitions WHERE entity_id = ? AND status = 'running'",
+        (run_id,),
+    )
+    assert fired["reason_summary"] == "triggered manually by an operator"
+    assert studio.request("POST", f"/api/schedules/runs/{run_id}/cancel").status_code == 202
