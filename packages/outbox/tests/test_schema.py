@@ -26,6 +26,7 @@ async def test_ensure_schema_is_idempotent_and_needs_no_studio_tables(tmp_path: 
             "status_transitions",
             "dispatch_outbox",
             "dispatch_outbox_counts",
+            "api_tokens",
         }
         versions = await conn.execute_fetchall(
             "SELECT package, version FROM schema_migrations ORDER BY package"
@@ -35,6 +36,7 @@ async def test_ensure_schema_is_idempotent_and_needs_no_studio_tables(tmp_path: 
             ("studio-outbox", 2),
             ("studio-outbox", 3),
             ("studio-state", 1),
+            ("studio-state", 2),
         ]
 
 
