@@ -30,6 +30,8 @@ def test_a_database_that_cannot_be_opened_is_named(studio: Studio) -> None:
     from_env = studio.fail("schedule", "create", "x", "--interval", "1h", "--command", "python3",
                            env={"LIONAGI_STUDIO_DB": FORBIDDEN})  # fmt: skip
     assert FORBIDDEN in from_env.error_line
+    served = studio.fail("serve", "--port", "0", "--db", FORBIDDEN)  # one line, no "ERROR:"
+    assert FORBIDDEN in served.error_line
 
 
 def test_each_invalid_setting_is_its_own_line(studio: Studio) -> None:
