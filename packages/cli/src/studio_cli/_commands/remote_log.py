@@ -29,7 +29,8 @@ def node_url(db_path: Path | str, run: dict[str, Any], path: str) -> str | None:
 
     ``None`` when the log is on this machine: the file is there, the run has not started a
     child yet, the database is SQLite (one machine's file), or the run's node is this
-    machine's (:func:`_this_machine`) and gave no URL. Another node that gave no URL is a
+    machine's: the one ``LIONAGI_STUDIO_NODE_ID`` names here, or a default-named node of this
+    host (:func:`_this_machine`) that gave no URL. Another node that gave no URL is a
     :class:`CliError` naming it.
     """
     from studio_state import is_postgres
