@@ -7,7 +7,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from .._exceptions import EngineLocked
+from .._exceptions import DatabaseUnavailable, EngineLocked
 
 
 def lock_path_for(db_path: str | Path) -> str:
@@ -19,6 +19,7 @@ class EngineLock:
     """Holds the exclusive lock; :meth:`acquire` raises :class:`EngineLocked` naming the holder."""
 
     def __init__(self, db_path: str | Path) -> None:
+        self.db_path = str(Path(db_path).expanduser())
         self.path = lock_path_for(db_path)
         self._fd: int | None = None
 
@@ -28,11 +29,18 @@ class EngineLock:
         return self._fd is not None
 
     def acquire(self) -> None:
-        """Take the lock without blocking and write our pid into the file."""
+        """Take the lock without blocking and write our pid into the file.
+
+        A lock file that cannot be created (a missing or unwritable directory, a full disk)
+        raises :class:`DatabaseUnavailable` naming the database, not the lock file's errno.
+        """
         if self._fd is not None:
             return
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DatabaseUnavailable(self.db_path, exc.strerror or str(exc)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
