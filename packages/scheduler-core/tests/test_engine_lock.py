@@ -10,7 +10,6 @@ from studio_scheduler_core import DatabaseUnavailable
 from studio_scheduler_core._engine.lock import EngineLock
 
 
-
 def test_a_lock_file_that_cannot_be_created_names_the_database() -> None:
     lock = EngineLock("/proc/forbidden.db")
     with pytest.raises(DatabaseUnavailable) as caught:
