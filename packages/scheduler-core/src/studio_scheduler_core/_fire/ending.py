@@ -43,9 +43,10 @@ def outcome_event(
 ) -> None:
     """The log event of a run's end (``duration`` ``None``: it never started)."""
     took = "before it started" if duration is None else f"after {duration:.3f}s"
+    owner = "(ad-hoc)" if schedule_id is None else f"of schedule {schedule_id}"
     emit(
         "outcome",
-        f"run {run_id} of schedule {schedule_id} ended {status} [{reason_code}] {took}",
+        f"run {run_id} {owner} ended {status} [{reason_code}] {took}",
         schedule_id=schedule_id,
         run_id=run_id,
         status=status,
