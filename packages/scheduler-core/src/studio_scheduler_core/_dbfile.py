@@ -5,9 +5,9 @@ A connection keeps writing to the inodes it opened: after the file is deleted (o
 another file) every write lands in a file nobody can open again; after its ``-wal`` file is
 deleted, the engine goes on appending to the deleted log while another process (the CLI)
 starts a new one at the path, and the two checkpoint into the same database file, which
-corrupts it. The engine checks both identities at every tick and before every terminal write,
-and stops writing while one does not match, so the failure is visible (health) instead of
-silent, and the process stays up without looping on errors.
+corrupts it. The engine checks both identities at every tick and stops writing while one
+does not match (the tick is refused, terminal writes wait), so the failure is visible
+(health) instead of silent, and the process stays up without looping on errors.
 
 A storage fault is logged as one line naming it (:class:`StorageFaultFilter` strips the
 traceback of any record whose exception is one), once when it starts and once when it ends.
@@ -121,7 +121,16 @@ class StorageHealth:
         file system reports (SQLite says "disk I/O error" for a read-only one)."""
         self.problem: str | None = None
         self.halted: str | None = None
+        self.files: DatabaseFile | None = None
+        """The files the engine opened (SQLite), checked by :meth:`halted_now`."""
         self._healed: asyncio.Event | None = None
+
+    def halted_now(self) -> str | None:
+        """Why nothing may be written now (the database file or its ``-wal`` file is no
+        longer the one opened: checked now, not only at the last tick), or ``None``."""
+        if self.halted is None and self.files is not None:
+            self.halted = self.files.problem()
+        return self.halted
 
     def failed(self, exc: BaseException) -> str | None:
         """Record ``exc`` if it is a storage fault; return the fault (``None``: not one)."""
@@ -196,6 +205,8 @@ _STUDIO_LOGGERS = (
     "studio_launcher",
     "studio_state",
     "studio_api",
+    "uvicorn.error",  # "Exception in ASGI application"
+    "asyncio",  # "Task exception was never retrieved"
 )
 
 

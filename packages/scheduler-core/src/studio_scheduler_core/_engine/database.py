@@ -53,13 +53,23 @@ class EngineDatabase:
         self._file = None if is_postgres(path) else DatabaseFile(path)
         if self._file is not None and storage.path is None:
             storage.path = path
+            storage.files = self._file  # a terminal write checks them before each attempt
         self.file_problem: str | None = None
         """Set while the file opened is no longer the one at ``path``."""
 
     @property
     def problem(self) -> str | None:
         """The file or storage problem holding the tick, if any."""
-        return self.file_problem or self.storage.problem
+        return self.file_problem or self.storage.halted or self.storage.problem
+
+    def check_file(self) -> str | None:
+        """Is the database file or its ``-wal`` file no longer the one opened? Sets
+        ``file_problem`` and ``storage.halted`` (no write at all then), logged once."""
+        problem = None if self._file is None else self._file.problem()
+        if problem is not None and problem != self.file_problem:
+            logger.error("%s", problem)  # writes would go to a file no one can open again
+        self.file_problem = self.storage.halted = problem
+        return problem
 
     async def open(self) -> aiosqlite.Connection:
         """The writer connection, migrated and proven writable (storage faults: unavailable)."""
@@ -86,14 +96,9 @@ class EngineDatabase:
 
     async def refusal(self, conn: aiosqlite.Connection) -> tuple[str, str] | None:
         """Why nothing may tick now, as ``(problem, tick error)``; ``None``: tick."""
-        problem = None if self._file is None else self._file.problem()
+        problem = self.check_file()
         if problem is not None:
-            # Writes would go to a file no one can open again.
-            if problem != self.file_problem:
-                logger.error("%s", problem)
-            self.file_problem = self.storage.halted = problem
             return problem, problem
-        self.file_problem = self.storage.halted = None
         if self.storage.problem is not None and not await self._writable(conn):
             return self.storage.problem, f"storage fault: {self.storage.problem}"
         return None

@@ -40,6 +40,7 @@ _SESSION_PRECEDENCE = (
 )
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 5.0
+_HALTED_RECHECK = 1.0
 
 
 class _Notifies(Exception):
@@ -101,13 +102,13 @@ async def _finish_retrying(
     delay = _RETRY_FIRST
     failures = 0
     while True:
-        halted = env.storage.halted
+        halted = env.storage.halted_now()
         if halted is not None:
             # The database or its log is no longer the file opened: a write would damage it.
             # Nothing is written; the row stays ``running`` for start-up to reconcile.
             if env.closing:
                 raise StorageHalted(halted)
-            await env.storage.wait(_RETRY_MAX)
+            await env.storage.wait(_HALTED_RECHECK)
             continue
         try:
             won = await _finish_once(env, fire, ending, on_commit)
