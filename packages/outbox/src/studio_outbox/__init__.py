@@ -35,7 +35,14 @@ from ._exceptions import (
     InvalidNotifyTemplate,
     OutboxError,
 )
-from ._operations import ack_dispatch, purge_dispatch, retry_dispatch
+from ._operations import (
+    ack_dispatch,
+    operator_ack_dispatch,
+    purge_dispatch,
+    purge_dispatches,
+    retry_dispatch,
+)
+from ._operator_ops import OPERATOR_ACKED, PURGED
 from ._queries import (
     count_dispatches,
     dispatch_backlog,
@@ -77,7 +84,9 @@ __all__ = [
     "InvalidNotifyTemplate",
     "InvalidWebhookSecret",
     "NOTIFY_TIMEOUT_SECONDS",
+    "OPERATOR_ACKED",
     "OutboxError",
+    "PURGED",
     "SECRET_ENV_NAMES",
     "Transport",
     "TransportResult",
@@ -99,10 +108,12 @@ __all__ = [
     "is_webhook_url",
     "list_dispatches",
     "next_due_at",
+    "operator_ack_dispatch",
     "page_dispatches",
     "parse_retry_after",
     "parse_webhook_secret",
     "purge_dispatch",
+    "purge_dispatches",
     "render_argv",
     "retry_dispatch",
     "sync",

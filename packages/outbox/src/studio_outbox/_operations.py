@@ -20,7 +20,7 @@ from ._constants import (
     TABLE,
     DispatchReason,
 )
-from ._drive import Fetch, Steps, TransitionRow, record, run_write
+from ._drive import Fetch, Steps, TransitionRow, record, run_read, run_write
 from ._exceptions import (
     AckNotRequired,
     AckTokenMismatch,
@@ -225,3 +225,51 @@ async def purge_dispatch(
     """
     dispatch_id = check_dispatch_id(dispatch_id)
     await run_write(conn, purge_steps(dispatch_id, clock))
+
+
+async def operator_ack_dispatch(
+    conn: aiosqlite.Connection,
+    dispatch_id: str,
+    *,
+    actor: str,
+    clock: Clock = system_clock,
+) -> bool:
+    """Acknowledge an ``ack_required`` dispatch as an operator, without the receiver's token.
+
+    Accepted while the row is ``pending``, ``delivering`` or ``delivered``: one guarded
+    transition to ``acked`` with reason ``dispatch.acked.operator`` and ``actor`` (who did
+    it). An ``acked`` row returns True and writes nothing. Raises :class:`DispatchNotFound`,
+    :class:`AckNotRequired` or :class:`InvalidDispatchState`.
+    """
+    from ._operator_ops import operator_ack_steps
+
+    return await run_write(conn, operator_ack_steps(dispatch_id, clock(), actor))
+
+
+async def purge_dispatches(
+    conn: aiosqlite.Connection,
+    *,
+    status: str,
+    before: float | None = None,
+    actor: str,
+    dry_run: bool = False,
+    clock: Clock = system_clock,
+) -> int:
+    """Delete every dispatch of ``status`` last changed before ``before`` (epoch seconds;
+    ``None``: any time); return how many were deleted (``dry_run``: would be).
+
+    ``delivering`` rows are never purged (:class:`InvalidArgument` on ``status``). Rows go in
+    batches of :data:`studio_outbox._operator_ops.PURGE_BATCH`, each its own transaction that
+    also writes a ``purged`` audit row (``dispatch.purged.operator``, ``actor``) per row.
+    """
+    from ._operator_ops import check_purge_filter, count_purgeable_steps, purge_batch_steps
+
+    status, before = check_purge_filter(status, before)
+    if dry_run:
+        return int(await run_read(conn, count_purgeable_steps(status, before)))
+    total = 0
+    while True:
+        deleted = await run_write(conn, purge_batch_steps(status, before, clock(), actor))
+        total += deleted
+        if deleted == 0:
+            return total

@@ -36,8 +36,10 @@ from ._pg._operations import (
     dispatch_id_for_dedup_key,
     get_dispatch,
     list_dispatches,
+    operator_ack_dispatch,
     page_dispatches,
     purge_dispatch,
+    purge_dispatches,
     retry_dispatch,
 )
 from ._pg._schema import (
@@ -69,8 +71,10 @@ __all__ = [
     "get_dispatch",
     "list_dispatches",
     "next_due_at",
+    "operator_ack_dispatch",
     "page_dispatches",
     "purge_dispatch",
+    "purge_dispatches",
     "retry_dispatch",
     "run_deliverer",
 ]

@@ -270,3 +270,35 @@ def purge_dispatch(
     """:func:`studio_outbox.purge_dispatch` on a ``sqlite3`` connection."""
     dispatch_id = check_dispatch_id(dispatch_id)
     _write(conn, purge_steps(dispatch_id, clock))
+
+
+def operator_ack_dispatch(
+    conn: sqlite3.Connection, dispatch_id: str, *, actor: str, clock: Clock = system_clock
+) -> bool:
+    """:func:`studio_outbox.operator_ack_dispatch` on a ``sqlite3`` connection."""
+    from ._operator_ops import operator_ack_steps
+
+    return bool(_write(conn, operator_ack_steps(dispatch_id, clock(), actor)))
+
+
+def purge_dispatches(
+    conn: sqlite3.Connection,
+    *,
+    status: str,
+    before: float | None = None,
+    actor: str,
+    dry_run: bool = False,
+    clock: Clock = system_clock,
+) -> int:
+    """:func:`studio_outbox.purge_dispatches` on a ``sqlite3`` connection."""
+    from ._operator_ops import check_purge_filter, count_purgeable_steps, purge_batch_steps
+
+    status, before = check_purge_filter(status, before)
+    if dry_run:
+        return int(_read(conn, count_purgeable_steps(status, before)))
+    total = 0
+    while True:
+        deleted = int(_write(conn, purge_batch_steps(status, before, clock(), actor)))
+        total += deleted
+        if deleted == 0:
+            return total

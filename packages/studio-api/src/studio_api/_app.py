@@ -17,7 +17,7 @@ from studio_scheduler_core import SchedulerEngine, SchedulerError
 from studio_state import StateError
 
 from .__about__ import __version__
-from ._auth import PUBLIC_PATHS, BearerAuthMiddleware
+from ._auth import PUBLIC_PATHS, AuthMiddleware
 from ._body_limit import BodyLimitMiddleware
 from ._dashboard import install_dashboard
 from ._docs import install_docs
@@ -29,7 +29,7 @@ from ._reads import open_reads
 from ._setting_values import shown_target
 from ._settings import StudioSettings
 from ._storage import StorageHealth
-from .routes import dispatch, health, run_ops, runs, schedules
+from .routes import admin, audit, dispatch, health, run_ops, runs, schedules
 
 logger = logging.getLogger("studio_api")
 
@@ -105,15 +105,21 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     app.include_router(schedules.router)
     app.include_router(runs.router)
     app.include_router(dispatch.router)
+    app.include_router(audit.router)
+    app.include_router(admin.router)
     install_dashboard(app)
     install_docs(app)
     app.add_middleware(LastResortMiddleware)
+    # always installed: scoped tokens in the database enforce authentication on their own
+    app.add_middleware(
+        AuthMiddleware,
+        owner=app,
+        admin_token=(
+            settings.auth_token.get_secret_value() if settings.auth_token is not None else None
+        ),
+        public=frozenset({METRICS_PATH}) if settings.metrics_public else frozenset(),
+    )
     if settings.auth_token is not None:
-        app.add_middleware(
-            BearerAuthMiddleware,
-            token=settings.auth_token.get_secret_value(),
-            public=frozenset({METRICS_PATH}) if settings.metrics_public else frozenset(),
-        )
         _document_bearer_auth(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(StartupMessageMiddleware, owner=app)

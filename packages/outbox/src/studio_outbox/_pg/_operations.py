@@ -113,3 +113,37 @@ def _backlog_steps(at: float) -> PgSteps[dict[str, Any]]:
     for row in counts:
         by_status[row["status"]] = int(row["n"])
     return {"due": int(due["n"]), "oldest_due_at": due["oldest"], "by_status": by_status}
+
+
+async def operator_ack_dispatch(
+    conn: Any, dispatch_id: str, *, actor: str, clock: Clock = system_clock
+) -> bool:
+    """:func:`studio_outbox.operator_ack_dispatch` on PostgreSQL (joins an open transaction)."""
+    from .._operator_ops import operator_ack_steps
+
+    return await run_in_transaction_async(conn, operator_ack_steps(dispatch_id, clock(), actor))
+
+
+async def purge_dispatches(
+    conn: Any,
+    *,
+    status: str,
+    before: float | None = None,
+    actor: str,
+    dry_run: bool = False,
+    clock: Clock = system_clock,
+) -> int:
+    """:func:`studio_outbox.purge_dispatches` on PostgreSQL (each batch its own transaction)."""
+    from .._operator_ops import check_purge_filter, count_purgeable_steps, purge_batch_steps
+
+    status, before = check_purge_filter(status, before)
+    if dry_run:
+        return int(await run_async(conn, count_purgeable_steps(status, before)))
+    total = 0
+    while True:
+        deleted = await run_in_transaction_async(
+            conn, purge_batch_steps(status, before, clock(), actor)
+        )
+        total += deleted
+        if deleted == 0:
+            return total

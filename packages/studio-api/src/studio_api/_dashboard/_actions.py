@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
+from .._auth import login_subject
 from ._internal import ApiAnswer, call_api, has_route, stream_api
 from ._pages import CANCEL_ROUTE, LOG_STREAM_ROUTE
 from ._render import (
@@ -103,8 +104,9 @@ ACTIONS: dict[tuple[str, str], tuple[Action, str]] = {
     ),
     ("runs", "cancel"): (_api("POST", CANCEL_ROUTE.replace("{run_id}", "{id}")), "cancelled"),
     ("dispatch", "retry"): (_api("POST", "/api/dispatch/{id}/retry"), "queued for retry"),
+    # an operator's ack: the receiver's token is never shown on a page
     ("dispatch", "ack"): (
-        _api("POST", "/api/dispatch/{id}/ack", lambda form: {"token": form.get("token", "")}),
+        _api("POST", "/api/dispatch/{id}/ack", lambda form: {"operator": True}),
         "acknowledged",
     ),
     ("dispatch", "purge"): (_api("DELETE", "/api/dispatch/{id}"), "purged"),
@@ -194,7 +196,8 @@ async def login_page(request: Request) -> Response:
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    """Exchange the token for a logged-in session cookie (constant-time compare)."""
+    """Exchange a token (``LIONAGI_STUDIO_AUTH_TOKEN`` or a scoped token of any role) for a
+    logged-in session cookie (constant-time compares)."""
     signer = signer_of(request)
     session = signer.verify(request.cookies.get(COOKIE_NAME))
     try:
@@ -206,9 +209,10 @@ async def login(request: Request) -> Response:
     target = safe_back(form.get("next"), "/")
     if not signer.login_required:
         return RedirectResponse(target, status_code=303)
-    if not signer.token_ok(form.get("token", "")):
+    subject = await login_subject(request.app, form.get("token", ""))
+    if subject is None:
         return RedirectResponse(f"/login?failed=1&next={quote(target)}", status_code=303)
-    _, cookie = signer.issue(authenticated=True)
+    _, cookie = signer.issue(authenticated=True, subject=subject)
     response = RedirectResponse(target, status_code=303)
     set_session_cookie(response, cookie, request)
     return response

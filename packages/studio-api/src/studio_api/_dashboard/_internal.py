@@ -17,6 +17,8 @@ from typing import Any
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Scope
 
+from .._auth_context import CLAIM_SCOPE_KEY, dashboard_principal
+
 
 @dataclass(frozen=True)
 class ApiAnswer:
@@ -42,9 +44,12 @@ def _scope(method: str, target: str, token: str | None, body: bytes) -> Scope:
     headers = [(b"host", b"127.0.0.1"), (b"content-length", str(len(body)).encode())]
     if body:
         headers.append((b"content-type", b"application/json"))
-    if token is not None:
+    # the visitor's own principal (its role and actor name), else the configured token
+    principal = dashboard_principal()
+    if token is not None and principal is None:
         headers.append((b"authorization", b"Bearer " + token.encode()))
     return {
+        CLAIM_SCOPE_KEY: principal,
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": "1.1",

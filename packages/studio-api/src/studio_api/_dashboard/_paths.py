@@ -4,7 +4,15 @@ from __future__ import annotations
 
 #: Path prefixes the dashboard serves; each checks its own session cookie instead of a bearer
 #: token. ``/`` (the overview) is matched exactly.
-DASHBOARD_PREFIXES = ("/schedules", "/runs", "/dispatch", "/login", "/logout", "/static/dashboard")
+DASHBOARD_PREFIXES = (
+    "/schedules",
+    "/runs",
+    "/dispatch",
+    "/audit",
+    "/login",
+    "/logout",
+    "/static/dashboard",
+)
 
 
 def is_dashboard_path(path: str) -> bool:

@@ -12,6 +12,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from .. import _roles
+from .._auth_context import dashboard_principal, may
 from . import _format
 from ._session import COOKIE_NAME, SESSION_SECONDS, Session, SessionSigner
 
@@ -116,6 +118,10 @@ def render(
         zone_of=lambda name: _format.zone_of(name, settings.timezone),
         local=_format.local_time,
         run_duration=_format.run_duration,
+        # the visitor's role: forms it may not use are not shown (the API refuses them anyway)
+        can=may,
+        may_form=lambda url: may(_roles.form_role(url)),
+        principal=dashboard_principal(),
         **context,
     )
     response = HTMLResponse(page, status_code=status_code, headers=SECURITY_HEADERS)

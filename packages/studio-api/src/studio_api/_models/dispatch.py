@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from studio_outbox import Dispatch, DispatchStatus
 
@@ -41,9 +41,21 @@ class DispatchCreate(RequestModel):
 
 
 class AckRequest(RequestModel):
-    """Body of ``POST /api/dispatch/{id}/ack``."""
+    """Body of ``POST /api/dispatch/{id}/ack``: the receiver's ``token``, or
+    ``{"operator": true}`` for an operator's ack without it (recorded with the actor)."""
 
-    token: str
+    operator: bool = False
+    token: Annotated[str | None, Field(validate_default=True)] = None
+
+    @field_validator("token", mode="after")
+    @classmethod
+    def _one_way(cls, token: str | None, info: ValidationInfo) -> str | None:
+        operator = info.data.get("operator", False)
+        if operator and token is not None:
+            raise ValueError("give the receiver's token or operator: true, not both")
+        if not operator and token is None:
+            raise ValueError("required unless operator is true")
+        return token
 
 
 class _DispatchView(ResponseModel):

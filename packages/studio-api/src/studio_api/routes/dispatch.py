@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import aiosqlite
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 import studio_outbox
 from studio_state import write_transaction
 
+from .._auth_context import actor_of
 from .._cursor import cursor_error, decode_cursor, encode_cursor
 from .._deps import EngineDep, ReadsDep, responses
 from .._models import (
@@ -101,9 +102,17 @@ async def get_dispatch(reads: ReadsDep, dispatch_id: str) -> DispatchOut:
 
 
 @router.post("/{dispatch_id}/ack", response_model=DispatchOut, responses=responses(404, 409))
-async def ack_dispatch(engine: EngineDep, dispatch_id: str, body: AckRequest) -> DispatchOut:
-    """Acknowledge a delivered row with its token (409: wrong token or no ack required)."""
-    acked = await studio_outbox.ack_dispatch(engine.conn, dispatch_id, body.token)
+async def ack_dispatch(
+    engine: EngineDep, request: Request, dispatch_id: str, body: AckRequest
+) -> DispatchOut:
+    """Acknowledge a delivered row with its token (409: wrong token or no ack required), or
+    as an operator with ``{"operator": true}`` (``dispatch.acked.operator``, with the actor)."""
+    if body.operator:
+        await studio_outbox.operator_ack_dispatch(
+            engine.conn, dispatch_id, actor=actor_of(request), clock=engine.clock
+        )
+        return await _get(engine.conn, dispatch_id)
+    acked = await studio_outbox.ack_dispatch(engine.conn, dispatch_id, str(body.token))
     if not acked:
         raise studio_outbox.AckTokenMismatch(dispatch_id)
     return await _get(engine.conn, dispatch_id)
