@@ -12,10 +12,12 @@ from collections.abc import Sequence
 import click
 
 from .__about__ import __version__
+from ._commands.db import db_group
 from ._commands.dispatch import dispatch_group
 from ._commands.run import run_group
 from ._commands.schedule import schedule_group
 from ._commands.serve import serve
+from ._commands.token import token_group
 from ._commands.usage import usage_group
 from ._errors import EXIT_INTERRUPTED, CliError, fail, usage_error
 from ._types import check_arguments
@@ -39,6 +41,8 @@ app.add_command(schedule_group)
 app.add_command(dispatch_group)
 app.add_command(run_group)
 app.add_command(usage_group)
+app.add_command(token_group)
+app.add_command(db_group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -234,12 +234,42 @@ def retry(dispatch_id: str, db: str | None, as_json: bool) -> None:
 
 
 @dispatch_group.command("purge")
-@click.argument("dispatch_id")
+@click.argument("dispatch_id", required=False)
+@click.option(
+    "--status",
+    type=click.Choice(("pending", "delivered", "acked", "dead_letter", "expired")),
+    help="Purge every row with this status (never delivering rows).",
+)
+@click.option("--before", metavar="TIME", help="With --status: only rows last changed before TIME.")
+@click.option("--dry-run", is_flag=True, help="With --status: only say how many rows would go.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @db_option
 @json_option
-def purge(dispatch_id: str, yes: bool, db: str | None, as_json: bool) -> None:
-    """Delete one dispatch (refused while it is being delivered)."""
+def purge(
+    dispatch_id: str | None,
+    status: str | None,
+    before: str | None,
+    dry_run: bool,
+    yes: bool,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Delete one dispatch (refused while it is being delivered), or in bulk with --status.
+
+    \b
+    Examples:
+      studio dispatch purge 0123456789ab
+      studio dispatch purge --status dead_letter --before 2026-01-01T00:00Z --dry-run
+    """
+    if status is not None or before is not None or dry_run:
+        if dispatch_id is not None:
+            raise CliError("give a DISPATCH_ID or --status, not both")
+        if status is None:
+            raise CliError("--status: required with --before or --dry-run")
+        _purge_many(status, before, dry_run, yes, db, as_json)
+        return
+    if dispatch_id is None:
+        raise CliError("give a DISPATCH_ID, or --status to purge in bulk")
     db_path = resolve_db_path(db, existing=True)
 
     async def _purge() -> str:
@@ -253,8 +283,67 @@ def purge(dispatch_id: str, yes: bool, db: str | None, as_json: bool) -> None:
             await purge_dispatch(conn, dispatch_id)
             return str(row.get("status"))
 
-    status = run_async(_purge)
+    status_was = run_async(_purge)
     if as_json:
-        emit_json({"dispatch_id": dispatch_id, "purged": True, "status": status})
+        emit_json({"dispatch_id": dispatch_id, "purged": True, "status": status_was})
     else:
-        say(f"Purged dispatch {dispatch_id} (was {status})")
+        say(f"Purged dispatch {dispatch_id} (was {status_was})")
+
+
+def _purge_many(
+    status: str, before: str | None, dry_run: bool, yes: bool, db: str | None, as_json: bool
+) -> None:
+    """``purge --status``: count, confirm, then delete in batches (each row audited)."""
+    from ._actor import cli_actor
+
+    cutoff = _instant("--before", before)
+    db_path = resolve_db_path(db, existing=True)
+    actor = cli_actor()
+
+    async def _run() -> tuple[int, int]:
+        from studio_outbox import purge_dispatches
+
+        async with open_db(db_path, outbox_only=True) as conn:
+            would = await purge_dispatches(
+                conn, status=status, before=cutoff, actor=actor, dry_run=True
+            )
+            if dry_run or would == 0:
+                return would, 0
+            confirm_or_abort(f"purge {would} {status} dispatches", yes)
+            return would, await purge_dispatches(conn, status=status, before=cutoff, actor=actor)
+
+    would, removed = run_async(_run)
+    when = f" last changed before {before}" if before else ""
+    if as_json:
+        emit_json(
+            {
+                "status": status,
+                "before": cutoff,
+                "dry_run": dry_run,
+                "would_remove": would,
+                "removed": removed,
+            }
+        )
+    elif dry_run:
+        say(f"Would remove {would} {status} dispatches{when} (dry run: nothing removed)")
+    else:
+        say(f"Removed {removed} {status} dispatches{when}")
+
+
+def _instant(flag: str, text: str | None) -> float | None:
+    """An epoch-seconds number or an ISO 8601 time with an offset; CliError naming ``flag``."""
+    if text is None:
+        return None
+    from datetime import datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{flag}: {text!r} is not epoch seconds or an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        raise CliError(f"{flag}: {text!r} needs an offset (e.g. Z or +02:00)")
+    return moment.timestamp()
