@@ -45,6 +45,7 @@ WAITING_CHILD = textwrap.dedent(
     open(ended, "w").close()
     """
 )
+BIG = "d" * 20_000  # a row that needs new space on the disk
 QUICK_CHILD = "print('hello ' * 300)\n"
 
 
@@ -167,8 +168,10 @@ def test_runs_ending_on_a_full_disk_are_recorded_and_writes_recover_without_rest
     marks = ",".join("?" * len(runs))
     still = f"SELECT id FROM schedule_runs WHERE id IN ({marks}) AND status = 'running'"
     time.sleep(3)  # ticks and terminal-write retries on the full disk
-    assert len(server.rows(still, tuple(runs))) == 4  # their ends cannot be written yet
-    refused = server.request("POST", "/api/schedules", json=_agent_schedule("while-full"))
+    # An end may still land in space the write-ahead log already has; the others wait.
+    refused = server.request(
+        "POST", "/api/schedules", json=_agent_schedule("while-full") | {"action_prompt": BIG}
+    )
     assert refused.status_code == 503 and "disk" in refused.json()["detail"], refused.text
     health = server.health()
     assert health is not None and health["status"] == "degraded", health
@@ -201,8 +204,8 @@ def test_runs_ending_on_a_full_disk_are_recorded_and_writes_recover_without_rest
     _traceback_free(log)
     # The fault starts once and ends once: no flapping while the disk is still full.
     assert log.count("storage writable again") == 1, log
-    for run_id in runs:
-        assert log.count(f"terminal write of run {run_id} (completed) failed") == 1, log
+    for run_id in runs:  # a failed terminal write is logged once, not once per attempt
+        assert log.count(f"terminal write of run {run_id} (completed) failed") <= 1, log
     count("faults_survived")
 
 
@@ -260,7 +263,7 @@ def test_a_deleted_wal_file_stops_writes_and_degrades_health(studio_process: Any
     server = studio_process()
     server.start()
     _every_second(server, "every-second")  # the engine writes every second
-    wait_for(lambda: server.rows("SELECT 1 FROM schedule_runs"), what="a first fire")
+    (waiting,), go = _waiting_runs(server, 1)  # and will write this run's end
     wal = Path(f"{server.db}-wal")
     wal.unlink()
     health = wait_for(
@@ -286,9 +289,13 @@ def test_a_deleted_wal_file_stops_writes_and_degrades_health(studio_process: Any
     # SQLite may refuse it (the shared index names frames the new log lacks): one line then.
     assert cli.returncode == 0 or cli.stderr.startswith("error: "), cli.stderr
     assert "Traceback" not in cli.stderr
-    # No further write from the server: the log it still holds open stops growing.
+    # No further write from the server: the log it still holds open stops growing, though a
+    # schedule is due every second and a run ends.
     held = _deleted_wal_size(server.pid, wal)
-    time.sleep(3)  # three ticks of a schedule due every second
+    assert held is not None
+    go.touch()
+    wait_for(lambda: (server.base / "ended-0").exists(), what="the child ended")
+    time.sleep(3)
     assert _deleted_wal_size(server.pid, wal) == held
     assert server.health()["status"] == "degraded"
     log = server.log()
@@ -298,5 +305,9 @@ def test_a_deleted_wal_file_stops_writes_and_degrades_health(studio_process: Any
     with contextlib.closing(sqlite3.connect(server.db)) as db:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         names = {row[0] for row in db.execute("SELECT name FROM schedules")}
+        (status,) = db.execute(
+            "SELECT status FROM schedule_runs WHERE id = ?", (waiting,)
+        ).fetchone()
     assert "every-second" in names and ("from-cli" in names) == (cli.returncode == 0)
+    assert status == "running"  # its end was not written: the next start reconciles it
     count("faults_survived")

@@ -146,8 +146,11 @@ class StorageHealth:
         return problem
 
     def succeeded(self) -> None:
-        """A write landed: the fault, if any, is over (waiting retries go at once)."""
+        """A write landed: the fault, if any, is over (waiting retries go at once), unless the
+        file system still refuses a new file (the write fitted in space the log had)."""
         if self.problem is not None:
+            if self.path is not None and filesystem_fault(self.path) is not None:
+                return
             logger.warning("storage writable again (was: %s)", self.problem)
             self.problem = None
         if self._healed is not None:
