@@ -154,3 +154,41 @@ def roles_markdown(routes: Iterable[BaseRoute]) -> str:
         for r in route_roles(routes)
     ]
     return "\n".join(lines) + "\n"
+
+
+TABLE_START = "<!-- roles-table:start (generated: python -m studio_api._roles --write FILE) -->"
+TABLE_END = "<!-- roles-table:end -->"
+
+
+def with_table(document: str, table: str) -> str:
+    """``document`` with the text between the table markers replaced by ``table``."""
+    head, start, rest = document.partition(TABLE_START)
+    _, end, tail = rest.partition(TABLE_END)
+    if not start or not end:
+        raise ValueError(f"the document has no {TABLE_START!r} … {TABLE_END!r} block")
+    return f"{head}{TABLE_START}\n{table}{TABLE_END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the route table, or with ``--write FILE`` put it between the markers of FILE."""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from ._app import create_app
+    from ._settings import StudioSettings
+
+    args = sys.argv[1:] if argv is None else argv
+    with tempfile.TemporaryDirectory() as scratch:
+        app = create_app(StudioSettings.from_env({}, db=Path(scratch) / "state.db"))
+        table = roles_markdown(app.routes)
+    if args[:1] == ["--write"] and len(args) == 2:
+        target = Path(args[1])
+        target.write_text(with_table(target.read_text(), table))
+        return 0
+    sys.stdout.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
