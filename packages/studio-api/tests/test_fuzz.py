@@ -118,6 +118,8 @@ OPERATIONS = [
     ("DELETE", "/api/dispatch/{dispatch_id}"),
     ("POST", "/api/dispatch/{dispatch_id}/ack"),
     ("POST", "/api/dispatch/{dispatch_id}/retry"),
+    ("GET", "/api/audit"),
+    ("POST", "/api/admin/maintenance"),
 ]
 MAX_EXAMPLES = 25
 
