@@ -179,13 +179,14 @@ async def reconcile_startup(
         return 0
     found = await find_orphans(conn, invocation_ids, db_path=db_path)
     pids.update(pid for group in found.values() for pid in group)
-    await terminate_orphans(pids, reaper)
     summary = (
         "the node running this run stopped leading (its database session ended); it is not re-fired"
         if node_lost
         else "the scheduler restarted while this run was in flight; it is not re-fired"
     )
-    return await _terminalize(
+    # The outcome is written before any orphan is signalled: a runner still watching one of
+    # them (the old leader, alive) would otherwise record the kill as its own exit first.
+    ended = await _terminalize(
         conn,
         runs,
         sorted(invocation_ids),
@@ -195,6 +196,8 @@ async def reconcile_startup(
         actor="scheduler_leader_takeover" if node_lost else "scheduler_startup_reconciliation",
         now=now,
     )
+    await terminate_orphans(pids, reaper)
+    return ended
 
 
 def stale_after(timeout_sec: Any, deadline_seconds: float) -> float:
