@@ -27,7 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ._auth_context import CLAIM_SCOPE_KEY, DASHBOARD_AUTH, OPEN, STATE_KEY, DashboardAuth
 from ._dashboard._paths import is_dashboard_path
 from ._dashboard._session import COOKIE_NAME
-from ._roles import PUBLIC_PATHS, RouteRoles
+from ._roles import PUBLIC_PATHS as PUBLIC_PATHS
+from ._roles import RouteRoles
 from ._tokens import Principal, any_live_token, find_token, role_allows
 from ._tokens._store import principal_of_id
 
@@ -200,6 +201,8 @@ class AuthMiddleware:
 
 
 def _cookie(scope: Scope, name: str) -> str | None:
+    header: bytes
+    value: bytes
     for header, value in scope.get("headers", ()):
         if header == b"cookie":
             for part in value.decode("latin-1").split(";"):
