@@ -32,14 +32,17 @@ SCANNED = {
 # subpackage's ``store.py`` may hold every kind (it is the seam).
 ALLOWED: dict[str, dict[str, frozenset[str]]] = {
     "scheduler-core": {
-        # migrations: the schema of every table Studio needs
-        "_schema.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
-        # the same migrations in PostgreSQL's dialect
-        "_schema_pg.py": frozenset({STATEMENT}),
+        # migrations: the schema of every table Studio needs, each migration's SQLite and
+        # PostgreSQL text side by side, and the migrating itself
+        "_schema/__init__.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
+        "_schema/v01_tables.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
+        "_schema/v02_v07_indexes.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
+        "_schema/v08_policies.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
+        "_schema/v09_v14_nodes.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         # the one guarded terminal write of runs and invocations
-        "_terminal.py": frozenset({STATEMENT}),
+        "_records/terminal.py": frozenset({STATEMENT}),
         # the database file's write probe
-        "_dbfile.py": frozenset({PRAGMA}),
+        "_fire/dbfile.py": frozenset({PRAGMA}),
         # retention: batch purges and the WAL checkpoint on its own sqlite3 connection
         "_recovery/retention.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         # test support reads rows as stored, to assert what a test wrote

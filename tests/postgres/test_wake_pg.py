@@ -20,8 +20,7 @@ import pytest
 import studio_state
 from studio_scheduler_core import AdhocRunService, SchedulerSettings, ScheduleService
 from studio_scheduler_core._adhoc import store as adhoc_store
-from studio_scheduler_core._schema import MIGRATIONS, PACKAGE, ensure_schema
-from studio_scheduler_core._schema_pg import WAKE_CHANNEL
+from studio_scheduler_core._schema import MIGRATIONS, PACKAGE, WAKE_CHANNEL, ensure_schema
 from studio_state import SchemaTooNew, connect
 from studio_state.testing import db_rows, load_beside
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from studio_scheduler_core import AdhocRunService, read_runs_page
 from studio_scheduler_core import ensure_schema as ensure_core_schema
-from studio_scheduler_core._adhoc.store import compact_counts
+from studio_scheduler_core._admission.store import compact_counts
 from studio_scheduler_core._records.vocab import RUN_STATUSES
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_scheduler_core._schema import MIGRATIONS, PACKAGE

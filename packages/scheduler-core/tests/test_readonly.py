@@ -15,7 +15,7 @@ import aiosqlite
 import pytest
 
 from studio_scheduler_core import DatabaseUnavailable
-from studio_scheduler_core._dbfile import probe_writable
+from studio_scheduler_core._fire.dbfile import probe_writable
 from studio_state import connect, dict_row_factory, ensure_schema
 
 ENGINE = textwrap.dedent(

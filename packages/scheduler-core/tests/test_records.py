@@ -17,8 +17,8 @@ from studio_scheduler_core import (
     ScheduleValidationError,
     record_specs,
 )
+from studio_scheduler_core._records.codec import SCHEDULE_JSON_COLUMNS
 from studio_scheduler_core._records.column import columns, create_fields, update_fields
-from studio_scheduler_core._rows import SCHEDULE_JSON_COLUMNS
 from studio_scheduler_core._schedules.validation import CREATE_FIELDS, NOT_NULL_FIELDS
 from studio_state import fetch_all
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .__about__ import __version__
 from ._adhoc.service import AdhocRunService
 from ._adhoc.worker import AdhocWorker
-from ._dbfile import storage_fault
+from ._admission.usage import report_usage
 from ._engine.engine import SchedulerEngine
 from ._engine.leadership import FileLockLeadership, PostgresLeadership
 from ._exceptions import (
@@ -31,6 +31,8 @@ from ._exceptions import (
     SchedulerError,
     ScheduleValidationError,
 )
+from ._fire.dbfile import storage_fault
+from ._fire.runlog import read_run_log, run_log_dir, run_log_path
 from ._github.source import GithubPollSource
 from ._notify.service import (
     DEFAULT_NOTIFY_ON,
@@ -70,7 +72,6 @@ from ._records.vocab import (
     TriggerType,
 )
 from ._recovery.orphans import OrphanReaper
-from ._runlog import read_run_log, run_log_dir, run_log_path
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
 from ._schedules.store import ADHOC_PAGE_KEY, RUN_PAGE_KEY
@@ -79,7 +80,6 @@ from ._settings import SchedulerSettings
 from ._triggers.cadence import preview_fire_times
 from ._triggers.registry import CadenceTrigger, TriggerRegistry
 from ._triggers.threshold import MetricThreshold
-from ._usage.service import report_usage
 
 __all__ = [
     "ACTION_KINDS",

@@ -19,8 +19,8 @@ from studio_state import record_transitions, write_transaction
 from .._fire import store as fire_store
 from .._fire.env import Prepared
 from .._notify.service import notify_run
-from .._rows import dumps
-from .._terminal import StatusChange, apply, clip
+from .._records.codec import dumps
+from .._records.terminal import StatusChange, apply, clip
 from .lease import CLAIMED, lease_transition
 
 

@@ -30,9 +30,9 @@ from studio_launcher import is_same_process, process_start_time
 from studio_state import Transition, write_transaction
 
 from .._notify.service import notify_run
+from .._records.terminal import StatusChange, apply, clip
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import DAEMON_RESTART, NODE_LOST, find_orphans, terminate_orphans
-from .._terminal import StatusChange, apply, clip
 from . import store
 
 logger = logging.getLogger("studio_scheduler_core")

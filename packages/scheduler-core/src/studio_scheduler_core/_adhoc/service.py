@@ -32,11 +32,11 @@ from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationErro
 from .._fire import store as fire_store
 from .._fire.ending import OPERATOR_CANCELLED, outcome_event, waiting_kind
 from .._notify.service import check_notify, notify_run
-from .._rows import decode_run, dumps
+from .._records.codec import decode_run, dumps
+from .._records.terminal import StatusChange, apply
 from .._schedules.store import ADHOC_PAGE_KEY, page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize
 from .._settings import SchedulerSettings
-from .._terminal import StatusChange, apply
 from . import store
 
 if TYPE_CHECKING:

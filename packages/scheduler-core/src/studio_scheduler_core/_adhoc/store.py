@@ -2,7 +2,7 @@
 renewal and ownership checks.
 
 Status changes (claim, cancel, recovery, requeue) go through
-:func:`~studio_scheduler_core._terminal.apply`; this module holds the rest. A second backend
+:func:`~studio_scheduler_core._records.terminal.apply`; this module holds the rest. A second backend
 implements these functions with the same guards.
 """
 
@@ -18,7 +18,6 @@ from studio_state import (
     fetch_one,
     fetch_value,
     open_connection,
-    write_transaction,
 )
 
 ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
@@ -151,29 +150,6 @@ async def lease_held(
         (run_id, worker_id, attempt),
     )
     return found is not None
-
-
-async def adhoc_count(conn: aiosqlite.Connection, status: str | None = None) -> int:
-    """How many ad-hoc runs there are (of one ``status``), from the trigger-kept counts."""
-    value = await fetch_value(
-        conn,
-        "SELECT coalesce(sum(n), 0) FROM adhoc_run_counts"
-        + ("" if status is None else " WHERE status = ?"),
-        [] if status is None else [status],
-    )
-    return int(value or 0)
-
-
-async def compact_counts(conn: aiosqlite.Connection) -> None:
-    """Fold ``adhoc_run_counts``'s delta rows into one row per status (PostgreSQL, where the
-    triggers append deltas; a no-op on SQLite, whose triggers keep one row per status).
-
-    Safe beside any writer: one statement deletes the rows it folds and inserts their sums.
-    """
-    if backend_of(conn) != "postgresql":
-        return
-    async with write_transaction(conn):
-        await fetch_value(conn, "SELECT adhoc_run_counts_compact()")
 
 
 async def open_reader(db_path: str) -> aiosqlite.Connection:

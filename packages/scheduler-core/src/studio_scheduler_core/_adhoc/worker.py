@@ -31,18 +31,18 @@ import aiosqlite
 
 from studio_state import Clock, is_postgres, run_to_completion
 
-from .._dbfile import StorageHealth
 from .._exceptions import InvalidSettings
+from .._fire.dbfile import StorageHealth
 from .._fire.env import FireEnv, Prepared
 from .._fire.execute import execute
 from .._fire.finish import finish
 from .._fire.pipeline import run_steps
 from .._fire.prepare import prepare
 from .._fire.runner import FireRunner
+from .._fire.target import child_db_value
+from .._records.codec import decode_run
 from .._recovery.orphans import OrphanReaper
-from .._rows import decode_run
 from .._settings import SchedulerSettings
-from .._target import child_db_value
 from . import store
 from .claim import Slot, action_of, commit_claim
 from .lease import (

@@ -15,10 +15,9 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from .._schedules.store import admitted_run_count, fired_run_count
 from .._settings import SchedulerSettings
-from .._usage.store import schedule_spend
 from ..abc import ThresholdDecision, ThresholdGate
+from .store import admitted_run_count, fired_run_count, schedule_spend
 
 Outcome = Literal["fire", "skip", "defer", "advance", "disable"]
 
@@ -51,7 +50,7 @@ class Reservation:
         """Drop the max_runs claim (once the terminal run row counts instead). Idempotent."""
         if self.max_runs_claim and not self.released_claim:
             self.released_claim = True
-            self.admission._drop_claim(self.schedule_id)
+            self.admission.drop_claim(self.schedule_id)
 
     def park(self, run_id: str) -> None:
         """Hold on while the run, committed ``queued``, waits for and runs on any node's
@@ -66,7 +65,7 @@ class Reservation:
         self.release_max_runs()
         if not self.released:
             self.released = True
-            self.admission._drop(self)
+            self.admission.drop(self)
             if self.on_release is not None:
                 self.on_release()
 
@@ -122,14 +121,16 @@ class Admission:
             for r in sorted(self.slots.values(), key=lambda r: r.token)
         ]
 
-    def _drop_claim(self, schedule_id: str) -> None:
+    def drop_claim(self, schedule_id: str) -> None:
+        """Give back one max_runs claim of the schedule (a :class:`Reservation`'s own)."""
         left = self._claims.get(schedule_id, 0) - 1
         if left > 0:
             self._claims[schedule_id] = left
         else:
             self._claims.pop(schedule_id, None)
 
-    def _drop(self, reservation: Reservation) -> None:
+    def drop(self, reservation: Reservation) -> None:
+        """Forget what ``reservation`` holds: its overlap registration, slot and parking."""
         fires = self.running.get(reservation.schedule_id)
         if fires is not None:
             fires.pop(reservation.token, None)

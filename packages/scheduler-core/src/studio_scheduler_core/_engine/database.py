@@ -17,14 +17,14 @@ import aiosqlite
 
 from studio_state import is_postgres, open_connection
 
-from .._dbfile import (
+from .._exceptions import DatabaseUnavailable
+from .._fire.dbfile import (
     DatabaseFile,
     StorageHealth,
     filesystem_fault,
     probe_writable,
     storage_fault,
 )
-from .._exceptions import DatabaseUnavailable
 from .._schema import ensure_schema
 from . import store
 

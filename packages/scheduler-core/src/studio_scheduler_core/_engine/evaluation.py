@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import aiosqlite
+
 from .._admission.gates import CAPACITY, Admission, Decision
 from .._fire.env import FireEnv
 from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
@@ -38,7 +40,7 @@ from .._fire.pipeline import StartFire, commit_fires, stage_fire
 from .._fire.retry import next_retry_at
 from .._observe.summary import coalesced_event
 from .._policies.overlap import OverlapPolicies, Revoke
-from .._rows import decode_schedule
+from .._records.codec import decode_schedule
 from .._schedules.jitter import jitter_until
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -92,7 +94,21 @@ class Evaluator:
         """The zone cron expressions are read in."""
         return self._env.settings.timezone
 
-    async def _due_rows(self, now: float, after: tuple[float, str] | None, limit: int) -> list[Any]:
+    @property
+    def conn(self) -> aiosqlite.Connection:
+        """The engine's connection the passes read and write through."""
+        return self._env.conn
+
+    def source_for(self, trigger_type: str) -> TriggerSource | None:
+        """The registered trigger source of ``trigger_type`` (``None``: not registered)."""
+        return self._registry.get(trigger_type)
+
+    async def flush_records(self, now: float) -> None:
+        """Write what this pass recorded (coalesced slots, deferrals) and start a new record."""
+        await self._records.flush(self._env.conn, now)
+
+    async def due_rows(self, now: float, after: tuple[float, str] | None, limit: int) -> list[Any]:
+        """Due rows of registered trigger types, in due order after the keyset ``after``."""
         types = self._registry.types()
         if not types:
             return []
@@ -161,7 +177,7 @@ class Evaluator:
         size = min(BATCH, max(0, free) + REFILL_MARGIN) if self._refill else BATCH
         while seen < MAX_DUE_PER_TICK:
             limit = min(size, MAX_DUE_PER_TICK - seen)
-            rows = await self._due_rows(now, cursor, limit)
+            rows = await self.due_rows(now, cursor, limit)
             if not rows:
                 return None
             seen += len(rows)
@@ -230,9 +246,10 @@ class Evaluator:
             self.backoff[sid] = now + self._env.settings.tick_seconds
             return "error"
 
-    def _claim(
+    def schedule_claim(
         self, source: TriggerSource, occ: Occurrence, now: float, *, advance: bool
     ) -> ScheduleClaim:
+        """The claim on the occurrence's schedule row (its next due time when ``advance``)."""
         schedule = occ.schedule
         nxt = (
             source.next_fire_at(schedule, due=occ.due_at, now=now, timezone=self.timezone)
@@ -267,7 +284,7 @@ class Evaluator:
         schedule = occ.schedule
         sid = str(schedule["id"])
         decided = await self._overlap.intercept(
-            occ, lambda: self._claim(source, occ, now, advance=True), now
+            occ, lambda: self.schedule_claim(source, occ, now, advance=True), now
         )
         if decided is not None:  # buffered, or skipped with the buffer full
             return decided
@@ -280,7 +297,7 @@ class Evaluator:
             self._defer(schedule, decision)
             return "defer"
         if decision.outcome == "advance":
-            claim = self._claim(source, occ, now, advance=True)
+            claim = self.schedule_claim(source, occ, now, advance=True)
             claim = replace(claim, updates={**claim.updates, "last_evaluated_at": now})
             won = await write_skip(self._env.conn, claim=claim, run=None, transitions=(), now=now)
             return "advance" if won else "lost"
@@ -294,14 +311,14 @@ class Evaluator:
             metadata=decision.metadata,
         )
         if decision.outcome == "skip":
-            claim = self._claim(source, occ, now, advance=True)
+            claim = self.schedule_claim(source, occ, now, advance=True)
             won = await write_skip(
                 self._env.conn, claim=claim, run=run, transitions=[transition], now=now
             )
             return "skip" if won else "lost"
         # disable: budget exhausted writes a skipped run; max_runs writes none. The refused
         # occurrence's own updates (a github cursor) stay unwritten: re-enabled, it fires.
-        claim = replace(self._claim(source, occ, now, advance=False), updates={})
+        claim = replace(self.schedule_claim(source, occ, now, advance=False), updates={})
         with_run = decision.reason_code == "schedule.budget.exhausted"
         won = await write_skip(
             self._env.conn,
@@ -326,7 +343,7 @@ class Evaluator:
         claimed: list[ScheduleClaim] = []
 
         def claim() -> ScheduleClaim:
-            claim = self._claim(source, occ, now, advance=True)
+            claim = self.schedule_claim(source, occ, now, advance=True)
             updates = {**claim.updates, **decision.schedule_updates}
             claimed.append(claim)
             return replace(claim, stamp_fired=True, updates=updates)

@@ -9,7 +9,7 @@ from typing import Any
 
 from studio_outbox import webhook_transport_available
 
-from .._dbfile import StorageHealth
+from .._fire.dbfile import StorageHealth
 from .._settings import SchedulerSettings
 from .delivery import BACKLOG_EVERY, transports_health
 from .running import Running

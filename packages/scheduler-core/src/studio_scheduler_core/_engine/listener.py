@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from .._schema_pg import WAKE_CHANNEL
+from .._schema import WAKE_CHANNEL
 from . import store
 
 if TYPE_CHECKING:

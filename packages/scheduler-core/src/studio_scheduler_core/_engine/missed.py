@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .._fire.occurrence import skipped_run, write_skip
-from .._rows import decode_schedule
+from .._records.codec import decode_schedule
 from .._schedules.jitter import catchup_expired, jitter_delay
 from ..abc import Occurrence, TriggerSource
 from . import store
@@ -27,16 +27,16 @@ async def missed_pass(ev: Evaluator, now: float) -> dict[str, int]:
     counts: dict[str, int] = {}
     cursor: tuple[float, str] | None = None
     while True:
-        rows = await ev._due_rows(now, cursor, BATCH)
+        rows = await ev.due_rows(now, cursor, BATCH)
         if not rows:
             break
         cursor = (rows[-1]["next_fire_at"], rows[-1]["id"])
         for row in rows:
-            source = ev._registry.get(str(row["trigger_type"]))
+            source = ev.source_for(str(row["trigger_type"]))
             if source is None or not source.missed_fire_applies:
                 continue
             try:
-                full = await store.schedule_row(ev._env.conn, str(row["id"]))
+                full = await store.schedule_row(ev.conn, str(row["id"]))
                 if full is None:
                     continue
                 outcome = await _missed(ev, source, decode_schedule(full), now)
@@ -46,7 +46,7 @@ async def missed_pass(ev: Evaluator, now: float) -> dict[str, int]:
             counts[outcome] = counts.get(outcome, 0) + 1
         if len(rows) < BATCH:
             break
-    await ev._records.flush(ev._env.conn, now)
+    await ev.flush_records(now)
     return counts
 
 
@@ -65,8 +65,8 @@ async def _missed(
     if schedule.get("threshold_config"):
         # A threshold row's occurrence is a check, not a run: a missed check leaves no
         # skipped row (reference D9); the next occurrence measures again.
-        claim = ev._claim(source, occ, now, advance=True)
-        won = await write_skip(ev._env.conn, claim=claim, run=None, transitions=(), now=now)
+        claim = ev.schedule_claim(source, occ, now, advance=True)
+        won = await write_skip(ev.conn, claim=claim, run=None, transitions=(), now=now)
         return "advance" if won else "lost"
     run, transition = skipped_run(
         schedule_id=str(schedule["id"]),
@@ -79,6 +79,6 @@ async def _missed(
         metadata={"missed_fire_policy": "skip", "missed_fire_at": due}
         | ({"catchup_window_sec": schedule["catchup_window_sec"]} if expired else {}),
     )
-    claim = ev._claim(source, occ, now, advance=True)
-    won = await write_skip(ev._env.conn, claim=claim, run=run, transitions=[transition], now=now)
+    claim = ev.schedule_claim(source, occ, now, advance=True)
+    won = await write_skip(ev.conn, claim=claim, run=run, transitions=[transition], now=now)
     return "skip" if won else "lost"

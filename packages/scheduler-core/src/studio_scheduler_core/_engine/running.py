@@ -20,16 +20,16 @@ from studio_state import Clock, is_postgres
 
 from .._admission.dispatched import release_ended
 from .._admission.gates import Admission
-from .._dbfile import StorageHealth
+from .._fire.dbfile import StorageHealth
 from .._fire.ending import WaitingCancels
 from .._fire.env import FireEnv
 from .._fire.runner import FireRunner
+from .._fire.target import child_db_value
 from .._recovery.ended_children import EndedChildren
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reapers import Reapers
 from .._schedules.service import ScheduleService
 from .._settings import SchedulerSettings
-from .._target import child_db_value
 from .._triggers.registry import TriggerRegistry
 from ..abc import RunTerminalHook, ThresholdGate, WorkerPass
 from .delivery import Delivery

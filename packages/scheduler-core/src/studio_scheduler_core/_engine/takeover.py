@@ -49,4 +49,4 @@ async def take_over(
     if settings.scheduled_on_any_node:
         await restore_holds(run.admission, conn)
     missed = await run.evaluator.missed_fires(now) if startup else {}
-    recovery_event(recovered, reaper, missed)
+    recovery_event(recovered, reaper.signalled, missed)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._admission.store import schedule_spend
 from .._schedules.followups import apply_overlay
-from .._usage.store import schedule_spend
 from .env import FireEnv, Prepared
 from .occurrence import ScheduleClaim, skipped_run, write_skip
 

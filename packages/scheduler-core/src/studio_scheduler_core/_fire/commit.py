@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from studio_state import Transition, run_to_completion
 
-from .._terminal import clip
+from .._records.terminal import clip
 from .env import FireEnv, Prepared
 from .occurrence import FireWrite, ScheduleClaim, commit_fires
 

@@ -13,10 +13,10 @@ import aiosqlite
 
 from studio_state import Clock
 
-from .._dbfile import StorageHealth
 from .._settings import SchedulerSettings
-from .._target import child_db_value
+from .dbfile import StorageHealth
 from .grouped import WriteGroup
+from .target import child_db_value
 
 
 @dataclass

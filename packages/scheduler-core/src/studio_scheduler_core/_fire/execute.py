@@ -20,12 +20,12 @@ from studio_launcher import (
     spawn_and_wait,
 )
 
-from .._runlog import run_log_path
 from .._settings import SchedulerSettings
 from . import store
 from .ending import report_end
 from .env import FireEnv, Outcome, Prepared
 from .finish import finish
+from .runlog import run_log_path
 
 logger = logging.getLogger("studio_scheduler_core")
 

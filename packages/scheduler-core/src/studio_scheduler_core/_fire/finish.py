@@ -1,7 +1,7 @@
 """The terminal transaction of a running run and its invocation, retried until it lands.
 
 The invocation's status comes from its sessions' evidence when there is any; the run's from
-how its child ended. Both are written through :func:`~studio_scheduler_core._terminal.apply`
+how its child ended. Both are written through :func:`~studio_scheduler_core._records.terminal.apply`
 with the run's notification, in one transaction; the terminal writes of fires that end in the
 same loop turn with nothing to notify or retry share one transaction (each in its savepoint).
 """
@@ -21,10 +21,10 @@ from studio_state import (
     write_transaction,
 )
 
-from .._dbfile import StorageHalted, one_line
 from .._notify.service import notify_run
-from .._terminal import StatusChange, apply_sync, clip
+from .._records.terminal import StatusChange, apply_sync, clip
 from . import store
+from .dbfile import StorageHalted, one_line
 from .env import FireEnv, Prepared
 from .retry import next_attempt, plan_retry
 

@@ -29,7 +29,7 @@ from studio_state import (
 
 from .._notify.service import notify_run, notify_schedule_disabled
 from .._observe.events import emit
-from .._rows import TERMINAL_RUN_STATUSES, dumps
+from .._records.codec import TERMINAL_RUN_STATUSES, dumps
 from .._schedules.store import drop_buffered
 from . import store
 

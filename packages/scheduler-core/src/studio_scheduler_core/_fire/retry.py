@@ -17,9 +17,9 @@ import aiosqlite
 
 from studio_state import Transition, new_id, record_transitions
 
-from .._rows import decode_run
+from .._records.codec import decode_run
+from .._records.terminal import clip
 from .._schedules.store import insert_run_row, load_schedule, set_enabled
-from .._terminal import clip
 from . import store
 
 RETRY_SCHEDULED = "run.retry.scheduled"

@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._admission.gates import MAX_RUNS, Reservation
-from .._rows import decode_run
+from .._admission.store import fired_run_count
+from .._records.codec import decode_run
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
-from .._schedules.store import fired_run_count, load_schedule, set_enabled
+from .._schedules.store import load_schedule, set_enabled
 from ..abc import RunTerminalHook
 from . import store
 from .chain_budget import follow_up_refused

@@ -18,7 +18,7 @@ import aiosqlite
 from studio_state import fetch_one, run_write_transaction
 
 from .._notify.store import retry_planned as retry_planned
-from .._rows import dumps
+from .._records.codec import dumps
 from .._schedules.store import (
     INSERTED_JSON_COLUMNS,
 )

@@ -26,7 +26,7 @@ import aiosqlite
 from studio_outbox import enqueue_dispatch
 
 from .._exceptions import ScheduleValidationError
-from .._rows import _loads
+from .._records.codec import _loads
 from . import store
 
 NOTIFY_KEYS = ("deliver_to", "on", "ack_required", "max_attempts")

@@ -6,20 +6,19 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._recovery.orphans import OrphanReaper
 from .events import emit
 
 
-def recovery_event(recovered: int, reaper: OrphanReaper, missed: Mapping[str, int]) -> None:
+def recovery_event(recovered: int, orphans_killed: int, missed: Mapping[str, int]) -> None:
     """``recovered N runs, killed M orphans, K missed fires skipped/run`` (always logged)."""
     skipped = int(missed.get("skip", 0))
     run = int(missed.get("fire", 0))
     emit(
         "recovery",
-        f"recovered {recovered} runs, killed {reaper.signalled} orphans, "
+        f"recovered {recovered} runs, killed {orphans_killed} orphans, "
         f"{skipped} missed fires skipped/{run} run",
         recovered=recovered,
-        orphans_killed=reaper.signalled,
+        orphans_killed=orphans_killed,
         missed_skipped=skipped,
         missed_run=run,
     )

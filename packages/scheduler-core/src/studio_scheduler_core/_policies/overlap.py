@@ -24,7 +24,8 @@ from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
 from .._fire.pipeline import StartFire, fire_event
 from .._fire.prepare import prepare
 from .._notify.service import notify_run
-from .._rows import decode_run
+from .._records.codec import decode_run
+from .._records.terminal import StatusChange, apply
 from .._schedules.buffer import (
     BUFFER_FULL,
     BUFFERED,
@@ -35,7 +36,6 @@ from .._schedules.buffer import (
     buffered_count,
 )
 from .._schedules.store import drop_buffered, load_schedule, set_enabled
-from .._terminal import StatusChange, apply
 from ..abc import Occurrence
 from .retry_fire import commit_waiting, fire_due_retries
 

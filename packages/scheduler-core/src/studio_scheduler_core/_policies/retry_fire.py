@@ -22,9 +22,9 @@ from .._fire.pipeline import StartFire, fire_event
 from .._fire.prepare import prepare
 from .._fire.retry import RETRY_FIRED, due_retries
 from .._notify.service import notify_run
+from .._records.terminal import clip
 from .._schedules.followups import follow_up_action
 from .._schedules.store import load_schedule
-from .._terminal import clip
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -15,8 +15,8 @@ import aiosqlite
 
 from studio_state import is_postgres
 
-from .._adhoc.store import compact_counts
-from .._runlog import run_log_dir
+from .._admission.store import compact_counts
+from .._fire.runlog import run_log_dir
 from .._settings import SchedulerSettings
 from .reconcile import reap_stale
 from .retention import RetentionReport, retention_pass

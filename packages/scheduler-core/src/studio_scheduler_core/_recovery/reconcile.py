@@ -26,7 +26,7 @@ from studio_launcher import (
 from studio_state import write_transaction
 
 from .._notify.service import notify_run
-from .._terminal import StatusChange, apply
+from .._records.terminal import StatusChange, apply
 from . import store
 from .orphans import OrphanReaper
 

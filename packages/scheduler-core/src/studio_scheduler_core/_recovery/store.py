@@ -1,7 +1,7 @@
 """The SQL of recovery: the runs and invocations start-up reconciliation and the stale-run
 reaper inspect, the database's file and the WAL checkpoint.
 
-The writes themselves go through :func:`~studio_scheduler_core._terminal.apply`. A second
+The writes themselves go through :func:`~studio_scheduler_core._records.terminal.apply`. A second
 backend implements these reads (and replaces the checkpoint with its own maintenance).
 """
 

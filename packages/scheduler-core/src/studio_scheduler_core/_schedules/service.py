@@ -15,6 +15,7 @@ import aiosqlite
 
 from studio_state import Clock, new_id, record_transition, write_transaction
 
+from .._admission.store import fired_run_count, schedule_spend
 from .._exceptions import (
     RunNotFound,
     ScheduleHasRunningRuns,
@@ -22,17 +23,15 @@ from .._exceptions import (
     ScheduleNotFound,
     ScheduleValidationError,
 )
-from .._rows import encode_schedule
+from .._records.codec import encode_schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
-from .._usage.store import schedule_spend
 from . import store
 from .backfill import backfill
 from .jitter import with_jitter
 from .store import (
     RUN_PAGE_KEY,
     drop_buffered,
-    fired_run_count,
     load_schedule,
     page_runs,
     set_enabled,

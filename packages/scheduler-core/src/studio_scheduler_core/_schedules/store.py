@@ -23,13 +23,18 @@ from studio_state import (
     write_transaction,
 )
 
-from .._adhoc.store import adhoc_count
+from .._admission.store import adhoc_count
 from .._exceptions import ScheduleNameTaken, ScheduleValidationError
 from .._notify.service import notify_schedule_disabled
 from .._observe.events import emit
+from .._records.codec import (
+    SCHEDULE_COLUMNS,
+    decode_run,
+    decode_schedule,
+    dumps,
+)
+from .._records.terminal import StatusChange, apply
 from .._records.vocab import RUN_STATUSES
-from .._rows import SCHEDULE_COLUMNS, TERMINAL_RUN_STATUSES, decode_run, decode_schedule, dumps
-from .._terminal import StatusChange, apply
 
 RUN_PAGE_KEY = ("fired_at", "created_at", "id")
 """A schedule's runs page order (each descending): the run fields a keyset cursor carries."""
@@ -37,7 +42,6 @@ RUN_PAGE_KEY = ("fired_at", "created_at", "id")
 ADHOC_PAGE_KEY = ("queued_at", "id")
 """The ad-hoc runs page order (each descending): the run fields a keyset cursor carries."""
 
-_TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATUSES)
 _NAME_CONSTRAINT = ("schedules.name", '"schedules_name_key"')
 
 
@@ -208,29 +212,6 @@ async def page_runs(
         [*page_params, max(0, int(limit)), max(0, int(offset))],
     )
     return [decode_run(r) for r in rows], int(total or 0)
-
-
-async def fired_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
-    """Top-level runs of the schedule that fired and ended (chain children and skips excluded)."""
-    value = await fetch_value(
-        conn,
-        "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
-        f"AND status IN ({_TERMINAL_SQL}) AND retry_of IS NULL",
-        (schedule_id,),
-    )
-    return int(value or 0)
-
-
-async def admitted_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
-    """Top-level runs of the schedule that fired and ended, or are queued or running (what
-    ``max_runs`` counts when workers of any node run the fires)."""
-    value = await fetch_value(
-        conn,
-        "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
-        f"AND status IN ({_TERMINAL_SQL}, 'queued', 'running') AND retry_of IS NULL",
-        (schedule_id,),
-    )
-    return int(value or 0)
 
 
 async def set_enabled(

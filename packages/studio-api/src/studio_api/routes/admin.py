@@ -73,8 +73,8 @@ async def maintenance(
 
 async def _prune(engine: Any, actor: str) -> dict[str, Any]:
     """One retention pass now (the reaper's, with the configured ``retention_days``)."""
+    from studio_scheduler_core._fire.runlog import run_log_dir
     from studio_scheduler_core._recovery.retention import retention_pass
-    from studio_scheduler_core._runlog import run_log_dir
 
     db_path = str(engine.db_path)
     runs_dir = (

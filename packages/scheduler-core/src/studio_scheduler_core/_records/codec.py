@@ -6,10 +6,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ._records.column import bool_columns, columns, json_columns, list_columns
-from ._records.run import Run
-from ._records.schedule import Schedule
-from ._records.vocab import FIRED_END_STATUSES
+from .column import bool_columns, columns, json_columns, list_columns
+from .run import Run
+from .schedule import Schedule
+from .vocab import FIRED_END_STATUSES
 
 SCHEDULE_JSON_COLUMNS = json_columns(Schedule)
 RUN_JSON_COLUMNS = json_columns(Run)

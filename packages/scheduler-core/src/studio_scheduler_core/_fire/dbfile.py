@@ -26,7 +26,7 @@ import aiosqlite
 
 from studio_state import fetch_value
 
-from ._exceptions import DatabaseUnavailable
+from .._exceptions import DatabaseUnavailable
 
 logger = logging.getLogger("studio_scheduler_core")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ._settings import SchedulerSettings
+from .._settings import SchedulerSettings
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
