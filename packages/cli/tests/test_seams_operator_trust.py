@@ -124,6 +124,7 @@ def test_tokens_are_created_listed_used_and_revoked(
         in studio.fail("token", "create", "x", "--role", "read", "--expires", "soon").error_line
     )
     assert "name" in studio.fail("token", "create", "bad name", "--role", "read").error_line
+    assert "auth-token" in studio.fail("token", "create", "auth-token", "--role", "read").error_line
 
     served = Served(tmp_path, studio.db)
     servers.append(served)

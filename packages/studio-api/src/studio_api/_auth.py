@@ -182,7 +182,11 @@ class AuthMiddleware:
         if subject == "1" and self._admin is not None:
             return Principal(ADMIN_TOKEN_ACTOR, "admin")
         if subject is not None and subject.startswith("t") and (conn := self._conn()) is not None:
-            return await principal_of_id(conn, subject[1:], now=self._clock())
+            now = self._clock()
+            principal = await principal_of_id(conn, subject[1:], now=now)
+            if principal is not None and principal.token_id is not None:
+                await self._touch(principal.token_id, now)
+            return principal
         return None
 
     async def _touch(self, token_id: str, now: float) -> None:

@@ -19,6 +19,8 @@ from ._roles import Principal, Role, check_role
 TOKEN_PREFIX = "sst_"  # noqa: S105 - a prefix, not a secret
 _TOKEN = re.compile(r"sst_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+#: Actor names Studio itself uses in the audit trail: no token may take them.
+RESERVED_NAMES = frozenset({"auth-token", "api", "studio", "consumer", "operator"})
 _COLUMNS = "id, name, role, created_at, created_by, expires_at, last_used_at, revoked_at"
 
 
@@ -89,6 +91,8 @@ def check_name(name: str) -> str:
         raise InvalidTokenArgument(
             "name: 1-64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
         )
+    if name in RESERVED_NAMES:
+        raise InvalidTokenArgument(f"name: {name!r} is an actor name Studio uses itself")
     return name
 
 
