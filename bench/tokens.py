@@ -3,8 +3,8 @@ target ≤ 1.1×).
 
 Serves the studio-api app (uvicorn on 127.0.0.1, its own process) with
 ``LIONAGI_STUDIO_AUTH_TOKEN`` set and a ``read`` token in its database. In each round, GETs
-one schedule N times with the admin token and N times with the scoped token, back to back,
-the order alternating between rounds, on one kept-alive connection. The scoped token costs
+one schedule N times with each token, in pairs (admin then scoped, then scoped then admin,
+…) so both see the same moment's load, on one kept-alive connection. The scoped token costs
 one indexed read of ``api_tokens`` and an HMAC-SHA256 per request; the admin token a
 constant-time compare.
 
@@ -89,16 +89,24 @@ async def _wait_ready(client: Any, base: str, proc: subprocess.Popen[bytes]) -> 
     raise RuntimeError("the server did not answer within 60 s")
 
 
-async def _median_ms(client: Any, url: str, token: str, n: int) -> float:
-    headers = {"Authorization": f"Bearer {token}"}
-    times = []
-    for _ in range(n):
-        started = time.perf_counter()
-        response = await client.get(url, headers=headers)
-        times.append((time.perf_counter() - started) * 1000)
-        if response.status_code != 200:
-            raise RuntimeError(f"GET -> {response.status_code} {response.text[:200]}")
-    return statistics.median(times)
+async def _one_ms(client: Any, url: str, token: str) -> float:
+    started = time.perf_counter()
+    response = await client.get(url, headers={"Authorization": f"Bearer {token}"})
+    elapsed = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        raise RuntimeError(f"GET -> {response.status_code} {response.text[:200]}")
+    return elapsed
+
+
+async def _round(client: Any, url: str, tokens: dict[str, str], n: int) -> dict[str, float]:
+    """``n`` pairs of requests, one per token, the order alternating pair by pair: both see
+    the same moment's load (the machine may be busy with other work)."""
+    times: dict[str, list[float]] = {which: [] for which in tokens}
+    for i in range(n):
+        order = list(tokens) if i % 2 == 0 else list(reversed(tokens))
+        for which in order:
+            times[which].append(await _one_ms(client, url, tokens[which]))
+    return {which: statistics.median(values) for which, values in times.items()}
 
 
 async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, list[float]]:
@@ -118,14 +126,10 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, list[fl
     try:
         async with httpx.AsyncClient(timeout=30) as client:
             await _wait_ready(client, base, proc)
-            await _median_ms(client, url, ADMIN, 50)  # warm up both paths
-            await _median_ms(client, url, scoped, 50)
-            for round_no in range(args.rounds):
-                order = ("admin", "scoped") if round_no % 2 == 0 else ("scoped", "admin")
-                medians = {}
-                for which in order:
-                    token = ADMIN if which == "admin" else scoped
-                    medians[which] = await _median_ms(client, url, token, args.requests)
+            tokens = {"admin": ADMIN, "scoped": scoped}
+            await _round(client, url, tokens, 50)  # warm up both paths
+            for _ in range(args.rounds):
+                medians = await _round(client, url, tokens, args.requests)
                 out["admin"].append(medians["admin"])
                 out["scoped"].append(medians["scoped"])
                 out["ratio"].append(medians["scoped"] / medians["admin"])
@@ -153,7 +157,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         result = asyncio.run(_measure(args, Path(scratch)))
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
-    print(f"{args.rounds} rounds × {args.requests} GET /api/schedules/{{id}} per token")
+    print(f"{args.rounds} rounds × {args.requests} GET /api/schedules/{{id}} per token, in pairs")
     print(f"admin token (LIONAGI_STUDIO_AUTH_TOKEN): median {_fmt(result['admin'], ' ms')}")
     print(f"scoped read token (api_tokens):          median {_fmt(result['scoped'], ' ms')}")
     ratio = statistics.median(result["ratio"])
