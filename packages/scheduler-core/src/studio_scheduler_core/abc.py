@@ -119,6 +119,17 @@ class WorkerPass(Protocol):
         """How many ad-hoc runs this worker is executing."""
         ...
 
+    def attach(self, *, node_id: str, storage: Any, runner: Any) -> None:
+        """Join the engine as it starts: its node id (written on the runs it starts), its
+        storage health (one for every terminal write) and its fire runner (where the
+        scheduled fires it claims run)."""
+        ...
+
+    async def revoke(self, run_id: str) -> bool:
+        """Stop the run at once if this worker executes it (its row already changed);
+        whether it did."""
+        ...
+
 
 @runtime_checkable
 class RunTerminalHook(Protocol):

@@ -17,6 +17,7 @@ import aiosqlite
 from studio_state import record_transitions, write_transaction
 
 from .._fire import store as fire_store
+from .._fire.commit import invocation_row
 from .._fire.env import Prepared
 from .._notify.service import notify_run
 from .._records.codec import dumps
@@ -67,21 +68,9 @@ async def commit_claim(
     reason, summary = fire.setup_error or (CLAIMED, f"claimed by worker {worker_id}")
     expires = None if failed else now + lease_seconds
     inv_reason = reason if failed else "run.started.ok"
-    invocation = {
-        "id": fire.invocation_id,
-        "schedule_run_id": fire.run_id,
-        "skill": f"scheduled:{fire.schedule.get('name')}"
-        if scheduled
-        else f"adhoc:{run['action_kind']}",
-        "status": status,
-        "prompt": fire.prompt,
-        "started_at": now,
-        "ended_at": now if failed else None,
-        "status_reason_code": inv_reason,
-        "status_reason_summary": clip(summary) if failed else None,
-        "created_at": now,
-        "updated_at": now,
-    }
+    invocation = invocation_row(
+        fire, now, skill=None if scheduled else f"adhoc:{run['action_kind']}"
+    )
     refs = [{"kind": "invocation", "id": fire.invocation_id}]
     change = StatusChange(
         "schedule_runs",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._fire.env import FireEnv, Prepared
-from .._policies.retry_fire import prepare_row
+from .._fire.waiting import prepare_row
 from .._schedules.store import load_schedule
 
 

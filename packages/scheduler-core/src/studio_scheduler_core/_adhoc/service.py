@@ -37,11 +37,11 @@ from .._records.terminal import StatusChange, apply
 from .._schedules.store import ADHOC_PAGE_KEY, page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize
 from .._settings import SchedulerSettings
+from ..abc import WorkerPass
 from . import store
 
 if TYPE_CHECKING:
     from .._fire.runner import FireRunner
-    from .worker import AdhocWorker
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -126,7 +126,7 @@ class AdhocRunService:
         settings: SchedulerSettings,
         clock: Clock = time.time,
         on_change: Callable[[], None] | None = None,
-        worker: AdhocWorker | None = None,
+        worker: WorkerPass | None = None,
         runner: FireRunner | None = None,
         report_waiting: bool = True,
     ) -> None:

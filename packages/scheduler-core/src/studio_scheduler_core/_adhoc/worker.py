@@ -131,6 +131,13 @@ class AdhocWorker:
         for fire, attempt in await self.claim(conn, now=now):
             self.launch(fire, attempt)
 
+    def attach(self, *, node_id: str, storage: StorageHealth, runner: FireRunner) -> None:
+        """Join the engine: its runs are the engine's node's, its terminal writes report to
+        the engine's storage health, the scheduled fires it claims run on its fire runner."""
+        self.node_id = node_id
+        self.storage = storage
+        self.runner = runner
+
     async def stop(self) -> None:
         """Cancel every run this worker executes (children terminated, runs ``cancelled``).
 

@@ -101,16 +101,12 @@ class SchedulerEngine(EngineLoop):
         )
         self._on_run_terminal = on_run_terminal
         storage = StorageHealth()
-        if isinstance(self._worker, AdhocWorker):
-            self._worker.storage = storage  # one health for every terminal write
         self.reaper = OrphanReaper()
         """Terminates the orphans start-up recovery finds, in the background."""
         if leadership is None:
             leadership = default_leadership(self.db_path, settings, node_id)
         self.leadership = leadership
         """Whether this engine leads (see :class:`~studio_scheduler_core.abc.Leadership`)."""
-        if isinstance(self._worker, AdhocWorker):
-            self._worker.node_id = leadership.node_id  # its runs are this node's too
         self._db = EngineDatabase(
             self.db_path,
             storage,
@@ -137,13 +133,12 @@ class SchedulerEngine(EngineLoop):
     def runs(self) -> AdhocRunService:
         """An :class:`AdhocRunService` on the engine's connection (wakes the engine; a cancel
         stops a run the engine's worker executes at once)."""
-        worker = self._worker if isinstance(self._worker, AdhocWorker) else None
         return AdhocRunService(
             self.conn,
             settings=self.settings,
             clock=self.clock,
             on_change=self.wake,
-            worker=worker,
+            worker=self._worker,
             runner=None if self._run is None else self._run.runner,
             # on SQLite the engine reports cancels of runs that never started, from the rows
             report_waiting=self.backend == "postgresql",
@@ -183,8 +178,9 @@ class SchedulerEngine(EngineLoop):
                 now=now,
                 node_id=self.leadership.node_id,
             )
-            if isinstance(self._worker, AdhocWorker):
-                self._worker.runner = run.runner  # scheduled fires it claims run there
+            self._worker.attach(
+                node_id=self.leadership.node_id, storage=self._db.storage, runner=run.runner
+            )
             await register_node(conn, self.leadership.node_id, self.settings.node_url, now)
             self._leading = False
             if await self.leadership.tick():

@@ -4,6 +4,7 @@ schedule claim, in the occurrence transaction (one transaction for a batch of fi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from studio_state import Transition, run_to_completion
 
@@ -96,19 +97,7 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
         "status_reason_summary": clip(summary),
         "status_evidence_refs": [{"kind": "schedule", "id": sid}],
     }
-    invocation = {
-        "id": fire.invocation_id,
-        "schedule_run_id": fire.run_id,
-        "skill": f"scheduled:{schedule.get('name')}",
-        "status": run_status,
-        "prompt": fire.prompt,
-        "started_at": now,
-        "ended_at": now if failed else None,
-        "status_reason_code": reason_code if failed else "run.started.ok",
-        "status_reason_summary": clip(summary) if failed else None,
-        "created_at": now,
-        "updated_at": now,
-    }
+    invocation = invocation_row(fire, now)
     meta = {"trigger_context": fire.trigger_context, "chain_depth": fire.chain_depth}
     transitions = [
         Transition(
@@ -148,6 +137,27 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
         ]
 
     return FireWrite(claim=claim, run=run, invocation=invocation, transitions=transitions)
+
+
+def invocation_row(fire: Prepared, now: float, *, skill: str | None = None) -> dict[str, Any]:
+    """The ``invocations`` row of a fire that starts now (``failed`` at once when its setup
+    was refused): the one builder every start uses (a fire's commit, a waiting row's start,
+    a worker's claim). ``skill`` defaults to the schedule's (``scheduled:<name>``)."""
+    failed = fire.setup_error is not None
+    reason, summary = fire.setup_error or ("run.started.ok", "")
+    return {
+        "id": fire.invocation_id,
+        "schedule_run_id": fire.run_id,
+        "skill": skill or f"scheduled:{fire.schedule.get('name')}",
+        "status": "failed" if failed else "running",
+        "prompt": fire.prompt,
+        "started_at": now,
+        "ended_at": now if failed else None,
+        "status_reason_code": reason,
+        "status_reason_summary": clip(summary) if failed else None,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def queued_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:

@@ -23,6 +23,7 @@ from studio_state import (
     new_id,
     record_transitions,
     record_transitions_sync,
+    run_sync,
     run_write_transaction,
     write_transaction,
 )
@@ -73,16 +74,15 @@ def _claim_sets(claim: ScheduleClaim, now: float) -> tuple[dict[str, Any], list[
     return sets, guards
 
 
-async def _apply_claim(conn: aiosqlite.Connection, claim: ScheduleClaim, now: float) -> bool:
-    if claim.kind == "follow_up":
-        return await store.schedule_exists(conn, claim.schedule_id)
-    return await store.update_schedule(conn, claim.schedule_id, *_claim_sets(claim, now))
-
-
 def _apply_claim_sync(db: sqlite3.Connection, claim: ScheduleClaim, now: float) -> bool:
     if claim.kind == "follow_up":
         return store.schedule_exists_sync(db, claim.schedule_id)
     return store.update_schedule_sync(db, claim.schedule_id, *_claim_sets(claim, now))
+
+
+async def _apply_claim(conn: aiosqlite.Connection, claim: ScheduleClaim, now: float) -> bool:
+    """:func:`_apply_claim_sync` in one trip."""
+    return await run_sync(conn, lambda db: _apply_claim_sync(db, claim, now))
 
 
 @dataclass(frozen=True, slots=True)

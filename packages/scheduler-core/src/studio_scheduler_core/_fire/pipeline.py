@@ -6,6 +6,9 @@ commit (the occurrence transaction guarded on the schedule row, or the guarded c
 queued row) and what starts the committed fire. :func:`stage` and :func:`commit_steps` are
 the sequence (:func:`run_steps` for one fire); :func:`stage_fire` and :func:`commit_fires` are
 it for schedule fires, which an evaluation pass commits as one batch, and :func:`fire` for one.
+A stored row that waits to start (a due retry, a buffered occurrence: a :class:`Waiting`) is
+the third source: :func:`fire_waiting` prepares it under its reservation and commits it with
+:func:`~studio_scheduler_core._fire.waiting.commit_waiting`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from .commit import commit_batch
 from .env import FireEnv, Prepared
 from .occurrence import ScheduleClaim
 from .prepare import prepare
+from .waiting import commit_waiting, prepare_row
 
 
 class Hold(Protocol):
@@ -186,6 +190,46 @@ async def fire(
         chain_parent_id=chain_parent_id,
     )
     return (await commit_fires(env, [staged], start))[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A stored run row waiting to start: a due retry (``previous`` ``retry_wait``) or a
+    buffered occurrence (``waiting_dependency``); ``fired`` is the (reason code, summary) of
+    its start and ``lag`` the seconds its fire event reports."""
+
+    row: Mapping[str, Any]
+    kind: str
+    previous: str
+    fired: tuple[str, str]
+    lag: float = 0.0
+
+
+async def fire_waiting(
+    env: FireEnv,
+    schedule: Mapping[str, Any],
+    waiting: Waiting,
+    reservation: Reservation,
+    start: StartFire,
+) -> Prepared | None:
+    """Start one waiting row of ``schedule`` under ``reservation``: prepare it, commit it
+    guarded on its previous status, start it; ``None`` (the reservation released) when the
+    guard was lost."""
+    try:
+        fire = await prepare_row(env, schedule, waiting.row, kind=waiting.kind)
+    except BaseException:
+        reservation.release()
+        raise
+
+    async def commit_step(prepared: Prepared) -> bool:
+        won = await commit_waiting(
+            env, prepared, env.clock(), previous=waiting.previous, fired=waiting.fired
+        )
+        if won:
+            fire_event(prepared, waiting.lag)
+        return won
+
+    return await run_steps(lambda: fire, commit_step, reservation, start)
 
 
 def claim_due(env: FireEnv, context: Mapping[str, Any], kind: str) -> float:

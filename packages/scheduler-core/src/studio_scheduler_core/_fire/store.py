@@ -15,7 +15,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_one, run_write_transaction
+from studio_state import fetch_one, run_sync, run_write_transaction
 
 from .._notify.store import retry_planned as retry_planned
 from .._records.codec import dumps
@@ -97,9 +97,8 @@ def run_params(run: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 async def schedule_exists(conn: aiosqlite.Connection, schedule_id: str) -> bool:
-    """Whether the schedule row is still there."""
-    found = await conn.execute_fetchall("SELECT 1 FROM schedules WHERE id = ?", (schedule_id,))
-    return bool(list(found))
+    """Whether the schedule row is still there (:func:`schedule_exists_sync` in one trip)."""
+    return await run_sync(conn, lambda db: schedule_exists_sync(db, schedule_id))
 
 
 def _update_schedule_sql(
@@ -120,14 +119,14 @@ def _update_schedule_sql(
 async def update_schedule(
     conn: aiosqlite.Connection, schedule_id: str, sets: Mapping[str, Any], guards: Sequence[Guard]
 ) -> bool:
-    """``UPDATE schedules SET sets WHERE id = ? AND guards``; whether the row matched."""
-    cursor = await conn.execute(*_update_schedule_sql(schedule_id, sets, guards))
-    # rowcount is read without a round trip; the cursor is left to the GC (closing costs one).
-    return bool(cursor.rowcount == 1)
+    """``UPDATE schedules SET sets WHERE id = ? AND guards``; whether the row matched
+    (:func:`update_schedule_sync` in one trip)."""
+    return await run_sync(conn, lambda db: update_schedule_sync(db, schedule_id, sets, guards))
 
 
-# The same writes as statements of a function run by ``run_write_transaction`` (``db`` is the
-# connection's own ``sqlite3.Connection``): a batch of fires costs one trip, not one per row.
+# One implementation of each statement, on the connection's own handle (``db``): a function
+# run by ``run_write_transaction`` calls it directly (a batch of fires costs one trip, not one
+# per row), and the async function of the same name runs it in one trip (``run_sync``).
 
 
 def update_schedule_sync(
@@ -167,8 +166,9 @@ async def disable_schedule(
 
 
 async def insert_invocation(conn: aiosqlite.Connection, invocation: Mapping[str, Any]) -> None:
-    """Insert an ``invocations`` row from its dict."""
-    await conn.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
+    """Insert an ``invocations`` row from its dict (:func:`insert_invocation_sync` in one
+    trip)."""
+    await run_sync(conn, lambda db: insert_invocation_sync(db, invocation))
 
 
 async def delete_invocation(conn: aiosqlite.Connection, invocation_id: str) -> None:
@@ -177,8 +177,8 @@ async def delete_invocation(conn: aiosqlite.Connection, invocation_id: str) -> N
 
 
 async def insert_run(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> None:
-    """Insert a ``schedule_runs`` row from its dict."""
-    await conn.execute(_INSERT_RUN, run_params(run))
+    """Insert a ``schedule_runs`` row from its dict (:func:`insert_run_sync` in one trip)."""
+    await run_sync(conn, lambda db: insert_run_sync(db, run))
 
 
 async def insert_deferrals(
@@ -197,11 +197,9 @@ async def insert_deferrals(
 
 
 async def session_statuses(conn: aiosqlite.Connection, invocation_id: str) -> list[str]:
-    """The statuses of the invocation's sessions (its evidence)."""
-    rows = await conn.execute_fetchall(
-        "SELECT status FROM sessions WHERE invocation_id = ?", (invocation_id,)
-    )
-    return [row["status"] for row in rows]
+    """The statuses of the invocation's sessions (its evidence; :func:`session_statuses_sync`
+    in one trip)."""
+    return await run_sync(conn, lambda db: session_statuses_sync(db, invocation_id))
 
 
 def session_statuses_sync(db: sqlite3.Connection, invocation_id: str) -> list[str]:
@@ -262,23 +260,6 @@ async def run_status(conn: aiosqlite.Connection, run_id: str) -> str | None:
     """The run's status, or ``None`` when there is no such run."""
     row = await fetch_one(conn, "SELECT status FROM schedule_runs WHERE id = ?", (run_id,))
     return None if row is None else str(row["status"])
-
-
-async def start_waiting_run(
-    conn: aiosqlite.Connection, run_id: str, *, previous: str, sets: Mapping[str, Any]
-) -> bool:
-    """A waiting run (a retry's ``retry_wait`` row or a buffered ``waiting_dependency`` row)
-    takes ``sets`` (its status, invocation, argv …), guarded on ``previous``; JSON columns are
-    encoded. Returns whether the guard held."""
-    values = {k: dumps(v) if k in INSERTED_JSON_COLUMNS else v for k, v in sets.items()}
-    cursor = await conn.execute(
-        f"UPDATE schedule_runs SET {', '.join(f'{k} = ?' for k in values)} "
-        "WHERE id = ? AND status = ?",
-        (*values.values(), run_id, previous),
-    )
-    changed = cursor.rowcount == 1
-    await cursor.close()
-    return changed
 
 
 async def run_invocation(conn: aiosqlite.Connection, run_id: str) -> str | None:

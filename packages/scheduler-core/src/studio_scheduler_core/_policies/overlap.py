@@ -21,8 +21,7 @@ from .._admission.gates import Admission
 from .._fire import store
 from .._fire.env import FireEnv
 from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
-from .._fire.pipeline import StartFire, fire_event
-from .._fire.prepare import prepare
+from .._fire.pipeline import StartFire, Waiting, fire_waiting
 from .._notify.service import notify_run
 from .._records.codec import decode_run
 from .._records.terminal import StatusChange, apply
@@ -37,7 +36,7 @@ from .._schedules.buffer import (
 )
 from .._schedules.store import drop_buffered, load_schedule, set_enabled
 from ..abc import Occurrence
-from .retry_fire import commit_waiting, fire_due_retries
+from .retry_fire import fire_due_retries
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -222,32 +221,14 @@ class OverlapPolicies:
                     metadata=decision.metadata,
                 )
             return False
-        reservation = decision.reservation
-        try:
-            fire = prepare(
-                self._env,
-                schedule,
-                row["trigger_context"] or {},
-                kind="scheduled",
-                run_id=str(row["id"]),
-            )
-            reservation.run_id = fire.run_id
-            won = await commit_waiting(
-                self._env,
-                fire,
-                self._env.clock(),
-                previous="waiting_dependency",
-                fired=(FIRED_BACKFILL, "a backfill occurrence's turn came")
-                if fire.trigger_context.get("backfill")
-                else (FIRED_BUFFERED, "the in-flight run ended; the buffered occurrence starts"),
-            )
-        except BaseException:
-            reservation.release()
-            raise
-        if not won:
-            fire.discard()
-            reservation.release()
-            return False
-        fire_event(fire, 0.0)
-        self._start(fire, reservation)
-        return True
+        backfill = bool((row["trigger_context"] or {}).get("backfill"))
+        waiting = Waiting(
+            row,
+            kind="scheduled",
+            previous="waiting_dependency",
+            fired=(FIRED_BACKFILL, "a backfill occurrence's turn came")
+            if backfill
+            else (FIRED_BUFFERED, "the in-flight run ended; the buffered occurrence starts"),
+        )
+        fired = await fire_waiting(self._env, schedule, waiting, decision.reservation, self._start)
+        return fired is not None

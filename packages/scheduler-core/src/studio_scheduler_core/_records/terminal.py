@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from studio_state import Transition, record_transitions, record_transitions_sync
+from studio_state import Transition, record_transitions_sync, run_sync
 
 MAX_DETAIL = 2000
 """Summaries and error details keep their last this-many characters (the end says most)."""
@@ -101,27 +101,14 @@ class StatusChange:
         )
 
 
-async def apply(conn: aiosqlite.Connection, changes: Iterable[StatusChange]) -> list[bool]:
-    """Apply each change in the caller's transaction; return which ones applied.
-
-    The transition rows of the applied changes are recorded together after the updates.
-    """
-    applied: list[bool] = []
-    rows: list[Transition] = []
-    for change in changes:
-        sql, params = change.statement()
-        cursor = await conn.execute(sql, params)
-        won = cursor.rowcount == 1
-        await cursor.close()
-        applied.append(won)
-        if won:
-            rows.append(change.transition())
-    await record_transitions(conn, rows)
-    return applied
-
-
 def apply_sync(db: sqlite3.Connection, changes: Iterable[StatusChange]) -> list[bool]:
-    """:func:`apply` as statements of a function run by ``run_write_transaction`` (one trip)."""
+    """Apply each change on ``db`` inside the caller's open write transaction; return which
+    ones applied.
+
+    This is the one implementation: each change is one guarded ``UPDATE``, and the
+    transition rows of the applied changes are recorded together afterwards (one
+    ``executemany``). A function given to ``run_write_transaction`` calls it directly.
+    """
     applied: list[bool] = []
     rows: list[Transition] = []
     for change in changes:
@@ -131,3 +118,12 @@ def apply_sync(db: sqlite3.Connection, changes: Iterable[StatusChange]) -> list[
             rows.append(change.transition())
     record_transitions_sync(db, rows)
     return applied
+
+
+async def apply(conn: aiosqlite.Connection, changes: Iterable[StatusChange]) -> list[bool]:
+    """:func:`apply_sync` in the caller's transaction, run in one trip to the connection's
+    thread (``run_sync``)."""
+    batch = list(changes)
+    if not batch:
+        return []
+    return await run_sync(conn, lambda db: apply_sync(db, batch))
