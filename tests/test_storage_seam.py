@@ -55,6 +55,10 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
         "_app.py": frozenset({PRAGMA}),
         "_reads.py": frozenset({PRAGMA}),
         "_storage.py": frozenset({PRAGMA, TRANSACTION}),
+        # maintenance of the SQLite file itself: VACUUM, the WAL checkpoint, and the
+        # integrity check (and table count) of a backup copy on its own connection, and the
+        # audit row of each action in its own short transaction
+        "_maintenance.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
     },
     "cli": {},
 }

@@ -10,6 +10,7 @@ injectable clock and 12-hex ids.
 from __future__ import annotations
 
 from .__about__ import __version__
+from ._audit import TransitionFilter, read_transitions
 from ._backend import Backend, backend_of, is_postgres
 from ._clock import Clock, ManualClock, system_clock
 from ._complete import run_to_completion
@@ -87,6 +88,7 @@ __all__ = [
     "StateError",
     "SynchronousInTransaction",
     "Transition",
+    "TransitionFilter",
     "__version__",
     "applied_version",
     "backend_of",
@@ -108,6 +110,7 @@ __all__ = [
     "migrate",
     "new_id",
     "open_connection",
+    "read_transitions",
     "record_transition",
     "record_transition_sync",
     "record_transitions",

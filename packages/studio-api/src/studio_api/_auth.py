@@ -30,7 +30,7 @@ from ._dashboard._session import COOKIE_NAME
 from ._roles import PUBLIC_PATHS as PUBLIC_PATHS
 from ._roles import RouteRoles
 from ._tokens import Principal, any_live_token, find_token, role_allows
-from ._tokens._store import principal_of_id
+from ._tokens.store import principal_of_id
 
 logger = logging.getLogger("studio_api.auth")
 

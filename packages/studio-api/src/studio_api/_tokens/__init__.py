@@ -9,7 +9,7 @@ stored; the token itself is shown once, when it is created.
 from __future__ import annotations
 
 from ._roles import ROLE_RANK, ROLES, Principal, Role, check_role, role_allows
-from ._store import (
+from .store import (
     TOKEN_PREFIX,
     InvalidTokenArgument,
     TokenError,

@@ -9,18 +9,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.exceptions import RequestValidationError
 
-from studio_state import ENTITY_TYPES, fetch_all
+from studio_state import ENTITY_TYPES, TransitionFilter, read_transitions
 
 from .._cursor import decode_cursor, encode_cursor
 from .._deps import ReadsDep, responses
 from .._models import SQLITE_INT_MAX, ResponseModel
 
 router = APIRouter(prefix="/api/audit", tags=["audit"])
-
-_COLUMNS = (
-    "id, entity_type, entity_id, previous_status, status, reason_code, reason_summary, "
-    "actor, metadata, created_at"
-)
 
 
 class AuditEntry(ResponseModel):
@@ -71,17 +66,17 @@ def parse_instant(field: str, value: str | None) -> float | None:
     return moment.timestamp()
 
 
-def _entity_filter(entity: str | None) -> tuple[list[str], list[Any]]:
-    """``entity``: an entity type, ``<type>:<id>``, or an entity id."""
+def _entity_filter(entity: str | None) -> tuple[str | None, str | None]:
+    """``entity``: an entity type, ``<type>:<id>``, or an entity id → (type, id)."""
     if entity is None or not entity.strip():
-        return [], []
+        return None, None
     text = entity.strip()
     kind, sep, ident = text.partition(":")
     if sep and kind in ENTITY_TYPES:
-        return ["entity_type = ?", "entity_id = ?"], [kind, ident]
+        return kind, ident
     if text in ENTITY_TYPES:
-        return ["entity_type = ?"], [text]
-    return ["entity_id = ?"], [text]
+        return text, None
+    return None, text
 
 
 def _entry(row: dict[str, Any]) -> AuditEntry:
@@ -114,28 +109,20 @@ async def audit(
     """The audit trail, newest first: every recorded status change with its actor (the
     token's name for API requests, ``cli:<user>`` for commands on the database, ``studio``
     or a component's name for the engine), filtered by actor, entity and time."""
-    where, params = _entity_filter(entity)
-    if actor is not None and actor.strip():
-        where.append("actor = ?")
-        params.append(actor.strip())
-    start, end = parse_instant("since", since), parse_instant("until", until)
-    if start is not None:
-        where.append("created_at >= ?")
-        params.append(start)
-    if end is not None:
-        where.append("created_at < ?")
-        params.append(end)
+    entity_type, entity_id = _entity_filter(entity)
+    before = None
     if cursor is not None:
         at, last_id = decode_cursor(cursor, (float, str), offset=offset)
-        where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-        params += [at, at, last_id]
-    clause = f" WHERE {' AND '.join(where)}" if where else ""
-    rows = await fetch_all(
-        reads.conn,
-        f"SELECT {_COLUMNS} FROM status_transitions{clause} "
-        "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
-        (*params, limit, offset),
+        before = (float(at), str(last_id))
+    where = TransitionFilter(
+        actor=actor.strip() if actor is not None and actor.strip() else None,
+        entity_type=entity_type,
+        entity_id=entity_id,
+        since=parse_instant("since", since),
+        until=parse_instant("until", until),
+        before=before,
     )
+    rows = await read_transitions(reads.conn, where, limit=limit, offset=offset)
     following = None
     if len(rows) == limit:
         following = encode_cursor([float(rows[-1]["created_at"]), str(rows[-1]["id"])])
