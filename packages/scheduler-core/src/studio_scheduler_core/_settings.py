@@ -42,7 +42,16 @@ class SchedulerSettings:
     run_log_bytes: int = 1024 * 1024
     """The bound of one run log (at least 1024 bytes)."""
     retention_days: float = 30.0
-    """Terminal runs and dispatches older than this many days are deleted (0: keep forever)."""
+    """Terminal runs older than this many days are deleted (0: keep forever); also the window
+    of dispatches whose own window is ``None``."""
+    dispatch_retention_days: float | None = None
+    """The window of ``delivered``/``acked`` dispatches (``None``: ``retention_days``)."""
+    dead_letter_retention_days: float | None = None
+    """The window of ``dead_letter``/``expired`` dispatches (``None``: ``retention_days``)."""
+    audit_retention_days: float = 365.0
+    """The window of audit rows (operator actors) whose entity is gone (0: keep forever)."""
+    archive_dir: str | None = None
+    """Where retention archives what it deletes before deleting it (``None``: no archive)."""
     scheduled_on_any_node: bool | None = None
     """Scheduled fires are committed ``queued`` by the leader and run by whichever node's
     worker claims them (leased, like ad-hoc runs); ``False``: the leader runs them itself;
@@ -65,14 +74,28 @@ class SchedulerSettings:
                 or value <= 0
             ):
                 raise InvalidSettings(name, f"must be a positive number, got {value!r}")
-        days = self.retention_days
-        if (
-            isinstance(days, bool)
-            or not isinstance(days, int | float)
-            or not math.isfinite(days)
-            or not 0 <= days <= 36500
+        for name in (
+            "retention_days",
+            "dispatch_retention_days",
+            "dead_letter_retention_days",
+            "audit_retention_days",
         ):
-            raise InvalidSettings("retention_days", f"must be between 0 and 36500, got {days!r}")
+            days = getattr(self, name)
+            if days is None and name in ("dispatch_retention_days", "dead_letter_retention_days"):
+                continue
+            if (
+                isinstance(days, bool)
+                or not isinstance(days, int | float)
+                or not math.isfinite(days)
+                or not 0 <= days <= 36500
+            ):
+                raise InvalidSettings(name, f"must be between 0 and 36500, got {days!r}")
+        if self.archive_dir is not None and not (
+            isinstance(self.archive_dir, str) and self.archive_dir.strip()
+        ):
+            raise InvalidSettings(
+                "archive_dir", f"must be a directory path, got {self.archive_dir!r}"
+            )
         for name in ("max_scheduled_concurrent", "max_adhoc_concurrent"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -68,6 +68,11 @@ class Reapers:
             now=now,
             retention_days=self._settings.retention_days,
             runs_dir=runs_dir,
+            dispatch_retention_days=self._settings.dispatch_retention_days,
+            dead_letter_retention_days=self._settings.dead_letter_retention_days,
+            audit_retention_days=self._settings.audit_retention_days,
+            archive_dir=self._settings.archive_dir,
+            log_bytes=self._settings.run_log_bytes,
         )
         # On PostgreSQL the ad-hoc run counts are delta rows; fold those written since.
         await compact_counts(self._conn)

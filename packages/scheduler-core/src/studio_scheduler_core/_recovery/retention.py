@@ -25,6 +25,16 @@ A run is deleted with its invocations, their sessions, the transition rows of al
 and its log file ``runs/<run_id>.log`` beside the database. A run that is the chain parent
 of a run still live (queued or running), or the attempt a live run retries (``retry_of``: a
 planned ``retry_wait`` or a running retry), is kept until that run ends.
+With an archive directory, each batch first reads the rows it is about to delete (no write
+lock held: a read on the engine connection), writes them to a verified archive
+(:mod:`.archive`), and only then deletes, in a write transaction that reads the same rows again
+and deletes only the entities whose rows are exactly those archived (an entity that changed in
+between stays, and is archived again when it goes). An archive that cannot be written deletes
+nothing: the pass stops, its report names the cause, and the next pass tries again.
+
+Windows: runs (``retention_days``), ``delivered``/``acked`` dispatches, dead letters
+(``dead_letter``/``expired``) and audit rows each have their own (see :mod:`.retention_rows`
+for what an audit row is); 0 keeps that kind forever.
 """
 
 from __future__ import annotations
@@ -38,11 +48,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
 
 from studio_state import backend_of, run_sync, run_write_transaction
+
+from .._observe.events import emit
+from .archive import ArchiveError
+from .retention_batch import archived_batch, plain_batch
+from .retention_rows import (
+    LIVE_RUN,
+    TERMINAL_DISPATCH,
+    TERMINAL_RUN,
+    keep_live_parents,
+    walks,
+)
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -57,9 +77,8 @@ CHECKPOINT_ROWS = 1000
 """Rows deleted between two passive checkpoints (and one when the pass ends): a few hundred
 pages of WAL, and a pass over a few rows is not slowed by a sync per batch."""
 
-TERMINAL_RUN = ("completed", "failed", "timed_out", "cancelled", "skipped")
-LIVE_RUN = ("queued", "waiting_dependency", "running", "retry_wait")
-TERMINAL_DISPATCH = ("delivered", "acked", "dead_letter", "expired")
+__all__ = ["LIVE_RUN", "TERMINAL_DISPATCH", "TERMINAL_RUN", "RetentionReport", "retention_pass"]
+_keep_live_parents = keep_live_parents  # the name tests of the live-run check use
 
 
 @dataclass
@@ -68,7 +87,13 @@ class RetentionReport:
 
     runs: int = 0
     dispatches: int = 0
+    audit_rows: int = 0
     log_files: int = 0
+    archives: list[str] = field(default_factory=list)
+    """The manifests this pass wrote (file names in the archive directory)."""
+    archive_error: str | None = None
+    """Why the pass's archive failed (names the directory and the cause); nothing of that
+    batch, nor after it, was deleted."""
     holds: list[float] = field(default_factory=list)
     """Each batch's time inside its transaction (its statements, on the writer's thread)."""
     sizes: list[int] = field(default_factory=list)
@@ -111,109 +136,6 @@ class BatchSizer:
             size = self.size
         self.size = max(self.low, min(self.high, size))
         return self.size
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" * len(values))
-
-
-def _keep_live_parents(db: sqlite3.Connection, ids: list[str]) -> list[str]:
-    """Drop the runs that a run still live points to: its chain parent, or the attempt it
-    retries (a retry series stays together until it ends)."""
-    marks = _marks(ids)
-    live = db.execute(
-        f"SELECT chain_parent_id AS p FROM schedule_runs "
-        f"WHERE chain_parent_id IN ({marks}) AND status IN ({_marks(LIVE_RUN)}) "
-        f"UNION SELECT retry_of AS p FROM schedule_runs "
-        f"WHERE retry_of IN ({marks}) AND status IN ({_marks(LIVE_RUN)})",
-        (*ids, *LIVE_RUN, *ids, *LIVE_RUN),
-    ).fetchall()
-    keep = {str(row["p"]) for row in live}
-    return [i for i in ids if i not in keep]
-
-
-def _delete_runs(db: sqlite3.Connection, ids: list[str]) -> None:
-    """Delete runs with their invocations, sessions and the transitions of all of them."""
-    marks = _marks(ids)
-    invs = [
-        str(row["id"])
-        for row in db.execute(
-            f"SELECT id FROM invocations WHERE schedule_run_id IN ({marks})", ids
-        ).fetchall()
-    ]
-    if invs:
-        inv_marks = _marks(invs)
-        db.execute(f"DELETE FROM sessions WHERE invocation_id IN ({inv_marks})", invs)
-        db.execute(
-            "DELETE FROM status_transitions WHERE entity_type = 'invocation' "
-            f"AND entity_id IN ({inv_marks})",
-            invs,
-        )
-    db.execute(f"DELETE FROM schedule_runs WHERE id IN ({marks})", ids)
-    if invs:
-        db.execute(f"DELETE FROM invocations WHERE id IN ({_marks(invs)})", invs)
-    db.execute(
-        "DELETE FROM status_transitions WHERE entity_type = 'schedule_run' "
-        f"AND entity_id IN ({marks})",
-        ids,
-    )
-
-
-def _delete_dispatches(db: sqlite3.Connection, ids: list[str]) -> None:
-    marks = _marks(ids)
-    db.execute(f"DELETE FROM dispatch_outbox WHERE id IN ({marks})", ids)
-    db.execute(
-        f"DELETE FROM status_transitions WHERE entity_type = 'dispatch' AND entity_id IN ({marks})",
-        ids,
-    )
-
-
-@dataclass(frozen=True)
-class _Table:
-    """What differs between the tables retention walks."""
-
-    name: str
-    ended: str  # the column that says when a terminal row ended
-    terminal: tuple[str, ...]
-    delete: Callable[[sqlite3.Connection, list[str]], None]
-    keep: Callable[[sqlite3.Connection, list[str]], list[str]] | None = None
-
-
-_TABLES = (
-    _Table("schedule_runs", "ended_at", TERMINAL_RUN, _delete_runs, _keep_live_parents),
-    _Table("dispatch_outbox", "updated_at", TERMINAL_DISPATCH, _delete_dispatches),
-)
-
-
-def _batch(
-    table: _Table, after: int, size: int, cutoff: float, timer: Callable[[], float]
-) -> Callable[[sqlite3.Connection], tuple[int, list[str], bool, float]]:
-    """Delete up to ``size`` old terminal rows of ``table`` after ``rowid``; return (last
-    rowid visited, ids deleted, whether the pass reached the end of the old rows, seconds the
-    statements took)."""
-
-    def fn(db: sqlite3.Connection) -> tuple[int, list[str], bool, float]:
-        begun = timer()
-        rows = db.execute(
-            f"SELECT rowid AS r, id, status, created_at, COALESCE({table.ended}, created_at) "
-            f"AS t FROM {table.name} WHERE rowid > ? ORDER BY rowid LIMIT ?",
-            (after, size),
-        ).fetchall()
-        last, ids, end = after, [], len(rows) < size
-        for row in rows:
-            if float(row["created_at"]) >= cutoff:
-                end = True
-                break
-            last = int(row["r"])
-            if row["status"] in table.terminal and float(row["t"]) < cutoff:
-                ids.append(str(row["id"]))
-        if ids and table.keep is not None:
-            ids = table.keep(db, ids)
-        if ids:
-            table.delete(db, ids)
-        return last, ids, end, timer() - begun
-
-    return fn
 
 
 def _unlink_logs(runs_dir: Path, ids: Sequence[str]) -> int:
@@ -297,47 +219,73 @@ async def retention_pass(
     runs_dir: str | Path,
     time_budget: float = 1.0,
     timer: Callable[[], float] = time.perf_counter,
+    dispatch_retention_days: float | None = None,
+    dead_letter_retention_days: float | None = None,
+    audit_retention_days: float = 0.0,
+    archive_dir: str | Path | None = None,
+    log_bytes: int = 1024 * 1024,
 ) -> RetentionReport:
-    """Delete terminal runs and dispatches that ended more than ``retention_days`` ago.
+    """Delete terminal runs, dispatches and audit rows older than their windows.
 
-    ``retention_days`` 0 keeps everything. Batches are sized (:class:`BatchSizer`, per table)
-    so each holds the writer about :data:`TARGET_HOLD` at most, timed with ``timer`` on the
-    writer's thread; the pass yields to other tasks between batches and stops after
-    ``time_budget`` seconds (``done`` is then false; the next pass continues). While the pass
-    runs, ``conn``'s WAL auto-checkpoint is off and the pass checkpoints ``PASSIVE`` between
-    batches on a connection of its own (no write lock held); the setting is restored after.
+    ``retention_days`` is the runs' window; ``dispatch_retention_days`` that of ``delivered``
+    and ``acked`` dispatches and ``dead_letter_retention_days`` that of ``dead_letter`` and
+    ``expired`` ones (``None``: ``retention_days``); ``audit_retention_days`` that of audit
+    rows whose entity is gone. 0 keeps that kind forever. With ``archive_dir``, each batch's
+    rows (a run's stored log up to its last ``log_bytes``) are written to a verified archive
+    first; a failed archive deletes nothing, sets ``archive_error`` and ends the pass (the
+    ``retention_archive_failed`` event).
+
+    Batches are sized (:class:`BatchSizer`, per table) so each holds the writer about
+    :data:`TARGET_HOLD` at most, timed with ``timer`` on the writer's thread; the pass yields
+    to other tasks between batches and stops after ``time_budget`` seconds (``done`` is then
+    false; the next pass continues). While the pass runs, ``conn``'s WAL auto-checkpoint is
+    off and the pass checkpoints ``PASSIVE`` between batches on a connection of its own (no
+    write lock held); the setting is restored after.
     """
     report = RetentionReport()
-    if retention_days <= 0:
+    plan = walks(
+        now,
+        runs_days=retention_days,
+        done_days=retention_days if dispatch_retention_days is None else dispatch_retention_days,
+        dead_days=(
+            retention_days if dead_letter_retention_days is None else dead_letter_retention_days
+        ),
+        audit_days=audit_retention_days,
+    )
+    if not plan:
         return report
-    cutoff = now - retention_days * 86400.0
     logs = Path(runs_dir)
     started = timer()
     checkpointer = _Checkpointer(await _database_file(conn))
     autocheckpoint = await _set_autocheckpoint(conn, 0)
     unsynced = 0  # rows deleted since the last checkpoint
     try:
-        for table in _TABLES:
+        for walk in plan:
             after, sizer = 0, BatchSizer()
             while True:
                 if timer() - started > time_budget:
                     report.done = False
                     return report
                 size = sizer.size
-                batch = _batch(table, after, size, cutoff, timer)
-                # NORMAL: a deletion lost on power failure is redone by the next pass, so the
-                # batch need not hold the writer through an fsync to make it durable.
-                after, ids, end, held = await run_write_transaction(
-                    conn, batch, synchronous="normal"
-                )
+                if archive_dir is None:
+                    # NORMAL: a deletion lost on power failure is redone by the next pass,
+                    # so the batch need not hold the writer through an fsync.
+                    after, ids, end, held = await run_write_transaction(
+                        conn, plain_batch(walk, after, size, timer), synchronous="normal"
+                    )
+                else:
+                    after, ids, end, held, manifest = await archived_batch(
+                        conn, walk, after, size, timer, archive_dir, logs, log_bytes, now
+                    )
+                    if manifest is not None:
+                        report.archives.append(manifest)
                 report.holds.append(held)
                 report.sizes.append(size)
-                if table.name == "schedule_runs":
-                    report.runs += len(ids)
-                    if ids:
-                        report.log_files += await asyncio.to_thread(_unlink_logs, logs, ids)
-                else:
-                    report.dispatches += len(ids)
+                setattr(
+                    report, _COUNTER[walk.kind], getattr(report, _COUNTER[walk.kind]) + len(ids)
+                )
+                if walk.kind == "runs" and ids:
+                    report.log_files += await asyncio.to_thread(_unlink_logs, logs, ids)
                 unsynced += len(ids)
                 if unsynced >= CHECKPOINT_ROWS:
                     unsynced = 0
@@ -350,6 +298,17 @@ async def retention_pass(
                 # never got in while batches followed each other at once.
                 await asyncio.sleep(min(max(held, TARGET_HOLD), MAX_GAP))
         return report
+    except ArchiveError as exc:
+        report.archive_error = str(exc)
+        report.done = False
+        emit(
+            "retention_archive_failed",
+            f"retention: {exc}; nothing deleted, the next pass retries",
+            level=logging.WARNING,
+            archive_dir=str(archive_dir),
+            error=str(exc),
+        )
+        return report
     finally:
         if unsynced:
             await checkpointer.checkpoint()
@@ -358,3 +317,6 @@ async def retention_pass(
         except Exception as exc:  # the connection is closing: nothing left to restore
             logger.debug("retention: wal_autocheckpoint not restored (%s)", exc)
         await asyncio.to_thread(checkpointer.close)
+
+
+_COUNTER = {"runs": "runs", "dispatches": "dispatches", "audit": "audit_rows"}
