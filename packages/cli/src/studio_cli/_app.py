@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import click
 
 from .__about__ import __version__
+from ._commands.archive import archive_group
 from ._commands.db import db_group
 from ._commands.dispatch import dispatch_group
 from ._commands.run import run_group
@@ -43,6 +44,7 @@ app.add_command(run_group)
 app.add_command(usage_group)
 app.add_command(token_group)
 app.add_command(db_group)
+app.add_command(archive_group)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

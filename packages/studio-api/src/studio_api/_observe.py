@@ -112,6 +112,12 @@ class StudioMetrics:
             ["schedule"],
             registry=r,
         )
+        self.archive_failures = Counter(
+            "studio_retention_archive_failures_total",
+            "Retention archives that could not be written or verified (their batch, and the "
+            "rest of that pass, deleted nothing).",
+            registry=r,
+        )
         # counted from the dispatches' outcome transitions, per transport (not from the
         # delivery pass's event, whose totals mix the transports)
         self.delivery_tally = DeliveryTally(db_path, self.deliveries)
@@ -145,6 +151,8 @@ class StudioMetrics:
             )
         elif event == "tick":
             self.tick.observe(float(fields.get("seconds") or 0.0))
+        elif event == "retention_archive_failed":
+            self.archive_failures.inc()
 
     def install(self) -> None:
         """Listen to the scheduler's events (every level: per-tick events are DEBUG) and count

@@ -81,6 +81,21 @@ _Synchronous = Annotated[str, BeforeValidator(synchronous_level)]
 _EnvNames = Annotated[tuple[str, ...], NoDecode, BeforeValidator(env_names)]
 
 
+def _archive_dir(value: str | None) -> str | None:
+    """An absolute path, a directory or not yet there (retention creates it)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        raise ValueError("must be an absolute directory path")
+    if path.exists() and not path.is_dir():
+        raise ValueError("exists and is not a directory")
+    return str(path)
+
+
+_ArchiveDir = Annotated[str | None, AfterValidator(_archive_dir)]
+
+
 def _env(name: str) -> Any:
     return Field(default=None, validation_alias=name)
 
@@ -180,6 +195,28 @@ class StudioSettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="LIONAGI_STUDIO_RETENTION_DAYS",
     )
+    dispatch_retention_days: float = Field(
+        default=7.0,
+        ge=0,
+        le=36500,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_DISPATCH_RETENTION_DAYS",
+    )
+    dead_letter_retention_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=36500,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_DEAD_LETTER_RETENTION_DAYS",
+    )
+    audit_retention_days: float = Field(
+        default=365.0,
+        ge=0,
+        le=36500,
+        allow_inf_nan=False,
+        validation_alias="LIONAGI_STUDIO_AUDIT_RETENTION_DAYS",
+    )
+    archive_dir: _ArchiveDir = _env("LIONAGI_STUDIO_ARCHIVE_DIR")
     log_format: Literal["text", "json"] = Field(
         default="text", validation_alias="LIONAGI_STUDIO_LOG_FORMAT"
     )
@@ -321,6 +358,10 @@ class StudioSettings(BaseSettings):
             node_url=self.node_url,
             scheduled_on_any_node=self.scheduled_on_any_node,
             retention_days=self.retention_days,
+            dispatch_retention_days=self.dispatch_retention_days,
+            dead_letter_retention_days=self.dead_letter_retention_days,
+            audit_retention_days=self.audit_retention_days,
+            archive_dir=self.archive_dir,
             webhook_secret=(
                 self.webhook_secret.get_secret_value() if self.webhook_secret is not None else None
             ),

@@ -83,9 +83,19 @@ class DatabaseHealth(ResponseModel):
     problem_since: float | None = None
 
 
+class RetentionHealth(ResponseModel):
+    """Retention's archive: where it writes (``null``: no archive) and why the last pass's
+    archive failed (``null``: it did not), e.g. ``archive to /var/archive failed: No space
+    left on device``; a failed archive deletes nothing and the next pass tries again."""
+
+    archive_dir: str | None = None
+    archive_problem: str | None = None
+
+
 class HealthOut(ResponseModel):
-    """``GET /api/health``: ``status`` is ``ok``, or ``degraded`` when the tick is not healthy
-    or writes to the database fail (``database.problem``)."""
+    """``GET /api/health``: ``status`` is ``ok``, or ``degraded`` when the tick is not healthy,
+    writes to the database fail (``database.problem``) or retention's last archive failed
+    (``retention.archive_problem``)."""
 
     status: Literal["ok", "degraded"]
     version: str
@@ -103,3 +113,4 @@ class HealthOut(ResponseModel):
     scheduler: SchedulerHealth
     dispatch: DispatchHealth
     database: DatabaseHealth
+    retention: RetentionHealth = Field(default_factory=RetentionHealth)

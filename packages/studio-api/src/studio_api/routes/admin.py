@@ -72,7 +72,7 @@ async def maintenance(
 
 
 async def _prune(engine: Any, actor: str) -> dict[str, Any]:
-    """One retention pass now (the reaper's, with the configured ``retention_days``)."""
+    """One retention pass now (the reaper's, with the configured windows and archive)."""
     from studio_scheduler_core._fire.runlog import run_log_dir
     from studio_scheduler_core._recovery.retention import retention_pass
 
@@ -83,20 +83,30 @@ async def _prune(engine: Any, actor: str) -> dict[str, Any]:
         else Path(db_path).parent / "runs"
     )
     now = engine.clock()
+    settings = engine.settings
     report = await retention_pass(
         engine.conn,
         now=now,
-        retention_days=engine.settings.retention_days,
+        retention_days=settings.retention_days,
         runs_dir=runs_dir,
         time_budget=10.0,
+        dispatch_retention_days=settings.dispatch_retention_days,
+        dead_letter_retention_days=settings.dead_letter_retention_days,
+        audit_retention_days=settings.audit_retention_days,
+        archive_dir=settings.archive_dir,
+        log_bytes=settings.run_log_bytes,
     )
     result = {
         "action": "prune",
         "runs": report.runs,
         "dispatches": report.dispatches,
+        "audit_rows": report.audit_rows,
         "log_files": report.log_files,
         "done": report.done,
-        "retention_days": engine.settings.retention_days,
+        "retention_days": settings.retention_days,
+        "archives": report.archives,
+        # set when the archive failed: that batch and the rest of the pass deleted nothing
+        "archive_error": report.archive_error,
     }
     async with write_transaction(engine.conn):
         await record_transition(

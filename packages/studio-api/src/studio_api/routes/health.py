@@ -16,6 +16,7 @@ from .._models import (
     SchedulerHealth,
     TransportHealth,
 )
+from .._models.health import RetentionHealth
 from .._storage import StorageHealth
 
 router = APIRouter(prefix="/api", tags=["health"])
@@ -34,19 +35,24 @@ async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> 
     ``status`` is ``degraded`` when the loop is not running, its last tick is older than three
     tick intervals (plus a minute), a concern of the last tick failed (``last_tick_error``),
     or writes to the database fail (``database.problem``: a read-only or full file system, an
-    I/O error ...; re-checked every few seconds until a write lands again).
+    I/O error ...; re-checked every few seconds until a write lands again), or retention's
+    last pass could not write its archive (``retention.archive_problem``, naming the archive
+    directory and the error; cleared by the next pass that archives).
     """
     storage: StorageHealth = request.app.state.storage
     problem = await storage.check()
     data = engine.health()
     last_tick = data.get("last_tick_at")
     age = max(0.0, time.time() - last_tick) if last_tick is not None else None
+    last_retention = engine.last_retention
+    archive_problem = None if last_retention is None else last_retention.archive_error
     stale_after = settings.tick_seconds * _STALE_TICKS + _STALE_SLACK_SECONDS
     healthy = (
         bool(data.get("running"))
         and (age is None or age <= stale_after)
         and not data.get("last_tick_error")
         and problem is None
+        and archive_problem is None
     )
     scheduler = SchedulerHealth.of(
         data,
@@ -80,5 +86,8 @@ async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> 
             synchronous=str(request.app.state.synchronous),
             problem=problem,
             problem_since=storage.since if problem is not None else None,
+        ),
+        retention=RetentionHealth(
+            archive_dir=settings.archive_dir, archive_problem=archive_problem
         ),
     )
