@@ -326,7 +326,9 @@ def _label(sql: str) -> str:
     return f"{sql.split()[0]} {table}" + (f" ({kind.group(1)})" if kind else "")
 
 
-async def _one_pass(path: Path, workdir: Path, label: str, budget: float) -> None:
+async def _one_pass(
+    path: Path, workdir: Path, label: str, budget: float, *, runs_days: float = 30
+) -> None:
     conn = await open_connection(path)
     same: list[float] = []
     other: list[float] = []
@@ -346,8 +348,16 @@ async def _one_pass(path: Path, workdir: Path, label: str, budget: float) -> Non
     began = time.perf_counter()
     load = os.getloadavg()[0]
     try:
+        # runs_days 0: the pass over the dispatch table alone (with a time budget, a pass over
+        # 1M rows ends inside the runs; this times the dispatches' batches on the same rows)
         report = await retention_pass(
-            conn, now=T0 + 31 * DAY, retention_days=30, runs_dir=workdir, time_budget=budget
+            conn,
+            now=T0 + 31 * DAY,
+            retention_days=runs_days,
+            dispatch_retention_days=30,
+            dead_letter_retention_days=30,
+            runs_dir=workdir,
+            time_budget=budget,
         )
     finally:
         elapsed = time.perf_counter() - began
@@ -382,18 +392,6 @@ _LABELS = {
 }
 
 
-@contextlib.contextmanager
-def _dispatches_only() -> Any:
-    """The pass over the dispatch table alone: with a time budget, a pass over 1M rows ends
-    inside the runs; this times the dispatches' batches against the same 1M-row database."""
-    saved = retention._TABLES
-    retention._TABLES = tuple(t for t in saved if t.name == "dispatch_outbox")  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        retention._TABLES = saved
-
-
 async def pass_over(
     rows: int, workdir: Path, variants: list[str], budget: float, cache: Path | None
 ) -> None:
@@ -425,8 +423,7 @@ async def pass_over(
         for suffix in ("-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         if variant == "dispatches":
-            with _dispatches_only():
-                await _one_pass(path, workdir, _LABELS["dispatches"], budget)
+            await _one_pass(path, workdir, _LABELS["dispatches"], budget, runs_days=0)
         elif variant == "scan":
             db = sqlite3.connect(path)
             db.execute("DROP INDEX idx_schedule_runs_retry_of")

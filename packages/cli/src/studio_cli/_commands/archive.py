@@ -27,7 +27,7 @@ from .._output import emit_json, say
 from ._common import json_option
 
 # the column that says when each kind of row's entity ended (the time range of a file)
-_ENDED = {
+_ENDED: dict[str, tuple[str, ...]] = {
     "schedule_run": ("ended_at", "created_at"),
     "dispatch": ("updated_at", "created_at"),
 }
