@@ -391,7 +391,7 @@ async def _template(path: Path) -> dict[str, Any]:
             }
         )
         row = await studio_state.fetch_one(
-            conn, "SELECT * FROM schedules WHERE id = ?", (created["id"],)
+            conn, "SELECT * FROM schedules WHERE id = ?", (created.id,)
         )
         assert row is not None
         await conn.execute("DELETE FROM schedules")

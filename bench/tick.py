@@ -223,7 +223,7 @@ async def _fire_round_trips(db: Path) -> int:
         )
         hops = HopCounter()
         try:
-            await engine.fire_now(created["id"])
+            await engine.fire_now(created.id)
             await engine.wait_idle()
         finally:
             hops.restore()

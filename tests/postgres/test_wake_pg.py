@@ -74,7 +74,7 @@ async def test_the_writes_the_engine_reacts_to_notify_on_commit(pg_dsn: str) -> 
                 {"action_kind": "command", "action_command": "true"}
             )
             assert await _next_payload(listener) == "schedule_runs"
-            await schedules.delete(created["id"])
+            await schedules.delete(created.id)
             assert await _next_payload(listener) == "schedules"
 
 
@@ -97,18 +97,18 @@ async def test_the_candidate_scan_skips_a_row_a_claim_in_flight_holds(pg_dsn: st
         await asyncio.sleep(0.01)  # queued_at orders the two
         second = await runs.enqueue({"action_kind": "command", "action_command": "true"})
         queued = [r["id"] for r in await adhoc_store.candidates(conn, 10)]
-        assert queued == [first["id"], second["id"]]
+        assert queued == [first.id, second.id]
         async with await psycopg.AsyncConnection.connect(pg_dsn) as other:
             # Another node's claim transaction has updated the row and not yet committed.
             await other.execute(
                 "UPDATE schedule_runs SET lease_attempts = lease_attempts WHERE id = %s",
-                (first["id"],),
+                (first.id,),
             )
             scanned = await asyncio.wait_for(adhoc_store.candidates(conn, 10), timeout=10)
-            assert [r["id"] for r in scanned] == [second["id"]]
+            assert [r["id"] for r in scanned] == [second.id]
             await other.rollback()
         queued = [r["id"] for r in await adhoc_store.candidates(conn, 10)]
-        assert queued == [first["id"], second["id"]]
+        assert queued == [first.id, second.id]
 
 
 def _run_status(dsn: str, run_id: str) -> str | None:

@@ -56,14 +56,14 @@ async def test_enqueue_stores_a_queued_row_with_the_validated_action(
     run = await runs.enqueue(
         _command(h.PY, h.env_dump, "x", action_cwd=str(tmp_path)) | {"concurrency_key": "repo-a"}
     )
-    assert run["status"] == "queued" and run["schedule_id"] is None
-    assert (run["queued_at"], run["concurrency_key"], run["lease_attempts"]) == (
+    assert run.status == "queued" and run.schedule_id is None
+    assert (run.queued_at, run.concurrency_key, run.lease_attempts) == (
         h.T0,
         "repo-a",
         0,
     )
-    assert run["leased_by"] is None and run["invocation_id"] is None
-    action = run["action_args"]
+    assert run.leased_by is None and run.invocation_id is None
+    action = run.action_args
     assert action["action_kind"] == "command" and action["action_command"] == h.PY
     assert action["action_command_args"] == [h.env_dump, "x"]
     assert action["action_cwd"] == str(tmp_path)
@@ -80,8 +80,8 @@ async def test_enqueue_stores_a_queued_row_with_the_validated_action(
         "action_command",
         "action_command_args",
     }
-    assert run["trigger_context"] == {"adhoc": True, "run_id": run["id"], "queued_at": h.T0}
-    assert await _steps(h, conn, run["id"]) == [(None, "queued", "run.queued.enqueued")]
+    assert run.trigger_context == {"adhoc": True, "run_id": run.id, "queued_at": h.T0}
+    assert await _steps(h, conn, run.id) == [(None, "queued", "run.queued.enqueued")]
 
 
 async def test_enqueue_normalises_like_a_schedule(conn, settings, clock, tmp_path: Path) -> None:
@@ -95,8 +95,8 @@ async def test_enqueue_normalises_like_a_schedule(conn, settings, clock, tmp_pat
     run = await runs.enqueue(
         {"action_kind": "playbook", "action_playbook": "review", "action_project": "proj"}
     )
-    assert run["action_kind"] == "play" and run["action_args"]["action_kind"] == "play"
-    assert run["action_args"]["action_cwd"] == str(project_dir)  # snapshotted at acceptance
+    assert run.action_kind == "play" and run.action_args["action_kind"] == "play"
+    assert run.action_args["action_cwd"] == str(project_dir)  # snapshotted at acceptance
 
 
 @pytest.mark.parametrize(
@@ -142,24 +142,24 @@ async def test_list_get_and_cancel_of_queued_runs(service, conn, settings, clock
     second = await runs.enqueue(_command(h.PY, h.blocker, "/nonexistent"))
     scheduled = await service.create(h.command_schedule(h.blocker))
     listed, total = await runs.list()
-    assert total == 2 and [r["id"] for r in listed] == [second["id"], first["id"]]
+    assert total == 2 and [r.id for r in listed] == [second.id, first.id]
     page, total = await runs.list(limit=1, offset=1)
-    assert total == 2 and [r["id"] for r in page] == [first["id"]]
-    cancelled = await runs.cancel(first["id"])
-    assert (cancelled["status"], cancelled["status_reason_code"]) == (
+    assert total == 2 and [r.id for r in page] == [first.id]
+    cancelled = await runs.cancel(first.id)
+    assert (cancelled.status, cancelled.status_reason_code) == (
         "cancelled",
         "run.cancelled.operator",
     )
-    assert cancelled["ended_at"] == h.T0 + 1
+    assert cancelled.ended_at == h.T0 + 1
     assert (await runs.list(status="queued"))[1] == 1
-    assert [r["id"] for r in (await runs.list(status="cancelled"))[0]] == [first["id"]]
-    assert (await _steps(h, conn, first["id"]))[-1] == (
+    assert [r.id for r in (await runs.list(status="cancelled"))[0]] == [first.id]
+    assert (await _steps(h, conn, first.id))[-1] == (
         "queued",
         "cancelled",
         "run.cancelled.operator",
     )
     with pytest.raises(RunNotCancellable) as caught:
-        await runs.cancel(first["id"])
+        await runs.cancel(first.id)
     assert caught.value.status == "cancelled"
     with pytest.raises(RunNotFound):
         await runs.get("000000000000")
@@ -168,7 +168,7 @@ async def test_list_get_and_cancel_of_queued_runs(service, conn, settings, clock
     with pytest.raises(ScheduleValidationError) as bad:
         await runs.list(status="bogus")
     assert bad.value.field == "status"
-    assert scheduled["id"]  # a schedule exists, yet its runs never show up here
+    assert scheduled.id  # a schedule exists, yet its runs never show up here
 
 
 # -- claim and launch -----------------------------------------------------------------------
@@ -179,7 +179,7 @@ async def test_queue_claim_complete_like_a_scheduled_fire(
     out = tmp_path / "env.jsonl"
     run = await engine.runs.enqueue(_command(h.PY, h.env_dump, str(out), action_cwd=str(tmp_path)))
     await engine.tick_once()
-    row = await _wait_status(h, engine.conn, run["id"], "completed", "failed")
+    row = await _wait_status(h, engine.conn, run.id, "completed", "failed")
     assert (row["status"], row["status_reason_code"], row["exit_code"]) == (
         "completed",
         "run.completed.ok",
@@ -197,17 +197,17 @@ async def test_queue_claim_complete_like_a_scheduled_fire(
     invocation = await fetch_one(
         engine.conn, "SELECT * FROM invocations WHERE id = ?", (row["invocation_id"],)
     )
-    assert invocation["status"] == "completed" and invocation["schedule_run_id"] == run["id"]
+    assert invocation["status"] == "completed" and invocation["schedule_run_id"] == run.id
     assert invocation["skill"] == "adhoc:command"
     env = json.loads(out.read_text().splitlines()[0])
     assert env["LIONAGI_INVOCATION_ID"] == row["invocation_id"]
     assert env["LIONAGI_STUDIO_DB"] == engine.db_path and env["cwd"] == str(tmp_path)
-    assert await _steps(h, engine.conn, run["id"]) == [
+    assert await _steps(h, engine.conn, run.id) == [
         (None, "queued", "run.queued.enqueued"),
         ("queued", "running", "run.running.claimed"),
         ("running", "completed", "run.completed.ok"),
     ]
-    claim = (await h.transitions_of(engine.conn, run["id"]))[1]
+    claim = (await h.transitions_of(engine.conn, run.id))[1]
     assert json.loads(claim["metadata"])["argv"] == [h.PY, h.env_dump, str(out)]
     assert engine.limits()["adhoc_in_flight"] == 0
     await engine.tick_once()
@@ -228,7 +228,7 @@ async def test_agent_run_uses_the_li_argv_and_session_evidence(
         }
     )
     await engine.tick_once()
-    row = await _wait_status(h, engine.conn, run["id"], "completed", "failed")
+    row = await _wait_status(h, engine.conn, run.id, "completed", "failed")
     assert row["status"] == "completed"  # exit 0
     entry = json.loads(log.read_text().splitlines()[0])
     assert entry["argv"] == ["agent", "--", "m1", "do it usage=failed:5:6:0.5"]
@@ -249,15 +249,13 @@ async def test_nonzero_exit_and_setup_refusal_follow_the_fire_rules(make_engine,
     bad = await engine.runs.enqueue(_command(h.PY, fail))
     no_li = await engine.runs.enqueue({"action_kind": "agent", "action_prompt": "p"})
     await engine.tick_once()
-    row = await _wait_status(h, engine.conn, bad["id"], "failed", "completed")
+    row = await _wait_status(h, engine.conn, bad.id, "failed", "completed")
     assert (row["status_reason_code"], row["exit_code"], row["error_detail"]) == (
         "run.failed.exit_nonzero",
         4,
         "boom",
     )
-    refused = await fetch_one(
-        engine.conn, "SELECT * FROM schedule_runs WHERE id = ?", (no_li["id"],)
-    )
+    refused = await fetch_one(engine.conn, "SELECT * FROM schedule_runs WHERE id = ?", (no_li.id,))
     assert (refused["status"], refused["status_reason_code"]) == (
         "failed",
         "run.failed.spawn_error",
@@ -267,7 +265,7 @@ async def test_nonzero_exit_and_setup_refusal_follow_the_fire_rules(make_engine,
         engine.conn, "SELECT * FROM invocations WHERE id = ?", (refused["invocation_id"],)
     )
     assert invocation["status"] == "failed"
-    assert (await _steps(h, engine.conn, no_li["id"]))[-1] == (
+    assert (await _steps(h, engine.conn, no_li.id))[-1] == (
         "queued",
         "failed",
         "run.failed.spawn_error",
@@ -282,28 +280,28 @@ async def test_concurrency_cap_is_its_own_pool_oldest_first(
     flags = [tmp_path / f"flag{i}" for i in range(3)]
     queued = [await engine.runs.enqueue(_command(h.PY, h.blocker, str(f))) for f in flags]
     await engine.tick_once()
-    statuses = [await _status(engine.conn, r["id"]) for r in queued]
+    statuses = [await _status(engine.conn, r.id) for r in queued]
     assert statuses == ["running", "running", "queued"]
     assert engine.limits()["adhoc_in_flight"] == 2
     assert engine.health()["in_flight"] == 0  # no scheduled slot taken
     schedule = await engine.service.create(h.command_schedule(h.blocker, str(tmp_path / "s")))
-    scheduled_run = await engine.fire_now(schedule["id"])  # the one scheduled slot is free
+    scheduled_run = await engine.fire_now(schedule.id)  # the one scheduled slot is free
     assert engine.health()["in_flight"] == 1
     await engine.tick_once()
-    assert await _status(engine.conn, queued[2]["id"]) == "queued"
+    assert await _status(engine.conn, queued[2].id) == "queued"
     flags[0].touch()
-    await _wait_status(h, engine.conn, queued[0]["id"], "completed")
+    await _wait_status(h, engine.conn, queued[0].id, "completed")
 
     async def freed() -> bool:
         return engine.limits()["adhoc_in_flight"] == 1
 
     await h.eventually(freed)
     await engine.tick_once()
-    assert await _status(engine.conn, queued[2]["id"]) == "running"
+    assert await _status(engine.conn, queued[2].id) == "running"
     for flag in (*flags, tmp_path / "s"):
         flag.touch()
     for run in queued:
-        await _wait_status(h, engine.conn, run["id"], "completed")
+        await _wait_status(h, engine.conn, run.id, "completed")
     await engine.wait_idle()
     assert await _status(engine.conn, scheduled_run) == "completed"
 
@@ -320,26 +318,26 @@ async def test_one_running_row_per_concurrency_key(make_engine, clock, h, tmp_pa
     }
     await engine.tick_once()
     await engine.tick_once()
-    status = {name: await _status(engine.conn, r["id"]) for name, r in runs.items()}
+    status = {name: await _status(engine.conn, r.id) for name, r in runs.items()}
     assert status == {"a": "running", "b": "queued", "c": "running", "d": "running"}
     flags["a"].touch()
-    await _wait_status(h, engine.conn, runs["a"]["id"], "completed")
+    await _wait_status(h, engine.conn, runs["a"].id, "completed")
 
     async def a_released() -> bool:
         return engine.limits()["adhoc_in_flight"] == 2
 
     await h.eventually(a_released)
     await engine.tick_once()
-    assert await _status(engine.conn, runs["b"]["id"]) == "running"
+    assert await _status(engine.conn, runs["b"].id) == "running"
     running_k = await fetch_all(
         engine.conn,
         "SELECT id FROM schedule_runs WHERE status = 'running' AND concurrency_key = 'k'",
     )
-    assert [r["id"] for r in running_k] == [runs["b"]["id"]]
+    assert [r["id"] for r in running_k] == [runs["b"].id]
     for flag in flags.values():
         flag.touch()
     for run in runs.values():
-        await _wait_status(h, engine.conn, run["id"], "completed")
+        await _wait_status(h, engine.conn, run.id, "completed")
 
 
 @pytest.mark.sqlite_only("reads SQLite's query plan")

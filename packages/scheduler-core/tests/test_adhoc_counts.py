@@ -61,11 +61,11 @@ async def test_totals_stay_exact_across_enqueue_claim_end_cancel_and_retention(
     scheduled = await engine.service.create(h.command_schedule(ok))  # not an ad-hoc run
     assert await _check(conn, runs) == {"queued": 4}
 
-    clock.set(float(scheduled["next_fire_at"]))
+    clock.set(float(scheduled.next_fire_at))
     await engine.tick_once()  # fires the schedule; claims ``done`` and ``held``
 
     async def settled() -> bool:
-        return (await _status(conn, done["id"]), await _status(conn, held["id"])) == (
+        return (await _status(conn, done.id), await _status(conn, held.id)) == (
             "completed",
             "running",
         )
@@ -74,18 +74,18 @@ async def test_totals_stay_exact_across_enqueue_claim_end_cancel_and_retention(
     await engine.wait_idle()
     assert await _check(conn, runs) == {"completed": 1, "running": 1, "queued": 2}
 
-    await runs.cancel(dropped["id"])  # cancelled while queued
+    await runs.cancel(dropped.id)  # cancelled while queued
     assert await _check(conn, runs) == {"completed": 1, "running": 1, "queued": 1, "cancelled": 1}
     flag.write_text("go")  # ``held`` ends; its key frees ``waits``
 
     async def held_done() -> bool:
-        return await _status(conn, held["id"]) == "completed"
+        return await _status(conn, held.id) == "completed"
 
     await h.eventually(held_done)
     await engine.tick_once()
 
     async def waits_done() -> bool:
-        return await _status(conn, waits["id"]) == "completed"
+        return await _status(conn, waits.id) == "completed"
 
     await h.eventually(waits_done)
     await engine.wait_idle()
@@ -98,7 +98,7 @@ async def test_totals_stay_exact_across_enqueue_claim_end_cancel_and_retention(
     )
     assert report.done and report.runs >= 5  # the four old ad-hoc runs and the scheduled one
     assert await _check(conn, runs) == {"queued": 1}
-    await runs.cancel(fresh["id"])
+    await runs.cancel(fresh.id)
     await compact_counts(conn)  # PostgreSQL: the deltas fold into one row per status
     assert await _check(conn, runs) == {"cancelled": 1}
     kept = await fetch_all(conn, "SELECT status, n FROM adhoc_run_counts")

@@ -76,12 +76,12 @@ async def test_the_lease_is_renewed_while_the_child_runs(
     flag = tmp_path / "flag"
     run = await engine.runs.enqueue(_command(h.PY, h.blocker, str(flag)))
     await engine.tick_once()
-    row = await _child_started(h, engine.conn, run["id"])
+    row = await _child_started(h, engine.conn, run.id)
     assert row["lease_expires_at"] == h.T0 + 60
     clock.advance(25)  # past the renewal interval, before expiry
 
     async def renewed(expected: float) -> bool:
-        return (await _run(engine.conn, run["id"]))["lease_expires_at"] == expected
+        return (await _run(engine.conn, run.id))["lease_expires_at"] == expected
 
     await h.eventually(lambda: renewed(h.T0 + 85))
     clock.advance(50)  # past the first lease's expiry: only the renewal keeps it
@@ -93,9 +93,9 @@ async def test_the_lease_is_renewed_while_the_child_runs(
         "orphaned": 0,
     }
     await engine.tick_once()
-    assert (await _run(engine.conn, run["id"]))["status"] == "running"
+    assert (await _run(engine.conn, run.id))["status"] == "running"
     flag.touch()
-    done = await _until(h, engine.conn, run["id"], "completed", "failed")
+    done = await _until(h, engine.conn, run.id, "completed", "failed")
     assert (done["status"], done["lease_attempts"]) == ("completed", 1)
 
 
@@ -112,8 +112,8 @@ async def test_an_expired_lease_is_recovered_by_a_second_engine(
         # A worker claims the row and dies before launching its child (it never renews).
         dead = AdhocWorker(settings=settings, db_path=db_target, clock=clock)
         claimed = await dead.claim(conn, now=clock())
-        assert [fire.run_id for fire, _ in claimed] == [run["id"]]
-        row = await _run(conn, run["id"])
+        assert [fire.run_id for fire, _ in claimed] == [run.id]
+        row = await _run(conn, run.id)
         assert (row["status"], row["leased_by"], row["lease_attempts"]) == (
             "running",
             dead.worker_id,
@@ -121,20 +121,20 @@ async def test_an_expired_lease_is_recovered_by_a_second_engine(
         )
     engine = await make_engine(clock=clock)
     await engine.tick_once()
-    assert (await _run(engine.conn, run["id"]))["status"] == "running"  # the lease still holds
+    assert (await _run(engine.conn, run.id))["status"] == "running"  # the lease still holds
     clock.advance(61)
     await engine.tick_once()
-    done = await _until(h, engine.conn, run["id"], "completed", "failed")
+    done = await _until(h, engine.conn, run.id, "completed", "failed")
     assert (done["status"], done["lease_attempts"]) == ("completed", 2)
     assert done["leased_by"] != dead.worker_id
-    assert await _steps(h, engine.conn, run["id"]) == [
+    assert await _steps(h, engine.conn, run.id) == [
         ("queued", "run.queued.enqueued"),
         ("running", "run.running.claimed"),
         ("queued", "run.queued.lease_expired"),
         ("running", "run.running.claimed"),
         ("completed", "run.completed.ok"),
     ]
-    first, second = await _invocations(engine.conn, run["id"])
+    first, second = await _invocations(engine.conn, run.id)
     assert (first["status"], first["status_reason_code"]) == ("aborted", "run.queued.lease_expired")
     assert second["status"] == "completed" and done["invocation_id"] == second["id"]
     assert len(marker.read_text().splitlines()) == 1
@@ -158,20 +158,20 @@ async def test_three_lease_attempts_then_failed_lease_exhausted(
             clock.advance(61)  # each claimant dies before its child starts
     engine = await make_engine(clock=clock)
     await engine.tick_once()
-    row = await _run(engine.conn, run["id"])
+    row = await _run(engine.conn, run.id)
     assert (row["status"], row["status_reason_code"], row["lease_attempts"]) == (
         "failed",
         "run.failed.lease_exhausted",
         3,
     )
     assert row["ended_at"] == clock() and row["child_pid"] is None
-    invocations = await _invocations(engine.conn, run["id"])
+    invocations = await _invocations(engine.conn, run.id)
     assert [i["status"] for i in invocations] == ["aborted", "aborted", "failed"]
-    steps = await _steps(h, engine.conn, run["id"])
+    steps = await _steps(h, engine.conn, run.id)
     assert steps.count(("queued", "run.queued.lease_expired")) == 2
     assert steps[-1] == ("failed", "run.failed.lease_exhausted")
     await engine.tick_once()
-    assert (await _run(engine.conn, run["id"]))["status"] == "failed"
+    assert (await _run(engine.conn, run.id))["status"] == "failed"
     assert not marker.exists()
 
 
@@ -182,15 +182,15 @@ async def test_cancel_a_running_run_in_process_kills_its_group(
     started = tmp_path / "started"
     run = await engine.runs.enqueue(_command(h.PY, h.script("parent.py", PARENT), str(started)))
     await engine.tick_once()
-    row = await _child_started(h, engine.conn, run["id"])
+    row = await _child_started(h, engine.conn, run.id)
 
     async def grandchild() -> bool:
         return started.exists()
 
     await h.eventually(grandchild)
     pid, at = row["child_pid"], row["child_started_at"]
-    cancelled = await engine.runs.cancel(run["id"])
-    assert (cancelled["status"], cancelled["status_reason_code"]) == (
+    cancelled = await engine.runs.cancel(run.id)
+    assert (cancelled.status, cancelled.status_reason_code) == (
         "cancelled",
         "run.cancelled.operator",
     )
@@ -203,8 +203,8 @@ async def test_cancel_a_running_run_in_process_kills_its_group(
         "cancelled",
         "run.cancelled.operator",
     )
-    assert (await _steps(h, engine.conn, run["id"]))[-1] == ("cancelled", "run.cancelled.operator")
-    assert len(await _steps(h, engine.conn, run["id"])) == 3  # the worker's write lost
+    assert (await _steps(h, engine.conn, run.id))[-1] == ("cancelled", "run.cancelled.operator")
+    assert len(await _steps(h, engine.conn, run.id)) == 3  # the worker's write lost
 
 
 async def test_cancel_from_another_connection_terminates_by_pid(
@@ -213,17 +213,17 @@ async def test_cancel_from_another_connection_terminates_by_pid(
     engine = await make_engine(clock=clock)
     run = await engine.runs.enqueue(_command(h.PY, h.blocker, str(tmp_path / "never")))
     await engine.tick_once()
-    row = await _child_started(h, engine.conn, run["id"])
+    row = await _child_started(h, engine.conn, run.id)
     async with connect(engine.db_path) as other:  # like the CLI: no worker in this process
-        cancelled = await AdhocRunService(other, settings=settings, clock=clock).cancel(run["id"])
-    assert cancelled["status"] == "cancelled"
+        cancelled = await AdhocRunService(other, settings=settings, clock=clock).cancel(run.id)
+    assert cancelled.status == "cancelled"
     assert not is_same_process(row["child_pid"], row["child_started_at"])
 
     async def released() -> bool:
         return engine.limits()["adhoc_in_flight"] == 0
 
     await h.eventually(released)
-    final = await _run(engine.conn, run["id"])
+    final = await _run(engine.conn, run.id)
     assert (final["status"], final["status_reason_code"], final["exit_code"]) == (
         "cancelled",
         "run.cancelled.operator",
@@ -242,7 +242,7 @@ async def test_the_owner_stops_a_run_cancelled_before_its_child_was_recorded(
         owner = AdhocWorker(settings=settings, db_path=db_target, clock=clock, watch_seconds=0.1)
         claimed = await owner.claim(conn, now=clock())
         assert len(claimed) == 1
-        await runs.cancel(run["id"])  # no child recorded yet: nothing to signal from here
+        await runs.cancel(run.id)  # no child recorded yet: nothing to signal from here
         for fire, attempt in claimed:
             owner.launch(fire, attempt)  # the owner launches what it claimed …
 
@@ -251,7 +251,7 @@ async def test_the_owner_stops_a_run_cancelled_before_its_child_was_recorded(
 
         await h.eventually(stopped)  # … and its lease check stops it
         await owner.stop()
-        row = await _run(conn, run["id"])
+        row = await _run(conn, run.id)
         assert (row["status"], row["status_reason_code"]) == ("cancelled", "run.cancelled.operator")
         assert row["child_pid"] is None and row["exit_code"] is None
         if marker.exists():  # the child got as far as starting: its group is gone now
@@ -265,16 +265,16 @@ async def test_shutdown_cancels_running_rows_and_leaves_queued_ones(
     running = await engine.runs.enqueue(_command(h.PY, h.blocker, str(tmp_path / "never")))
     waiting = await engine.runs.enqueue(_command(h.PY, h.blocker, str(tmp_path / "never")))
     await engine.tick_once()
-    row = await _child_started(h, engine.conn, running["id"])
+    row = await _child_started(h, engine.conn, running.id)
     await engine.stop()
     assert not is_same_process(row["child_pid"], row["child_started_at"])
     async with connect(engine.db_path) as conn:
-        stopped = await _run(conn, running["id"])
+        stopped = await _run(conn, running.id)
         assert (stopped["status"], stopped["status_reason_code"]) == (
             "cancelled",
             "run.cancelled.shutdown",
         )
-        assert (await _run(conn, waiting["id"]))["status"] == "queued"
+        assert (await _run(conn, waiting.id))["status"] == "queued"
 
 
 ENGINE = """
@@ -315,11 +315,11 @@ async def test_kill_9_of_the_engine_then_restart_never_runs_the_orphan_twice(
         async with connect(db_target) as conn:
 
             async def launched() -> bool:
-                row = await _run(conn, run["id"])
+                row = await _run(conn, run.id)
                 return row["child_pid"] is not None and marker.exists()
 
             await h.eventually(launched, timeout=30)
-            row = await _run(conn, run["id"])
+            row = await _run(conn, run.id)
     finally:
         proc.send_signal(signal.SIGKILL)  # the engine dies without any cleanup
         await asyncio.to_thread(proc.wait, 10)
@@ -328,10 +328,10 @@ async def test_kill_9_of_the_engine_then_restart_never_runs_the_orphan_twice(
     assert is_same_process(pid, at), "the child must survive its engine"
     engine = await make_engine()  # the restart: same database, real clock
     await engine.tick_once()
-    after = await _run(engine.conn, run["id"])
+    after = await _run(engine.conn, run.id)
     assert (after["status"], after["status_reason_code"]) == ("failed", "run.failed.daemon_restart")
     assert not is_same_process(pid, at) and not h.group_has_live_member(pid)
-    (invocation,) = await _invocations(engine.conn, run["id"])
+    (invocation,) = await _invocations(engine.conn, run.id)
     assert (invocation["status"], invocation["status_reason_code"]) == (
         "failed",
         "run.failed.daemon_restart",
@@ -339,11 +339,11 @@ async def test_kill_9_of_the_engine_then_restart_never_runs_the_orphan_twice(
     await engine.tick_once()
     await asyncio.sleep(0.3)
     assert marker.read_text().splitlines() == [str(pid)]  # executed once
-    steps = await _steps(h, engine.conn, run["id"])
+    steps = await _steps(h, engine.conn, run.id)
     assert steps.count(("running", "run.running.claimed")) == 1
-    assert (await _run(engine.conn, run["id"]))["status"] == "failed"
+    assert (await _run(engine.conn, run.id))["status"] == "failed"
     assert await fetch_value(engine.conn, "SELECT COUNT(*) FROM schedule_runs") == 1
-    meta = json.loads((await h.transitions_of(engine.conn, run["id"]))[-1]["metadata"])
+    meta = json.loads((await h.transitions_of(engine.conn, run.id))[-1]["metadata"])
     assert meta["leased_by"] == row["leased_by"]
 
 
@@ -354,13 +354,13 @@ async def test_a_stale_owner_never_overwrites_a_row_another_worker_holds(
     flag = tmp_path / "flag"
     run = await engine.runs.enqueue(_command(h.PY, h.blocker, str(flag)))
     await engine.tick_once()
-    row = await _child_started(h, engine.conn, run["id"])
+    row = await _child_started(h, engine.conn, run.id)
     # Another worker recovered the row and claimed it again (as after an unrenewed lease).
     async with connect(engine.db_path) as other:
         await other.execute(
             "UPDATE schedule_runs SET leased_by = 'elsewhere:1:00000000', "
             "lease_attempts = lease_attempts + 1 WHERE id = ?",
-            (run["id"],),
+            (run.id,),
         )
     flag.touch()  # the stale owner's child now exits 0
 
@@ -368,7 +368,7 @@ async def test_a_stale_owner_never_overwrites_a_row_another_worker_holds(
         return engine.limits()["adhoc_in_flight"] == 0
 
     await h.eventually(settled)
-    after = await _run(engine.conn, run["id"])
+    after = await _run(engine.conn, run.id)
     assert (after["status"], after["leased_by"], after["exit_code"]) == (
         "running",
         "elsewhere:1:00000000",
@@ -384,17 +384,17 @@ async def test_a_run_of_another_machines_worker_whose_lease_lapsed_is_node_lost(
     flag = tmp_path / "flag"
     run = await engine.runs.enqueue(_command(h.PY, h.blocker, str(flag)))
     await engine.tick_once()
-    await _child_started(h, engine.conn, run["id"])
+    await _child_started(h, engine.conn, run.id)
     # As if a node on another machine held it and stopped renewing (its host died).
     async with connect(engine.db_path) as other:
         await other.execute(
             "UPDATE schedule_runs SET leased_by = 'elsewhere:4242:0000beef', "
             "lease_expires_at = ? WHERE id = ?",
-            (clock() - 1, run["id"]),
+            (clock() - 1, run.id),
         )
     await engine.tick_once()
-    after = await _until(h, engine.conn, run["id"], "failed")
+    after = await _until(h, engine.conn, run.id, "failed")
     assert after["status_reason_code"] == "run.failed.node_lost"
     assert "elsewhere:4242:0000beef" in after["error_detail"]
-    assert (await _steps(h, engine.conn, run["id"]))[-1] == ("failed", "run.failed.node_lost")
+    assert (await _steps(h, engine.conn, run.id))[-1] == ("failed", "run.failed.node_lost")
     flag.touch()

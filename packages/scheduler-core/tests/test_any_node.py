@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from studio_scheduler_core import InvalidSettings, SchedulerEngine, SchedulerSettings
+from studio_scheduler_core import InvalidSettings, Schedule, SchedulerEngine, SchedulerSettings
 from studio_scheduler_core.testing import FLAKY
 from studio_state import connect, fetch_value, is_postgres
 
@@ -22,11 +22,11 @@ ANY = {"scheduled_on_any_node": True}
 ENDED = ("completed", "failed", "timed_out", "cancelled")
 
 
-async def _first_fire(engine: Any, clock: Any, data: dict[str, Any]) -> dict[str, Any]:
+async def _first_fire(engine: Any, clock: Any, data: dict[str, Any]) -> Schedule:
     """Create the schedule, move the clock to its first due time and tick once (the fire is
     admitted and queued); return the created schedule."""
-    created: dict[str, Any] = await engine.service.create(data)
-    clock.set(created["next_fire_at"])
+    created = await engine.service.create(data)
+    clock.set(created.next_fire_at)
     await engine.tick_once()
     return created
 
@@ -75,8 +75,8 @@ async def test_the_run_shows_the_argv_the_claiming_worker_ran(
     created = await _first_fire(engine, clock, h.command_schedule(h.env_dump, str(tmp_path / "a")))
     # Changed while the fire waits in the queue: the worker prepares it from the schedule now.
     changed = str(tmp_path / "b")
-    await engine.service.update(created["id"], {"action_command_args": [h.env_dump, changed]})
-    [run] = await _ended(h, engine, created["id"])
+    await engine.service.update(created.id, {"action_command_args": [h.env_dump, changed]})
+    [run] = await _ended(h, engine, created.id)
     assert run["status"] == "completed" and Path(changed).exists()
     assert json.loads(run["action_args"])[-2:] == [h.env_dump, changed]
 
@@ -87,10 +87,10 @@ async def test_a_due_fire_is_queued_then_claimed_and_run_under_a_lease(
     engine = await make_engine(clock=clock, **ANY)
     out = tmp_path / "env.jsonl"
     created = await _first_fire(engine, clock, h.command_schedule(h.env_dump, str(out)))
-    assert await h.run_reasons(engine.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    assert await h.run_reasons(engine.conn, created.id) == [("queued", "schedule.fired.due")]
     # The slot is the leader's from the commit on, while the fire waits for a worker.
     assert engine.limits()["in_flight"] == 1
-    [run] = await _ended(h, engine, created["id"])
+    [run] = await _ended(h, engine, created.id)
     assert (run["status"], run["status_reason_code"]) == ("completed", "run.completed.ok")
     assert run["leased_by"] == engine._worker.worker_id
     assert run["lease_attempts"] == 1 and run["node_id"] == engine.node_id
@@ -100,7 +100,7 @@ async def test_a_due_fire_is_queued_then_claimed_and_run_under_a_lease(
     skill = await fetch_value(
         engine.conn, "SELECT skill FROM invocations WHERE id = ?", (run["invocation_id"],)
     )
-    assert skill == f"scheduled:{created['name']}"
+    assert skill == f"scheduled:{created.name}"
     await engine.tick_once()
     assert engine.limits()["in_flight"] == 0
     assert engine.limits()["adhoc_in_flight"] == 0
@@ -113,11 +113,9 @@ async def test_the_global_cap_counts_fires_waiting_in_the_queue(
     flag = tmp_path / "release"
     one = await engine.service.create(h.command_schedule(h.blocker, str(flag), name="one"))
     two = await engine.service.create(h.command_schedule(h.blocker, str(flag), name="two"))
-    clock.set(max(one["next_fire_at"], two["next_fire_at"]))
+    clock.set(max(one.next_fire_at, two.next_fire_at))
     await engine.tick_once()
-    first = await h.run_reasons(engine.conn, one["id"]) + await h.run_reasons(
-        engine.conn, two["id"]
-    )
+    first = await h.run_reasons(engine.conn, one.id) + await h.run_reasons(engine.conn, two.id)
     assert sorted(first) == [
         ("queued", "schedule.fired.due"),
         ("skipped", "schedule.deferred.capacity"),
@@ -133,7 +131,7 @@ async def test_the_global_cap_counts_fires_waiting_in_the_queue(
 
     async def the_other_fired() -> bool:
         await engine.tick_once()
-        statuses = [s for s, _ in await h.run_reasons(engine.conn, waiting["id"])]
+        statuses = [s for s, _ in await h.run_reasons(engine.conn, waiting.id)]
         return "completed" in statuses
 
     await h.eventually(the_other_fired, timeout=20)
@@ -148,11 +146,11 @@ async def test_a_follow_up_is_queued_and_runs_the_overlay_action(
     created = await engine.service.create(
         h.command_schedule(h.env_dump, str(out), on_success=overlay)
     )
-    clock.set(created["next_fire_at"])
+    clock.set(created.next_fire_at)
 
-    await _follow_up_completed(h, engine, created["id"])
-    [child] = await h.runs_at_depth(engine.conn, created["id"], 1)
-    [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
+    await _follow_up_completed(h, engine, created.id)
+    [child] = await h.runs_at_depth(engine.conn, created.id, 1)
+    [parent] = await h.runs_at_depth(engine.conn, created.id, 0)
     assert child["chain_parent_id"] == parent["id"] and child["leased_by"] is not None
     steps = [t["status"] for t in await h.transitions_of(engine.conn, child["id"])]
     assert steps == ["queued", "running", "completed"]
@@ -165,19 +163,19 @@ async def test_max_runs_counts_the_fires_still_queued(make_engine, clock, h, tmp
     created = await engine.service.create(
         h.command_schedule(h.blocker, str(flag), overlap_policy="allow", max_runs=1)
     )
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     clock.set(due)
     await engine.tick_once()
     clock.set(due + 60)
     await engine.tick_once()
-    row = await h.schedule_row(engine.conn, created["id"])
+    row = await h.schedule_row(engine.conn, created.id)
     assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.max_runs")
-    assert [s for s, _ in await h.run_reasons(engine.conn, created["id"])] in (
+    assert [s for s, _ in await h.run_reasons(engine.conn, created.id)] in (
         ["queued"],
         ["running"],
     )
     flag.touch()
-    await _ended(h, engine, created["id"])
+    await _ended(h, engine, created.id)
 
 
 async def test_a_new_leader_holds_the_slot_of_a_fire_still_queued(
@@ -186,22 +184,20 @@ async def test_a_new_leader_holds_the_slot_of_a_fire_still_queued(
     first = await make_engine(clock=clock, max_scheduled_concurrent=1, **ANY)
     out = tmp_path / "env.jsonl"
     created = await first.service.create(h.command_schedule(h.env_dump, str(out), name="a"))
-    clock.set(created["next_fire_at"])
+    clock.set(created.next_fire_at)
     await first.tick_once()
-    assert await h.run_reasons(first.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    assert await h.run_reasons(first.conn, created.id) == [("queued", "schedule.fired.due")]
     await first.stop()  # nothing claimed it: it stays queued, not cancelled
     second = await make_engine(clock=clock, max_scheduled_concurrent=1, start=False, **ANY)
     await second.start(loop=False)
-    assert await h.run_reasons(second.conn, created["id"]) == [("queued", "schedule.fired.due")]
+    assert await h.run_reasons(second.conn, created.id) == [("queued", "schedule.fired.due")]
     assert second.limits()["in_flight"] == 1
     other = await second.service.create(h.command_schedule(h.env_dump, str(out), name="b"))
-    clock.set(other["next_fire_at"])
-    [run, *_] = await _ended(h, second, created["id"])
+    clock.set(other.next_fire_at)
+    [run, *_] = await _ended(h, second, created.id)
     assert (run["status"], run["leased_by"]) == ("completed", second._worker.worker_id)
-    assert ("skipped", "schedule.deferred.capacity") in await h.run_reasons(
-        second.conn, other["id"]
-    )
-    await _ended(h, second, other["id"])
+    assert ("skipped", "schedule.deferred.capacity") in await h.run_reasons(second.conn, other.id)
+    await _ended(h, second, other.id)
 
 
 async def test_a_retry_is_queued_for_a_worker_too(make_engine, clock, h, tmp_path) -> None:
@@ -212,10 +208,10 @@ async def test_a_retry_is_queued_for_a_worker_too(make_engine, clock, h, tmp_pat
             flaky, str(tmp_path / "count"), "2", retry={"max_attempts": 2, "backoff_sec": 5}
         )
     )
-    clock.set(created["next_fire_at"])
-    await _ended(h, engine, created["id"])
+    clock.set(created.next_fire_at)
+    await _ended(h, engine, created.id)
     clock.advance(5.0)
-    runs = await _ended(h, engine, created["id"], count=2)
+    runs = await _ended(h, engine, created.id, count=2)
     retry = runs[1]
     assert (retry["status"], retry["attempt"], retry["retry_of"]) == ("completed", 2, runs[0]["id"])
     steps = [t["status"] for t in await h.transitions_of(engine.conn, retry["id"])]
@@ -231,7 +227,7 @@ async def test_a_fire_of_another_machines_worker_whose_lease_lapsed_is_node_lost
 
     async def child_started() -> dict[str, Any] | None:
         await engine.tick_once()
-        [run] = await h.runs_of(engine.conn, created["id"])
+        [run] = await h.runs_of(engine.conn, created.id)
         return run if run["child_pid"] else None
 
     run = await h.eventually(child_started, timeout=20)
@@ -242,7 +238,7 @@ async def test_a_fire_of_another_machines_worker_whose_lease_lapsed_is_node_lost
             "lease_expires_at = ? WHERE id = ?",
             (clock() - 1, run["id"]),
         )
-    [after] = await _ended(h, engine, created["id"])
+    [after] = await _ended(h, engine, created.id)
     assert (after["status"], after["status_reason_code"]) == ("failed", "run.failed.node_lost")
     await h.eventually(lambda: not h.group_has_live_member(int(run["child_pid"])), timeout=20)
     await engine.tick_once()
@@ -254,13 +250,13 @@ async def test_an_operator_cancels_a_fire_still_queued(make_engine, clock, h, tm
     engine = await make_engine(clock=clock, **ANY)
     out = tmp_path / "env.jsonl"
     created = await _first_fire(engine, clock, h.command_schedule(h.env_dump, str(out)))
-    [run] = await h.runs_of(engine.conn, created["id"])
+    [run] = await h.runs_of(engine.conn, created.id)
     cancelled = await engine.runs.cancel(run["id"])
-    assert cancelled["status"] == "cancelled"
+    assert cancelled.status == "cancelled"
     await engine.tick_once()
     await engine.tick_once()
     assert engine.limits()["in_flight"] == 0
-    [after] = await h.runs_of(engine.conn, created["id"])
+    [after] = await h.runs_of(engine.conn, created.id)
     assert (after["status"], after["invocation_id"], after["leased_by"]) == (
         "cancelled",
         None,
@@ -290,12 +286,12 @@ async def test_a_fire_whose_setup_fails_on_the_claiming_node_still_runs_its_on_f
             "on_fail": overlay,
         }
     )
-    clock.set(created["next_fire_at"])
+    clock.set(created.next_fire_at)
     await engine.tick_once()  # admitted and queued: li was there
     fake_li.rename(tmp_path / "li.gone")  # gone before a worker prepares the fire
 
-    await _follow_up_completed(h, engine, created["id"])
-    [parent] = await h.runs_at_depth(engine.conn, created["id"], 0)
+    await _follow_up_completed(h, engine, created.id)
+    [parent] = await h.runs_at_depth(engine.conn, created.id, 0)
     assert (parent["status"], parent["status_reason_code"]) == ("failed", "run.failed.spawn_error")
     assert out.read_text().count("LIONAGI_INVOCATION_ID") == 1
 
@@ -319,17 +315,17 @@ async def test_cancel_other_stops_the_fire_a_worker_runs_and_queues_the_new_one(
     created = await engine.service.create(
         h.command_schedule(h.blocker, str(flag), overlap_policy="cancel_other")
     )
-    clock.set(created["next_fire_at"])
-    first = await _claimed_and_running(h, engine, created["id"])
+    clock.set(created.next_fire_at)
+    first = await _claimed_and_running(h, engine, created.id)
     clock.advance(60)
     await engine.tick_once()  # the one slot is free again for the new occurrence at once
-    assert await h.run_reasons(engine.conn, created["id"]) == [
+    assert await h.run_reasons(engine.conn, created.id) == [
         ("cancelled", "run.cancelled.overlap"),
         ("queued", "schedule.fired.due"),
     ]
     await h.eventually(lambda: not h.group_has_live_member(int(first["child_pid"])), timeout=20)
     flag.touch()
-    runs = await _ended(h, engine, created["id"], count=2)
+    runs = await _ended(h, engine, created.id, count=2)
     assert [r["status"] for r in runs] == ["cancelled", "completed"]
 
 
@@ -341,16 +337,16 @@ async def test_a_buffered_occurrence_is_queued_when_the_fire_a_worker_ran_ends(
     created = await engine.service.create(
         h.command_schedule(h.blocker, str(flag), overlap_policy="buffer_one")
     )
-    clock.set(created["next_fire_at"])
-    await _claimed_and_running(h, engine, created["id"])
+    clock.set(created.next_fire_at)
+    await _claimed_and_running(h, engine, created.id)
     clock.advance(60)
     await engine.tick_once()
-    assert [s for s, _ in await h.run_reasons(engine.conn, created["id"])] == [
+    assert [s for s, _ in await h.run_reasons(engine.conn, created.id)] == [
         "running",
         "waiting_dependency",
     ]
     flag.touch()
-    runs = await _ended(h, engine, created["id"], count=2)
+    runs = await _ended(h, engine, created.id, count=2)
     assert [r["status"] for r in runs] == ["completed", "completed"], [
         (r["status"], r["status_reason_code"], r["error_detail"]) for r in runs
     ]

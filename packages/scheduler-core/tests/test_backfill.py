@@ -31,9 +31,7 @@ async def test_a_backfill_over_the_spring_forward_day_runs_each_hour_once(
     engine = await make_engine(clock=clock)
     created = await engine.service.create(_hourly(h, h.script("ok.py", "pass\n")))
     # 31 March 2024 in Berlin has 23 hours (02:00 does not exist)
-    queued = await engine.service.backfill(
-        created["id"], "2024-03-31T00:00:00", "2024-04-01T00:00:00"
-    )
+    queued = await engine.service.backfill(created.id, "2024-03-31T00:00:00", "2024-04-01T00:00:00")
     assert queued == 23
     for _ in range(30):
         await engine.tick_once()
@@ -41,7 +39,7 @@ async def test_a_backfill_over_the_spring_forward_day_runs_each_hour_once(
     runs = await fetch_all(
         engine.conn,
         "SELECT * FROM schedule_runs WHERE schedule_id = ? ORDER BY created_at, rowid",
-        (created["id"],),
+        (created.id,),
     )
     assert [r["status"] for r in runs] == ["completed"] * 23
     contexts = [json.loads(r["trigger_context"]) for r in runs]
@@ -54,14 +52,14 @@ async def test_a_backfill_over_the_spring_forward_day_runs_each_hour_once(
         "schedule.fired.backfill",
     ]
     # the same window again: every occurrence already ran
-    assert await engine.service.backfill(created["id"], "2024-03-31T00:00", "2024-04-01") == 0
+    assert await engine.service.backfill(created.id, "2024-03-31T00:00", "2024-04-01") == 0
 
 
 async def test_backfill_bounds_are_refused_naming_the_field(make_engine, clock, h) -> None:
     clock.set(datetime(2024, 4, 2, 12, tzinfo=BERLIN).timestamp())
     engine = await make_engine(clock=clock)
     created = await engine.service.create(_hourly(h, h.script("ok.py", "pass\n")))
-    sid = created["id"]
+    sid = created.id
     cases = [
         (("2024-04-01", "2024-03-31"), "start"),
         (("2024-04-01", "2024-04-01"), "start"),

@@ -78,15 +78,15 @@ async def test_the_bounds_themselves_are_accepted(service, h, tmp_path) -> None:
             budget_usd=1e9,
         )
     )
-    assert created["interval_sec"] == 366 * 86400
+    assert created.interval_sec == 366 * 86400
     polled = await service.create(_github(h, tmp_path, name="poll", poll_interval_sec=86400))
-    assert polled["poll_interval_sec"] == 86400
+    assert polled.poll_interval_sec == 86400
 
 
 async def test_an_update_is_bounded_too(service, h, tmp_path) -> None:
     created = await service.create(_interval(h, tmp_path))
     with pytest.raises(ScheduleValidationError) as refused:
-        await service.update(created["id"], {"interval_sec": HUGE})
+        await service.update(created.id, {"interval_sec": HUGE})
     assert refused.value.field == "interval_sec"
 
 
@@ -95,15 +95,15 @@ async def test_a_huge_stored_interval_never_makes_preview_raise(service, conn, h
     created = await service.create(_interval(h, tmp_path))
     await conn.execute(
         "UPDATE schedules SET interval_sec = ?, next_fire_at = ? WHERE id = ?",
-        (HUGE, 1.0e17, created["id"]),
+        (HUGE, 1.0e17, created.id),
     )
     await conn.commit()
-    assert await service.preview(created["id"]) == []
+    assert await service.preview(created.id) == []
     await conn.execute(
-        "UPDATE schedules SET next_fire_at = ? WHERE id = ?", (h.T0 + 60, created["id"])
+        "UPDATE schedules SET next_fire_at = ? WHERE id = ?", (h.T0 + 60, created.id)
     )
     await conn.commit()
-    times = await service.preview(created["id"])
+    times = await service.preview(created.id)
     assert [t["at"] for t in times] == [h.T0 + 60]  # the next slot is past year 9999
 
 

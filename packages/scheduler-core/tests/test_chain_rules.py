@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from studio_scheduler_core import MAX_CHAIN_DEPTH, ScheduleValidationError
+from studio_scheduler_core import MAX_CHAIN_DEPTH, Schedule, ScheduleValidationError
 from studio_state import fetch_value
 
 
@@ -24,8 +24,8 @@ def _agent(prompt: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-async def _fire(engine: Any, clock: Any, created: dict[str, Any]) -> None:
-    clock.set(created["next_fire_at"])
+async def _fire(engine: Any, clock: Any, created: Schedule) -> None:
+    clock.set(created.next_fire_at)
     await engine.tick_once()
     await engine.wait_idle()
 
@@ -41,10 +41,10 @@ async def test_on_success_prompt_runs_once_not_to_the_depth_cap(make_engine, clo
         )
     )
     await _fire(engine, clock, created)
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [(r["chain_depth"], r["status"]) for r in runs] == [(0, "completed"), (1, "completed")]
     assert json.loads(runs[1]["action_args"])[-1] == "post the summary usage=completed:10:10:0.40"
-    row = await h.schedule_row(engine.conn, created["id"])
+    row = await h.schedule_row(engine.conn, created.id)
     assert row["enabled"] == 1  # spent $0.80 of $1.00: nothing overspent, nothing disabled
 
 
@@ -55,7 +55,7 @@ async def test_failing_command_follow_up_runs_once(make_engine, clock, h) -> Non
         h.command_schedule(fail, on_fail={"command_args": [fail, "retry"]})
     )
     await _fire(engine, clock, created)
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [(r["chain_depth"], r["status"]) for r in runs] == [(0, "failed"), (1, "failed")]
 
 
@@ -69,7 +69,7 @@ async def test_budget_gate_stops_the_chain_with_a_skipped_run(make_engine, clock
         )
     )
     await _fire(engine, clock, created)
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [(r["chain_depth"], r["status"]) for r in runs] == [(0, "completed"), (1, "skipped")]
     skipped = runs[1]
     assert skipped["status_reason_code"] == "run.skipped.budget"
@@ -89,7 +89,7 @@ async def test_budget_gate_checks_tokens_before_a_failure_follow_up(make_engine,
         _agent("boom exit=2 usage=failed:600:600", budget_tokens=1000, on_fail={"prompt": "x"})
     )
     await _fire(engine, clock, created)
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [(r["status"], r["status_reason_code"]) for r in runs][1] == (
         "skipped",
         "run.skipped.budget",
@@ -131,12 +131,12 @@ async def test_resulting_kind_is_the_kind_after_every_overlay_on_the_path(servic
     created = await service.create(
         _agent("p", on_success={**to_command, "on_success": {"command_args": ["y.py"]}})
     )
-    assert created["on_success"]["on_success"] == {"command_args": ["y.py"]}
+    assert created.on_success["on_success"] == {"command_args": ["y.py"]}
     # a null only clears an inherited column and is accepted on any kind
     cleared = await service.create(
         _agent("p", name="c2", on_success={**to_command, "prompt": None})
     )
-    assert cleared["on_success"]["prompt"] is None
+    assert cleared.on_success["prompt"] is None
 
 
 async def test_nesting_deeper_than_the_cap_is_refused_at_creation(service, h) -> None:
@@ -147,7 +147,7 @@ async def test_nesting_deeper_than_the_cap_is_refused_at_creation(service, h) ->
         return overlay
 
     created = await service.create(_agent("p", on_success=nested(MAX_CHAIN_DEPTH)))
-    assert created["id"]
+    assert created.id
     with pytest.raises(ScheduleValidationError) as info:
         await service.create(_agent("p", name="deep", on_success=nested(MAX_CHAIN_DEPTH + 1)))
     assert info.value.field == ".".join(["on_success"] * (MAX_CHAIN_DEPTH + 1))

@@ -30,7 +30,7 @@ async def test_a_vanished_database_file_stops_the_tick_with_a_clear_error(
     engine = await make_engine()
     created = await engine.service.create(h.command_schedule(h.blocker, interval_sec=1))
     await engine.conn.execute(
-        "UPDATE schedules SET next_fire_at = 0 WHERE id = ?", (created["id"],)
+        "UPDATE schedules SET next_fire_at = 0 WHERE id = ?", (created.id,)
     )  # due now
     if fault == "deleted":
         _remove(db_path)
@@ -57,7 +57,7 @@ async def test_the_loop_does_not_spin_on_a_vanished_database(
     created = await engine.service.create(h.command_schedule(h.blocker, interval_sec=1))
     _remove(db_path)
     await engine.conn.execute(
-        "UPDATE schedules SET next_fire_at = 0 WHERE id = ?", (created["id"],)
+        "UPDATE schedules SET next_fire_at = 0 WHERE id = ?", (created.id,)
     )  # forever due: a loop that followed it would never sleep
     await asyncio.sleep(0.3)  # the first tick after the removal has run
     cpu = time.process_time()

@@ -74,11 +74,11 @@ async def test_the_child_record_commits_at_normal_and_the_fire_stays_full(
     ok = h.script("ok.py", "pass\n")
     schedule = await engine.service.create(h.command_schedule(ok, name="s"))
     statements = await _trace(engine.conn)
-    clock.set(float(schedule["next_fire_at"]))
+    clock.set(float(schedule.next_fire_at))
     await engine.tick_once()
     await engine.wait_idle()
     await _untrace(engine.conn)
-    runs = await h.runs_of(engine.conn, schedule["id"])
+    runs = await h.runs_of(engine.conn, schedule.id)
     assert [r["status"] for r in runs] == ["completed"]
     assert runs[0]["child_pid"]
     records = [

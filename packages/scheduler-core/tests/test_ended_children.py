@@ -41,8 +41,8 @@ def _started(proc: subprocess.Popen[bytes]) -> bool:
 
 async def _invocation_of_completed_run(engine: Any, clock: Any, h: Any, tmp_path: Path) -> str:
     created = await engine.service.create(h.command_schedule(h.env_dump, str(tmp_path / "o")))
-    await h.fire_due(engine, clock, created["next_fire_at"])
-    [run] = await h.runs_of(engine.conn, created["id"])
+    await h.fire_due(engine, clock, created.next_fire_at)
+    [run] = await h.runs_of(engine.conn, created.id)
     assert run["status"] == "completed"
     return str(run["invocation_id"])
 
@@ -56,9 +56,9 @@ async def test_the_sweep_terminates_the_processes_of_ended_runs_only(
     flag = tmp_path / "release"
     blocked = await engine.service.create(h.command_schedule(h.blocker, str(flag), name="b"))
     await engine.tick_once()
-    clock.set(blocked["next_fire_at"])
+    clock.set(blocked.next_fire_at)
     await engine.tick_once()
-    [live] = await h.runs_of(engine.conn, blocked["id"])
+    [live] = await h.runs_of(engine.conn, blocked.id)
     _process(spawned, ended, studio_db)  # the orphan: spawned[0]
     same_id_other_db = _process(spawned, ended, str(tmp_path / "other.db"))
     of_a_live_run = _process(spawned, str(live["invocation_id"]), studio_db)

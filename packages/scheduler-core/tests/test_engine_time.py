@@ -36,7 +36,7 @@ async def test_engine_fires_once_across_a_dst_night(
         clock.advance(300)
         await engine.tick_once()
     await engine.wait_idle()
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert len(runs) == 1
     fired = json.loads(runs[0]["trigger_context"])["due_at"]
     local = datetime.fromtimestamp(fired, zone)
@@ -48,15 +48,15 @@ async def test_interval_cadence_has_no_drift_over_many_fires(make_engine, clock,
     engine = await make_engine(clock=clock)
     ok = h.script("ok.py", "pass\n")
     created = await engine.service.create(h.command_schedule(ok, interval_sec=60))
-    base = created["next_fire_at"]
+    base = created.next_fire_at
     rng = random.Random(3)
     for k in range(60):
         clock.set(base + 60 * k + rng.uniform(0, 20))  # every fire is late by up to 20 s
         await engine.tick_once()
         await engine.wait_idle()
-        row = await h.schedule_row(engine.conn, created["id"])
+        row = await h.schedule_row(engine.conn, created.id)
         assert row["next_fire_at"] == base + 60 * (k + 1)
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert len(runs) == 60
     assert [json.loads(r["trigger_context"])["due_at"] for r in runs] == [
         base + 60 * k for k in range(60)
@@ -65,9 +65,9 @@ async def test_interval_cadence_has_no_drift_over_many_fires(make_engine, clock,
     clock.set(base + 60 * 60 + 1000)
     await engine.tick_once()
     await engine.wait_idle()
-    row = await h.schedule_row(engine.conn, created["id"])
+    row = await h.schedule_row(engine.conn, created.id)
     assert row["next_fire_at"] == base + 60 * 77
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     # 61 fires, and the coalescing of the 16 slots passed over recorded once in the run list
     assert len([r for r in runs if r["status"] != "skipped"]) == 61
     assert [r["status_reason_code"] for r in runs if r["status"] == "skipped"] == [

@@ -12,7 +12,7 @@ from studio_state import fetch_all, fetch_one, fetch_value
 
 
 async def _fire_due(engine, clock, schedule) -> None:
-    clock.set(schedule["next_fire_at"])
+    clock.set(schedule.next_fire_at)
     await engine.tick_once()
     await engine.wait_idle()
 
@@ -26,7 +26,7 @@ async def test_occurrence_commits_run_invocation_transitions_and_advance(
         h.command_schedule(h.env_dump, str(out), action_cwd=str(tmp_path))
     )
     await _fire_due(engine, clock, created)
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert len(runs) == 1
     run = runs[0]
     assert (run["status"], run["status_reason_code"], run["exit_code"]) == (
@@ -37,13 +37,13 @@ async def test_occurrence_commits_run_invocation_transitions_and_advance(
     assert json.loads(run["action_args"]) == [h.PY, h.env_dump, str(out)]
     assert run["child_pid"] and run["child_started_at"]
     ctx = json.loads(run["trigger_context"])
-    assert ctx["scheduled"] is True and ctx["due_at"] == created["next_fire_at"]
+    assert ctx["scheduled"] is True and ctx["due_at"] == created.next_fire_at
     invocation = await fetch_one(
         engine.conn, "SELECT * FROM invocations WHERE id = ?", (run["invocation_id"],)
     )
     assert invocation["status"] == "completed"
     assert invocation["schedule_run_id"] == run["id"]
-    assert invocation["skill"] == f"scheduled:{created['name']}"
+    assert invocation["skill"] == f"scheduled:{created.name}"
     env = json.loads(out.read_text().splitlines()[0])
     assert env["LIONAGI_INVOCATION_ID"] == run["invocation_id"]
     assert env["LIONAGI_STUDIO_DB"] == engine.db_path
@@ -52,9 +52,9 @@ async def test_occurrence_commits_run_invocation_transitions_and_advance(
         (t["status"], t["reason_code"]) for t in await h.transitions_of(engine.conn, run["id"])
     ]
     assert steps == [("running", "schedule.fired.due"), ("completed", "run.completed.ok")]
-    row = await h.schedule_row(engine.conn, created["id"])
-    assert row["next_fire_at"] == created["next_fire_at"] + 60
-    assert row["last_fired_at"] == created["next_fire_at"]
+    row = await h.schedule_row(engine.conn, created.id)
+    assert row["next_fire_at"] == created.next_fire_at + 60
+    assert row["last_fired_at"] == created.next_fire_at
 
 
 async def test_nonzero_exit_records_code_and_stderr_tail(make_engine, clock, h) -> None:
@@ -64,7 +64,7 @@ async def test_nonzero_exit_records_code_and_stderr_tail(make_engine, clock, h) 
     )
     created = await engine.service.create(h.command_schedule(path))
     await _fire_due(engine, clock, created)
-    (run,) = await h.runs_of(engine.conn, created["id"])
+    (run,) = await h.runs_of(engine.conn, created.id)
     assert (run["status"], run["status_reason_code"], run["exit_code"]) == (
         "failed",
         "run.failed.exit_nonzero",
@@ -82,7 +82,7 @@ async def test_deadline_times_out_and_kills_the_group(make_engine, clock, h) -> 
     path = h.script("slow.py", "import time\ntime.sleep(30)\n")
     created = await engine.service.create(h.command_schedule(path))
     await _fire_due(engine, clock, created)
-    (run,) = await h.runs_of(engine.conn, created["id"])
+    (run,) = await h.runs_of(engine.conn, created.id)
     assert (run["status"], run["status_reason_code"]) == ("timed_out", "run.timed_out.deadline")
     from studio_launcher import is_same_process
 
@@ -101,7 +101,7 @@ async def test_spawn_failure_fails_the_run_at_once(make_engine, clock, h) -> Non
         }
     )
     await _fire_due(engine, clock, created)
-    (run,) = await h.runs_of(engine.conn, created["id"])
+    (run,) = await h.runs_of(engine.conn, created.id)
     assert (run["status"], run["status_reason_code"]) == ("failed", "run.failed.spawn_error")
     assert run["child_pid"] is None and run["ended_at"] is not None
     assert (
@@ -118,19 +118,19 @@ async def test_invalid_action_at_fire_time_is_recorded_once_and_cadence_moves(
     await engine.stop()
     # The allow-list no longer names the command: the stored row is now refused at fire time.
     engine = await make_engine(clock=clock, command_allowlist=("sh",))
-    clock.set(created["next_fire_at"] - 1)
+    clock.set(created.next_fire_at - 1)
     await engine.tick_once()
-    clock.set(created["next_fire_at"])
+    clock.set(created.next_fire_at)
     await engine.tick_once()
     await engine.tick_once()
     await engine.wait_idle()
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [(r["status"], r["status_reason_code"]) for r in runs] == [
         ("failed", "run.failed.invalid_action")
     ]
     assert json.loads(runs[0]["action_args"]) == []
-    row = await h.schedule_row(engine.conn, created["id"])
-    assert row["next_fire_at"] == created["next_fire_at"] + 60
+    row = await h.schedule_row(engine.conn, created.id)
+    assert row["next_fire_at"] == created.next_fire_at + 60
 
 
 async def test_missing_cwd_fails_with_its_reason(make_engine, clock, h, tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ async def test_missing_cwd_fails_with_its_reason(make_engine, clock, h, tmp_path
     created = await engine.service.create(h.command_schedule(h.blocker, "/x", action_cwd=str(gone)))
     gone.rmdir()
     await _fire_due(engine, clock, created)
-    (run,) = await h.runs_of(engine.conn, created["id"])
+    (run,) = await h.runs_of(engine.conn, created.id)
     assert (run["status"], run["status_reason_code"]) == ("failed", "run.failed.missing_cwd")
 
 
@@ -171,7 +171,7 @@ async def test_invocation_status_comes_from_session_evidence(
         }
     )
     await _fire_due(engine, clock, created)
-    (run,) = await h.runs_of(engine.conn, created["id"])
+    (run,) = await h.runs_of(engine.conn, created.id)
     assert run["status"] == run_status
     invocation = await fetch_one(
         engine.conn, "SELECT * FROM invocations WHERE id = ?", (run["invocation_id"],)

@@ -13,6 +13,7 @@ from typing import Any
 import aiosqlite
 import pytest
 
+from studio_scheduler_core import Schedule
 from studio_scheduler_core._fire.commit import commit
 from studio_scheduler_core._fire.env import FireEnv, Prepared
 from studio_scheduler_core._fire.finish import finish
@@ -70,7 +71,7 @@ async def test_the_fires_of_one_pass_commit_in_one_transaction_with_a_setup_refu
     schedules = [first, refused, *rest]
     trace = _Transactions()
     await engine.conn.set_trace_callback(trace)
-    clock.set(max(s["next_fire_at"] for s in schedules))
+    clock.set(max(s.next_fire_at for s in schedules))
     counts = await engine.tick_once()
     await engine.conn.set_trace_callback(None)
     await engine.wait_idle()
@@ -81,10 +82,10 @@ async def test_the_fires_of_one_pass_commit_in_one_transaction_with_a_setup_refu
     assert any(s.startswith("INSERT INTO dispatch_outbox") for s in with_fires[0])
     assert counts["schedules"] == {"fire": 4}
     for schedule in schedules:
-        runs = await h.runs_of(engine.conn, schedule["id"])
-        assert len(runs) == 1, schedule["name"]  # fired once: the next pass finds none due
-        row = await h.schedule_row(engine.conn, schedule["id"])
-        assert row["next_fire_at"] == schedule["next_fire_at"] + 60
+        runs = await h.runs_of(engine.conn, schedule.id)
+        assert len(runs) == 1, schedule.name  # fired once: the next pass finds none due
+        row = await h.schedule_row(engine.conn, schedule.id)
+        assert row["next_fire_at"] == schedule.next_fire_at + 60
         want = (
             ("failed", "run.failed.missing_cwd")
             if schedule is refused
@@ -93,13 +94,13 @@ async def test_the_fires_of_one_pass_commit_in_one_transaction_with_a_setup_refu
         assert (runs[0]["status"], runs[0]["status_reason_code"]) == want
         steps = [t["status"] for t in await h.transitions_of(engine.conn, runs[0]["id"])]
         assert steps == (["running", "failed"] if schedule is refused else ["running", "completed"])
-    (refusal,) = await h.runs_of(engine.conn, refused["id"])
+    (refusal,) = await h.runs_of(engine.conn, refused.id)
     dispatches = await fetch_all(engine.conn, "SELECT dedup_key FROM dispatch_outbox")
     assert dispatches == [{"dedup_key": f"run:{refusal['id']}:run.failed"}]
     await engine.tick_once()
     await engine.wait_idle()
     for schedule in schedules:
-        assert len(await h.runs_of(engine.conn, schedule["id"])) == 1
+        assert len(await h.runs_of(engine.conn, schedule.id)) == 1
 
 
 async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no_child(
@@ -114,71 +115,71 @@ async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no
         for n in ("a", "b", "c")
     ]
     run = engine._started()
-    clock.set(max(s["next_fire_at"] for s in schedules))
+    clock.set(max(s.next_fire_at for s in schedules))
     now = clock()
     staged = []
     for schedule in schedules:
-        decision = await run.admission.admit(schedule, now=now, path="scheduled")
+        decision = await run.admission.admit(schedule.to_row(), now=now, path="scheduled")
         assert decision.outcome == "fire"
 
-        def claim(s: dict[str, Any] = schedule) -> ScheduleClaim:
+        def claim(s: Schedule = schedule) -> ScheduleClaim:
             return ScheduleClaim(
-                "occurrence", s["id"], due_at=s["next_fire_at"], next_fire_at=s["next_fire_at"] + 60
+                "occurrence", s.id, due_at=s.next_fire_at, next_fire_at=s.next_fire_at + 60
             )
 
         staged.append(
             stage_fire(
                 run.env,
-                schedule,
-                {"scheduled": True, "due_at": schedule["next_fire_at"]},
+                schedule.to_row(),
+                {"scheduled": True, "due_at": schedule.next_fire_at},
                 kind="scheduled",
                 claim=claim,
                 reservation=decision.reservation,
             )
         )
-    assert run.admission.in_flight(schedules[1]["id"]) == 1
+    assert run.admission.in_flight(schedules[1].id) == 1
     # Another writer (an operator's edit through the API's own connection) moves b's cadence
     # between its admission and the shared commit: b's claim is lost.
-    moved = schedules[1]["next_fire_at"] + 7
+    moved = schedules[1].next_fire_at + 7
     async with connect(db_target) as other:
         await other.execute(
-            "UPDATE schedules SET next_fire_at = ? WHERE id = ?", (moved, schedules[1]["id"])
+            "UPDATE schedules SET next_fire_at = ? WHERE id = ?", (moved, schedules[1].id)
         )
         await other.commit()
 
     fired = await commit_fires(run.env, staged, run.runner.start)
 
     assert [f is not None for f in fired] == [True, False, True]
-    assert run.admission.in_flight(schedules[1]["id"]) == 0  # its reservation is released
-    assert schedules[1]["id"] not in {r.schedule_id for r in run.admission.slots.values()}
+    assert run.admission.in_flight(schedules[1].id) == 0  # its reservation is released
+    assert schedules[1].id not in {r.schedule_id for r in run.admission.slots.values()}
     await engine.wait_idle()
     assert sorted(p.name for p in out.iterdir()) == ["a", "c"]  # no child for b
-    assert await h.runs_of(engine.conn, schedules[1]["id"]) == []
-    lost = await h.schedule_row(engine.conn, schedules[1]["id"])
+    assert await h.runs_of(engine.conn, schedules[1].id) == []
+    lost = await h.schedule_row(engine.conn, schedules[1].id)
     assert (lost["next_fire_at"], lost["last_fired_at"]) == (moved, None)
     invocation = staged[1].prepared.invocation_id
     found = await fetch_one(engine.conn, "SELECT 1 FROM invocations WHERE id = ?", (invocation,))
     assert found is None
     for index in (0, 2):
-        (row,) = await h.runs_of(engine.conn, schedules[index]["id"])
+        (row,) = await h.runs_of(engine.conn, schedules[index].id)
         assert (row["status"], row["status_reason_code"]) == ("completed", "run.completed.ok")
-        assert json.loads(row["trigger_context"])["due_at"] == schedules[index]["next_fire_at"]
+        assert json.loads(row["trigger_context"])["due_at"] == schedules[index].next_fire_at
         steps = [t["status"] for t in await h.transitions_of(engine.conn, row["id"])]
         assert steps == ["running", "completed"]
-        sched = await h.schedule_row(engine.conn, schedules[index]["id"])
-        assert sched["next_fire_at"] == schedules[index]["next_fire_at"] + 60
+        sched = await h.schedule_row(engine.conn, schedules[index].id)
+        assert sched["next_fire_at"] == schedules[index].next_fire_at + 60
     assert run.env.committed == {}
     assert run.admission.slots == {}
 
 
-async def _committed(env: FireEnv, created: dict[str, Any]) -> Prepared:
+async def _committed(env: FireEnv, created: Schedule) -> Prepared:
     """A scheduled fire of ``created`` committed ``running`` (no child started)."""
-    fire = prepare(env, created, {"scheduled": True}, kind="scheduled")
+    fire = prepare(env, created.to_row(), {"scheduled": True}, kind="scheduled")
     claim = ScheduleClaim(
         "occurrence",
-        created["id"],
-        due_at=created["next_fire_at"],
-        next_fire_at=created["next_fire_at"] + 60,
+        created.id,
+        due_at=created.next_fire_at,
+        next_fire_at=created.next_fire_at + 60,
     )
     assert await commit(env, fire, claim)
     return fire

@@ -10,7 +10,7 @@ from studio_state import fetch_all
 
 
 async def _fire(engine, clock, created) -> None:
-    clock.set(created["next_fire_at"])
+    clock.set(created.next_fire_at)
     await engine.tick_once()
     await engine.wait_idle()
 
@@ -24,7 +24,7 @@ async def test_on_success_chain_links_and_stops_at_depth_10(make_engine, clock, 
         overlay = {"command_args": [ok, "again"], "on_success": overlay}
     created = await engine.service.create(h.command_schedule(ok, on_success=overlay))
     await _fire(engine, clock, created)
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [r["chain_depth"] for r in runs] == list(range(11))
     for parent, child in zip(runs, runs[1:], strict=False):
         assert child["chain_parent_id"] == parent["id"]
@@ -35,10 +35,10 @@ async def test_on_success_chain_links_and_stops_at_depth_10(make_engine, clock, 
         assert json.loads(child["action_args"]) == [h.PY, ok, "again"]
     assert all(r["status"] == "completed" for r in runs)
     detail = await engine.service.get_run(runs[0]["id"])
-    assert [c["chain_depth"] for c in detail["chain_children"]] == list(range(1, 11))
+    assert [c.chain_depth for c in detail.chain_children] == list(range(1, 11))
     # children never move the schedule's cadence
-    row = await h.schedule_row(engine.conn, created["id"])
-    assert row["next_fire_at"] == created["next_fire_at"] + 60
+    row = await h.schedule_row(engine.conn, created.id)
+    assert row["next_fire_at"] == created.next_fire_at + 60
     reasons = {r["status_reason_code"] for r in runs[1:]}
     assert reasons == {"run.completed.ok"}
     fired = await fetch_all(
@@ -63,10 +63,10 @@ async def test_on_fail_after_failure_and_timeout_with_overlay(
     timing = await engine.service.create(h.command_schedule(slow, name="slow", on_fail=overlay))
     await _fire(engine, clock, failing)
     await _fire(engine, clock, timing)
-    f_runs = await h.runs_of(engine.conn, failing["id"])
+    f_runs = await h.runs_of(engine.conn, failing.id)
     assert [(r["chain_depth"], r["status"]) for r in f_runs] == [(0, "failed"), (1, "completed")]
     assert json.loads(f_runs[1]["trigger_context"])["parent_exit_code"] == 4
-    t_runs = await h.runs_of(engine.conn, timing["id"])
+    t_runs = await h.runs_of(engine.conn, timing.id)
     assert [(r["chain_depth"], r["status"]) for r in t_runs] == [
         (0, "timed_out"),
         (1, "completed"),
@@ -90,7 +90,7 @@ async def test_follow_up_overlay_changes_kind_and_prompt(make_engine, clock, h) 
         )
     )
     await _fire(engine, clock, created)
-    parent, child = await h.runs_of(engine.conn, created["id"])
+    parent, child = await h.runs_of(engine.conn, created.id)
     argv = json.loads(child["action_args"])
     assert child["action_kind"] == "agent"
     assert argv[1:4] == ["agent", "--", "gpt-x"]
@@ -104,17 +104,17 @@ async def test_no_follow_up_after_cancellation(make_engine, clock, h, tmp_path: 
     created = await engine.service.create(
         h.command_schedule(slow, on_fail={"command_args": [slow]})
     )
-    clock.set(created["next_fire_at"])
+    clock.set(created.next_fire_at)
     await engine.tick_once()
     await h.eventually(
-        lambda: _has_pid(engine.conn, created["id"]),
+        lambda: _has_pid(engine.conn, created.id),
     )
     conn_path = engine.db_path
     await engine.stop()
     from studio_state import connect
 
     async with connect(conn_path) as conn:
-        runs = await h.runs_of(conn, created["id"])
+        runs = await h.runs_of(conn, created.id)
     assert [(r["status"], r["status_reason_code"]) for r in runs] == [
         ("cancelled", "run.cancelled.shutdown")
     ]
@@ -135,4 +135,4 @@ async def test_follow_ups_take_no_slot(make_engine, clock, h) -> None:
         h.command_schedule(ok, on_success={"command_args": [ok, "x"], "on_success": None})
     )
     await _fire(engine, clock, created)
-    assert [r["chain_depth"] for r in await h.runs_of(engine.conn, created["id"])] == [0, 1]
+    assert [r["chain_depth"] for r in await h.runs_of(engine.conn, created.id)] == [0, 1]

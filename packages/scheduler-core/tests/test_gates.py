@@ -39,28 +39,28 @@ async def test_overlap_skip_writes_a_skipped_row_and_advances(
     engine = await make_engine(clock=clock)
     flag = tmp_path / "release"
     created = await engine.service.create(_blocking(h, flag))
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     await _tick_at(engine, clock, due)
     await _tick_at(engine, clock, due + 60)
-    assert await h.run_reasons(engine.conn, created["id"]) == [
+    assert await h.run_reasons(engine.conn, created.id) == [
         ("running", "schedule.fired.due"),
         ("skipped", "schedule.skipped.overlap"),
     ]
-    row = await h.schedule_row(engine.conn, created["id"])
+    row = await h.schedule_row(engine.conn, created.id)
     assert row["next_fire_at"] == due + 120
     flag.touch()
     await engine.wait_idle()
-    assert (await h.run_reasons(engine.conn, created["id"]))[0] == ("completed", "run.completed.ok")
+    assert (await h.run_reasons(engine.conn, created.id))[0] == ("completed", "run.completed.ok")
 
 
 async def test_overlap_allow_fires_again(make_engine, clock, h, tmp_path: Path) -> None:
     engine = await make_engine(clock=clock)
     flag = tmp_path / "release"
     created = await engine.service.create(_blocking(h, flag, overlap_policy="allow"))
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     await _tick_at(engine, clock, due)
     await _tick_at(engine, clock, due + 60)
-    assert [r[0] for r in await h.run_reasons(engine.conn, created["id"])] == ["running", "running"]
+    assert [r[0] for r in await h.run_reasons(engine.conn, created.id)] == ["running", "running"]
     flag.touch()
     await engine.wait_idle()
 
@@ -76,7 +76,7 @@ async def _one_slot_and_waiting(
     waiting = [
         await engine.service.create(_blocking(h, flag, name=f"waiting-{i}")) for i in range(count)
     ]
-    due = max(float(s["next_fire_at"]) for s in [holder, *waiting])
+    due = max(float(s.next_fire_at) for s in [holder, *waiting])
     return engine, holder, waiting, due
 
 
@@ -99,19 +99,19 @@ async def test_capacity_defers_and_records_on_1st_11th_21st(
     )
     for i in range(25):
         await _tick_at(engine, clock, due + i * 1.0)  # one full pass a second counts
-    reasons = await h.run_reasons(engine.conn, waiting["id"])
-    holder_reasons = await h.run_reasons(engine.conn, holder["id"])
+    reasons = await h.run_reasons(engine.conn, waiting.id)
+    holder_reasons = await h.run_reasons(engine.conn, holder.id)
     assert holder_reasons == [("running", "schedule.fired.due")]
     assert reasons == [("skipped", "schedule.deferred.capacity")] * 3
     assert await _capacity_deferral_counts(engine.conn) == [1, 11, 21]
     # deferral leaves the occurrence due: it fires once the slot frees
-    row = await h.schedule_row(engine.conn, waiting["id"])
-    assert row["next_fire_at"] == waiting["next_fire_at"]
+    row = await h.schedule_row(engine.conn, waiting.id)
+    assert row["next_fire_at"] == waiting.next_fire_at
     assert engine.health()["due_backlog"] == 1
     flag.touch()
     await engine.wait_idle()
     await _tick_at(engine, clock, due + 26)
-    reasons = await h.run_reasons(engine.conn, waiting["id"])
+    reasons = await h.run_reasons(engine.conn, waiting.id)
     assert reasons[-1][1] == "schedule.fired.due"
     await engine.wait_idle()
 
@@ -128,7 +128,7 @@ async def test_with_every_slot_taken_a_schedule_is_counted_deferred_once_a_secon
         await _tick_at(engine, clock, due + i * 0.25)
     for schedule in waiting:
         assert (
-            await h.run_reasons(engine.conn, schedule["id"])
+            await h.run_reasons(engine.conn, schedule.id)
             == [("skipped", "schedule.deferred.capacity")] * 2
         )
     assert sorted(await _capacity_deferral_counts(engine.conn)) == [1, 1, 1, 11, 11, 11]
@@ -137,9 +137,9 @@ async def test_with_every_slot_taken_a_schedule_is_counted_deferred_once_a_secon
     await engine.wait_idle()
     await _tick_at(engine, clock, due + 11.25)
     fired = [
-        s["id"]
+        s.id
         for s in waiting
-        if (await h.run_reasons(engine.conn, s["id"]))[-1][1] == "schedule.fired.due"
+        if (await h.run_reasons(engine.conn, s.id))[-1][1] == "schedule.fired.due"
     ]
     assert len(fired) == 1
     flag.unlink()
@@ -150,18 +150,18 @@ async def test_budget_exhausted_skips_and_disables(make_engine, clock, h, tmp_pa
     engine = await make_engine(clock=clock)
     path = h.script("ok.py", "pass\n")
     created = await engine.service.create(h.command_schedule(path, budget_usd=1.0))
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     await _tick_at(engine, clock, due)
     await engine.wait_idle()
-    await _add_spend(engine.conn, created["id"], 1.25, clock)
+    await _add_spend(engine.conn, created.id, 1.25, clock)
     await _tick_at(engine, clock, due + 60)
-    assert await h.run_reasons(engine.conn, created["id"]) == [
+    assert await h.run_reasons(engine.conn, created.id) == [
         ("completed", "run.completed.ok"),
         ("skipped", "schedule.budget.exhausted"),
     ]
-    row = await h.schedule_row(engine.conn, created["id"])
+    row = await h.schedule_row(engine.conn, created.id)
     assert row["enabled"] == 0 and row["disabled_reason"] == "schedule.budget.exhausted"
-    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created["id"])]
+    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created.id)]
     assert steps == ["schedule.created", "schedule.budget.exhausted"]
 
 
@@ -178,10 +178,10 @@ async def test_budget_tokens_count_input_and_output(make_engine, clock, h) -> No
             "budget_tokens": 100,
         }
     )
-    await _tick_at(engine, clock, created["next_fire_at"])
+    await _tick_at(engine, clock, created.next_fire_at)
     await engine.wait_idle()
-    await _tick_at(engine, clock, created["next_fire_at"] + 60)
-    assert (await h.run_reasons(engine.conn, created["id"]))[-1] == (
+    await _tick_at(engine, clock, created.next_fire_at + 60)
+    assert (await h.run_reasons(engine.conn, created.id))[-1] == (
         "skipped",
         "schedule.budget.exhausted",
     )
@@ -204,7 +204,7 @@ async def test_budget_overshoot_is_bounded_by_one_fire(
             "budget_usd": 1.0,
         }
     )
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     for i in range(12):
         await _tick_at(engine, clock, due + i * 60)
         if i % 3 == 2:
@@ -214,14 +214,14 @@ async def test_budget_overshoot_is_bounded_by_one_fire(
         await _tick_at(engine, clock, due + i * 60)
         await engine.wait_idle()
     spent = await fetch_value(engine.conn, "SELECT SUM(total_cost_usd) FROM sessions")
-    fired = [r for r in await h.run_reasons(engine.conn, created["id"]) if r[0] == "completed"]
+    fired = [r for r in await h.run_reasons(engine.conn, created.id) if r[0] == "completed"]
     assert len(fired) == 2  # 0.6 (under) -> 1.2 (over by less than one fire's cost) -> stop
     assert spent == pytest.approx(1.2)
     assert spent - 1.0 < 0.6
-    reasons = [r[1] for r in await h.run_reasons(engine.conn, created["id"])]
+    reasons = [r[1] for r in await h.run_reasons(engine.conn, created.id)]
     assert "schedule.deferred.budget_pending" in reasons
     assert reasons[-1] == "schedule.budget.exhausted"
-    assert (await h.schedule_row(engine.conn, created["id"]))["enabled"] == 0
+    assert (await h.schedule_row(engine.conn, created.id))["enabled"] == 0
 
 
 async def test_max_runs_counts_top_level_terminal_runs_not_chain_children(
@@ -236,18 +236,18 @@ async def test_max_runs_counts_top_level_terminal_runs_not_chain_children(
             on_success={"command_args": [ok, "child"], "on_success": None},
         )
     )
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     for i in range(4):
         await _tick_at(engine, clock, due + i * 60)
         await engine.wait_idle()
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [(r["chain_depth"], r["status"]) for r in runs] == [
         (0, "completed"),
         (1, "completed"),
         (0, "completed"),
         (1, "completed"),
     ]
-    row = await h.schedule_row(engine.conn, created["id"])
+    row = await h.schedule_row(engine.conn, created.id)
     assert row["enabled"] == 0 and row["disabled_reason"] == "schedule.disabled.max_runs"
 
 
@@ -255,11 +255,11 @@ async def test_max_runs_counts_in_process_claims(make_engine, clock, h, tmp_path
     engine = await make_engine(clock=clock)
     flag = tmp_path / "release"
     created = await engine.service.create(_blocking(h, flag, overlap_policy="allow", max_runs=1))
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     await _tick_at(engine, clock, due)
     await _tick_at(engine, clock, due + 60)
-    assert await h.run_reasons(engine.conn, created["id"]) == [("running", "schedule.fired.due")]
-    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created["id"])]
+    assert await h.run_reasons(engine.conn, created.id) == [("running", "schedule.fired.due")]
+    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created.id)]
     assert steps == ["schedule.created", "schedule.disabled.max_runs"]
     flag.touch()
     await engine.wait_idle()
@@ -286,11 +286,11 @@ async def test_gate_order(
     if max_runs:
         fields["max_runs"] = 1
     created = await engine.service.create(_blocking(h, flag, **fields))
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     await _tick_at(engine, clock, due)  # in flight: overlap, budget pending, claim, slot all held
     await _tick_at(engine, clock, due + 60)
-    runs = await h.run_reasons(engine.conn, created["id"])
-    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created["id"])]
+    runs = await h.run_reasons(engine.conn, created.id)
+    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created.id)]
     assert expected in [r[1] for r in runs] + steps
     flag.touch()
     await engine.wait_idle()
@@ -302,22 +302,20 @@ async def test_manual_fire_paths(make_engine, clock, h, tmp_path: Path) -> None:
     created = await engine.service.create(_blocking(h, flag))
     with pytest.raises(ScheduleNotFound):
         await engine.fire_now("000000000000")
-    run_id = await engine.fire_now(created["id"])
+    run_id = await engine.fire_now(created.id)
     run = await engine.service.get_run(run_id)
-    assert run["status"] == "running" and run["trigger_context"]["manual"] is True
-    assert run["status_reason_code"] == "schedule.fired.manual"
+    assert run.status == "running" and run.trigger_context["manual"] is True
+    assert run.status_reason_code == "schedule.fired.manual"
     # the cadence is untouched by a manual fire
-    assert (await h.schedule_row(engine.conn, created["id"]))["next_fire_at"] == created[
-        "next_fire_at"
-    ]
+    assert (await h.schedule_row(engine.conn, created.id))["next_fire_at"] == created.next_fire_at
     other = await engine.service.create(_blocking(h, flag, name="other"))
     with pytest.raises(FireRefused) as info:
-        await engine.fire_now(other["id"])
+        await engine.fire_now(other.id)
     assert info.value.reason_code == "schedule.deferred.capacity"
-    assert await h.runs_of(engine.conn, other["id"]) == []
+    assert await h.runs_of(engine.conn, other.id) == []
     flag.touch()
     await engine.wait_idle()
-    assert (await engine.service.get_run(run_id))["status"] == "completed"
+    assert (await engine.service.get_run(run_id)).status == "completed"
 
 
 async def test_manual_fire_refused_by_budget_and_max_runs_without_disabling(
@@ -326,32 +324,32 @@ async def test_manual_fire_refused_by_budget_and_max_runs_without_disabling(
     engine = await make_engine(clock=clock)
     ok = h.script("ok.py", "pass\n")
     created = await engine.service.create(h.command_schedule(ok, budget_usd=0.5, max_runs=5))
-    await engine.fire_now(created["id"])
+    await engine.fire_now(created.id)
     await engine.wait_idle()
-    await _add_spend(engine.conn, created["id"], 0.5, clock)
+    await _add_spend(engine.conn, created.id, 0.5, clock)
     with pytest.raises(FireRefused) as info:
-        await engine.fire_now(created["id"])
+        await engine.fire_now(created.id)
     assert info.value.reason_code == "schedule.budget.exhausted"
     limited = await engine.service.create(h.command_schedule(ok, name="lim", max_runs=1))
-    await engine.fire_now(limited["id"])
+    await engine.fire_now(limited.id)
     await engine.wait_idle()
     with pytest.raises(FireRefused) as info:
-        await engine.fire_now(limited["id"])
+        await engine.fire_now(limited.id)
     assert info.value.reason_code == "schedule.disabled.max_runs"
-    assert (await h.schedule_row(engine.conn, created["id"]))["enabled"] == 1
-    assert len(await h.runs_of(engine.conn, created["id"])) == 1
+    assert (await h.schedule_row(engine.conn, created.id))["enabled"] == 1
+    assert len(await h.runs_of(engine.conn, created.id)) == 1
 
 
 async def test_manual_fire_ignores_overlap(make_engine, clock, h, tmp_path: Path) -> None:
     engine = await make_engine(clock=clock)
     flag = tmp_path / "release"
     created = await engine.service.create(_blocking(h, flag))
-    await engine.fire_now(created["id"])
-    await engine.fire_now(created["id"])
-    assert len(await h.runs_of(engine.conn, created["id"])) == 2
+    await engine.fire_now(created.id)
+    await engine.fire_now(created.id)
+    assert len(await h.runs_of(engine.conn, created.id)) == 2
     # ...but an automatic occurrence sees them as overlap
-    await _tick_at(engine, clock, created["next_fire_at"])
-    assert (await h.run_reasons(engine.conn, created["id"]))[-1][1] == "schedule.skipped.overlap"
+    await _tick_at(engine, clock, created.next_fire_at)
+    assert (await h.run_reasons(engine.conn, created.id))[-1][1] == "schedule.skipped.overlap"
     assert engine.limits()["in_flight"] == 2
     flag.touch()
     await engine.wait_idle()

@@ -32,7 +32,7 @@ async def test_first_poll_fires_each_pr_once_oldest_first_then_nothing(
     github.add_pr(REPO, 2, updated=t - 200, title="second")
     created = await engine.service.create(gh.github_schedule("prs"))
     await gh.poll(engine)
-    runs = await gh.fired(engine.conn, created["id"])
+    runs = await gh.fired(engine.conn, created.id)
     assert gh.numbers(runs) == [1, 2, 3]
     assert {r["status"] for r in runs} == {"completed"}
     ctx = runs[0]["trigger_context"]
@@ -44,7 +44,7 @@ async def test_first_poll_fires_each_pr_once_oldest_first_then_nothing(
     assert event["draft"] is False and event["is_same_repo"] is True
     assert event["head_repo"] == REPO and event["pr_merged_at"] is None
     assert runs[0]["action_args"][-2:] == ["1", "Fix the parser"]  # {{pr_number}} {{pr_title}}
-    row = await _row(engine, created["id"])
+    row = await _row(engine, created.id)
     assert row["github_cursor"] == f"{gh.iso(t - 100)}#0000000003"
     assert row["github_etag"] and row["last_healthy_poll_at"] == t
     assert row["next_fire_at"] == t + 60 and row["last_fired_at"] == t
@@ -62,10 +62,10 @@ async def test_first_poll_fires_each_pr_once_oldest_first_then_nothing(
     github.clear_requests()
     clock.advance(60)
     await gh.poll(engine)
-    assert gh.numbers(await gh.fired(engine.conn, created["id"])) == [1, 2, 3]
+    assert gh.numbers(await gh.fired(engine.conn, created.id)) == [1, 2, 3]
     (again,) = github.pull_requests()
     assert again.headers["if-none-match"] == row["github_etag"]
-    row2 = await _row(engine, created["id"])
+    row2 = await _row(engine, created.id)
     assert row2["last_healthy_poll_at"] == t + 60 and row2["next_fire_at"] == t + 120
     assert row2["github_cursor"] == row["github_cursor"]
 
@@ -81,16 +81,16 @@ async def test_updated_pr_fires_again_under_pr_updated_not_under_pr_opened(
         gh.github_schedule("opened", github_filter={"event": "pr_opened"})
     )
     await gh.poll(engine)
-    assert gh.numbers(await gh.fired(engine.conn, updated["id"])) == [1, 2]
-    assert gh.numbers(await gh.fired(engine.conn, opened["id"])) == [1, 2]
+    assert gh.numbers(await gh.fired(engine.conn, updated.id)) == [1, 2]
+    assert gh.numbers(await gh.fired(engine.conn, opened.id)) == [1, 2]
 
     clock.advance(60)
     github.update_pr(REPO, 1, updated=t + 10)
     github.add_pr(REPO, 3, updated=t + 20, created=t + 5)
     await gh.poll(engine)
-    assert gh.numbers(await gh.fired(engine.conn, updated["id"])) == [1, 2, 1, 3]
-    assert gh.numbers(await gh.fired(engine.conn, opened["id"])) == [1, 2, 3]
-    last = (await gh.fired(engine.conn, opened["id"]))[-1]
+    assert gh.numbers(await gh.fired(engine.conn, updated.id)) == [1, 2, 1, 3]
+    assert gh.numbers(await gh.fired(engine.conn, opened.id)) == [1, 2, 3]
+    last = (await gh.fired(engine.conn, opened.id))[-1]
     assert last["trigger_context"]["github_events"][0]["event"] == "pr_opened"
 
     # First sight survives a restart: the cursor is the newest created_at handled.
@@ -100,8 +100,8 @@ async def test_updated_pr_fires_again_under_pr_updated_not_under_pr_opened(
     github.update_pr(REPO, 2, updated=t + 100)
     github.add_pr(REPO, 4, updated=t + 110, created=t + 105)
     await gh.poll(second)
-    assert gh.numbers(await gh.fired(second.conn, opened["id"])) == [1, 2, 3, 4]
-    assert gh.numbers(await gh.fired(second.conn, updated["id"])) == [1, 2, 1, 3, 2, 4]
+    assert gh.numbers(await gh.fired(second.conn, opened.id)) == [1, 2, 3, 4]
+    assert gh.numbers(await gh.fired(second.conn, updated.id)) == [1, 2, 1, 3, 2, 4]
 
 
 async def test_merged_and_closed_events(engine, clock, github, h) -> None:
@@ -116,10 +116,10 @@ async def test_merged_and_closed_events(engine, clock, github, h) -> None:
         gh.github_schedule("closed", github_filter={"event": "pr_closed"})
     )
     await gh.poll(engine)
-    merged_runs = await gh.fired(engine.conn, merged["id"])
+    merged_runs = await gh.fired(engine.conn, merged.id)
     assert gh.numbers(merged_runs) == [1]
     assert merged_runs[0]["trigger_context"]["github_events"][0]["pr_merged_at"] == gh.iso(t - 30)
-    assert gh.numbers(await gh.fired(engine.conn, closed["id"])) == [2]
+    assert gh.numbers(await gh.fired(engine.conn, closed.id)) == [2]
     assert {r.query["state"] for r in github.pull_requests()} == {"closed"}
 
     # A comment on the merged PR is no new merge; a reopen + close is a new close.
@@ -127,8 +127,8 @@ async def test_merged_and_closed_events(engine, clock, github, h) -> None:
     github.update_pr(REPO, 1, updated=t + 10)
     github.update_pr(REPO, 2, updated=t + 20, closed_at=t + 20)
     await gh.poll(engine)
-    assert gh.numbers(await gh.fired(engine.conn, merged["id"])) == [1]
-    assert gh.numbers(await gh.fired(engine.conn, closed["id"])) == [2, 2]
+    assert gh.numbers(await gh.fired(engine.conn, merged.id)) == [1]
+    assert gh.numbers(await gh.fired(engine.conn, closed.id)) == [2, 2]
 
 
 async def test_pagination_across_three_pages(engine, clock, github, h) -> None:
@@ -138,17 +138,17 @@ async def test_pagination_across_three_pages(engine, clock, github, h) -> None:
         gh.github_schedule("paged", github_filter={"draft": False})
     )
     await gh.poll(engine)
-    assert gh.numbers(await gh.fired(engine.conn, created["id"])) == [1]
+    assert gh.numbers(await gh.fired(engine.conn, created.id)) == [1]
     # 250 newer PRs, all drafts but one on each page: 3 pages are read, 3 PRs fire.
     for n in range(2, 252):
         github.add_pr(REPO, n, updated=t + n, draft=n not in (10, 130, 250))
     github.clear_requests()
     clock.advance(60)
     await gh.poll(engine)
-    assert gh.numbers(await gh.fired(engine.conn, created["id"])) == [1, 10, 130, 250]
+    assert gh.numbers(await gh.fired(engine.conn, created.id)) == [1, 10, 130, 250]
     pages = [r.query.get("page", "1") for r in github.pull_requests()]
     assert pages == ["1", "2", "3"]
-    row = await _row(engine, created["id"])
+    row = await _row(engine, created.id)
     assert row["github_cursor"] == f"{gh.iso(t + 251)}#0000000251"  # past the drafts too
 
 
@@ -170,12 +170,12 @@ async def test_draft_and_same_repo_only_filters(engine, github, h) -> None:
         gh.github_schedule("any-repo", github_filter={"same_repo_only": False})
     )
     await gh.poll(engine)
-    assert gh.numbers(await gh.fired(engine.conn, only["id"])) == [3]
-    assert gh.numbers(await gh.fired(engine.conn, drafts["id"])) == [1]
-    assert gh.numbers(await gh.fired(engine.conn, forks["id"])) == [1, 2, 3, 4]
+    assert gh.numbers(await gh.fired(engine.conn, only.id)) == [3]
+    assert gh.numbers(await gh.fired(engine.conn, drafts.id)) == [1]
+    assert gh.numbers(await gh.fired(engine.conn, forks.id)) == [1, 2, 3, 4]
     base_requests = [r for r in github.pull_requests() if r.query.get("base") == "main"]
     assert len(base_requests) == 1
-    fork_run = (await gh.fired(engine.conn, forks["id"]))[1]
+    fork_run = (await gh.fired(engine.conn, forks.id))[1]
     event = fork_run["trigger_context"]["github_events"][0]
     assert event["is_same_repo"] is False and event["head_repo_is_fork"] is True
 
@@ -184,9 +184,9 @@ async def test_filter_change_forgets_the_etag(engine, clock, github, h) -> None:
     github.add_pr(REPO, 1, updated=h.T0 - 10)
     created = await engine.service.create(gh.github_schedule("etag"))
     await gh.poll(engine)
-    assert (await _row(engine, created["id"]))["github_etag"]
-    await engine.service.update(created["id"], {"github_filter": {"draft": False}})
-    assert (await _row(engine, created["id"]))["github_etag"] is None
+    assert (await _row(engine, created.id))["github_etag"]
+    await engine.service.update(created.id, {"github_filter": {"draft": False}})
+    assert (await _row(engine, created.id))["github_etag"] is None
 
 
 @pytest.mark.parametrize(
@@ -234,7 +234,7 @@ async def test_running_loop_polls_in_the_background_and_fires(make_engine, githu
     created = await engine.service.create(gh.github_schedule("live"))
 
     async def one_run() -> bool:
-        runs = await gh.fired(engine.conn, created["id"])
+        runs = await gh.fired(engine.conn, created.id)
         return len(runs) == 1 and runs[0]["status"] == "completed"
 
     await h.eventually(one_run)

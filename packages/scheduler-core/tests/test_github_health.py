@@ -38,25 +38,25 @@ async def test_five_consecutive_401s_disable_and_a_200_resets(make_engine, clock
         github.fail_next(401)
         await gh.poll(engine)
         clock.advance(60)
-    row = await _row(engine.conn, created["id"])
+    row = await _row(engine.conn, created.id)
     assert row["poller_consecutive_401"] == 4 and row["enabled"] == 1
     assert row["last_healthy_poll_at"] is None
     await gh.poll(engine)  # a 200 in between
-    row = await _row(engine.conn, created["id"])
+    row = await _row(engine.conn, created.id)
     assert row["poller_consecutive_401"] == 0 and row["last_healthy_poll_at"] == clock()
-    assert gh.numbers(await gh.fired(engine.conn, created["id"])) == [1]
+    assert gh.numbers(await gh.fired(engine.conn, created.id)) == [1]
     for n in range(5):
         clock.advance(60)
         github.fail_next(401)
         await gh.poll(engine)
-        row = await _row(engine.conn, created["id"])
+        row = await _row(engine.conn, created.id)
         assert row["enabled"] == (1 if n < 4 else 0)
     assert row["poller_consecutive_401"] == 5
     assert row["disabled_reason"] == "schedule.disabled.github_auth"
     (transition,) = await fetch_all(
         engine.conn,
         "SELECT * FROM status_transitions WHERE entity_id = ? AND status = 'disabled'",
-        (created["id"],),
+        (created.id,),
     )
     assert transition["reason_code"] == "schedule.disabled.github_auth"
     assert REPO in transition["reason_summary"] and "401" in transition["reason_summary"]
@@ -79,7 +79,7 @@ async def test_rate_limit_postpones_every_poll_and_logs_once(
     a = await engine.service.create(gh.github_schedule("a"))
     b = await engine.service.create(gh.github_schedule("b"))
     await gh.poll(engine)
-    for sid in (a["id"], b["id"]):
+    for sid in (a.id, b.id):
         row = await _row(engine.conn, sid)
         assert row["next_fire_at"] == t + 1800
         assert row["last_healthy_poll_at"] is None and row["poller_consecutive_401"] == 0
@@ -90,11 +90,11 @@ async def test_rate_limit_postpones_every_poll_and_logs_once(
     c = await engine.service.create(gh.github_schedule("c"))
     await gh.poll(engine)
     assert github.pull_requests() == []
-    assert (await _row(engine.conn, c["id"]))["next_fire_at"] == t + 1800
+    assert (await _row(engine.conn, c.id))["next_fire_at"] == t + 1800
     # After the reset every schedule polls again and fires.
     clock.set(t + 1800)
     await gh.poll(engine)
-    for sid in (a["id"], b["id"], c["id"]):
+    for sid in (a.id, b.id, c.id):
         assert gh.numbers(await gh.fired(engine.conn, sid)) == [1]
 
 
@@ -103,14 +103,14 @@ async def test_429_retry_after_postpones_past_the_next_poll(make_engine, clock, 
     github.fail_next(429, {"retry-after": "600"})
     created = await engine.service.create(gh.github_schedule("slow-down"))
     await gh.poll(engine)
-    assert (await _row(engine.conn, created["id"]))["next_fire_at"] == h.T0 + 600
+    assert (await _row(engine.conn, created.id))["next_fire_at"] == h.T0 + 600
 
 
 async def test_transport_error_keeps_the_cadence_and_stamps_nothing(make_engine, clock, h):
     engine = await make_engine(clock=clock, github_api_url="http://127.0.0.1:9")
     created = await engine.service.create(gh.github_schedule("down"))
     await gh.poll(engine)
-    row = await _row(engine.conn, created["id"])
+    row = await _row(engine.conn, created.id)
     assert row["next_fire_at"] == h.T0 + 60 and row["last_healthy_poll_at"] is None
     assert row["poller_consecutive_401"] == 0
 
@@ -133,7 +133,7 @@ async def test_capacity_holds_the_rest_of_the_batch_without_loss_or_duplicate(
         github.add_pr(REPO, n, updated=h.T0 - 100 + n)
     flag = tmp_path / "go"
     created = await engine.service.create(_blocking(h, flag, "held"))
-    sid = created["id"]
+    sid = created.id
     await engine.tick_once()
     await source.wait_polls()
     await engine.tick_once()
@@ -177,7 +177,7 @@ async def test_restart_with_a_held_batch_fires_the_rest_once(
         github.add_pr(REPO, n, updated=h.T0 - 100 + n)
     flag = tmp_path / "go"
     created = await engine.service.create(_blocking(h, flag, "restart"))
-    sid = created["id"]
+    sid = created.id
     await engine.tick_once()
     await engine.registry.get("github_poll").wait_polls()
     await engine.tick_once()
@@ -208,7 +208,7 @@ async def test_overlap_skip_makes_events_wait_their_turn(
     github.add_pr(REPO, 2, updated=h.T0 - 10)
     flag = tmp_path / "go"
     created = await engine.service.create(_blocking(h, flag, "serial", overlap_policy="skip"))
-    sid = created["id"]
+    sid = created.id
     await engine.tick_once()
     await engine.registry.get("github_poll").wait_polls()
     await engine.tick_once()
@@ -236,7 +236,7 @@ async def test_gates_apply_per_event_and_max_runs_keeps_the_refused_event(
     for n in (1, 2, 3):
         github.add_pr(REPO, n, updated=h.T0 - 100 + n)
     created = await engine.service.create(gh.github_schedule("capped", max_runs=2))
-    sid = created["id"]
+    sid = created.id
     await gh.poll(engine)
     assert gh.numbers(await gh.fired(engine.conn, sid)) == [1, 2]
     row = await _row(engine.conn, sid)
@@ -257,7 +257,7 @@ async def test_disable_stops_the_rest_of_a_held_batch(
         github.add_pr(REPO, n, updated=h.T0 - 100 + n)
     flag = tmp_path / "go"
     created = await engine.service.create(_blocking(h, flag, "stop-me"))
-    sid = created["id"]
+    sid = created.id
     await engine.tick_once()
     await engine.registry.get("github_poll").wait_polls()
     await engine.tick_once()
@@ -285,10 +285,10 @@ async def test_budget_is_checked_per_event(make_engine, clock, github, h, event)
         gh.github_schedule("budget", budget_usd=5.0, github_filter={"event": event})
     )
     await gh.poll(engine)
-    assert gh.numbers(await gh.fired(engine.conn, created["id"])) == [1, 2]
+    assert gh.numbers(await gh.fired(engine.conn, created.id)) == [1, 2]
     skipped = await fetch_all(
         engine.conn,
         "SELECT status_reason_code FROM schedule_runs WHERE schedule_id = ? AND status = 'skipped'",
-        (created["id"],),
+        (created.id,),
     )
     assert {s["status_reason_code"] for s in skipped} <= {"schedule.deferred.budget_pending"}

@@ -43,13 +43,13 @@ async def test_the_lease_watcher_never_sees_the_runs_own_uncommitted_terminal_wr
         async def ended() -> bool:
             # On a connection of its own: the engine's shows its open terminal transaction.
             async with connect(db_target) as reader:
-                return (await _run(reader, run["id"]))["status"] != "running"
+                return (await _run(reader, run.id))["status"] != "running"
 
         await h.eventually(ended)
-        done = await _run(engine.conn, run["id"])
+        done = await _run(engine.conn, run.id)
         assert (done["status"], done["status_reason_code"]) == ("completed", "run.completed.ok")
         await asyncio.sleep(0.1)  # the watcher has had every chance to revoke it
-        assert (await _run(engine.conn, run["id"]))["status"] == "completed"
+        assert (await _run(engine.conn, run.id))["status"] == "completed"
         assert worker.in_flight() == 0
     finally:
         await engine.stop()
@@ -74,10 +74,10 @@ async def test_a_schedule_deleted_before_the_deferral_flush_does_not_sink_the_ba
         )
 
     # The due scan saw both; the operator deletes one before the batch is written.
-    await service.delete(gone["id"])
-    written = await write_deferrals(conn, [record(gone["id"]), record(kept["id"])], now=clock())
+    await service.delete(gone.id)
+    written = await write_deferrals(conn, [record(gone.id), record(kept.id)], now=clock())
     assert written == 1
-    runs = await h.runs_of(conn, kept["id"])
+    runs = await h.runs_of(conn, kept.id)
     assert [(r["status"], r["status_reason_code"]) for r in runs] == [
         ("skipped", "schedule.deferred.capacity")
     ]
@@ -116,19 +116,19 @@ async def test_queued_adhoc_runs_stay_queued_across_an_engine_stop(
     ]
 
     async def first_started() -> bool:
-        return (await _run(engine.conn, first["id"]))["child_pid"] is not None
+        return (await _run(engine.conn, first.id))["child_pid"] is not None
 
     await h.eventually(first_started)
-    pgid = int((await _run(engine.conn, first["id"]))["child_pid"])
+    pgid = int((await _run(engine.conn, first.id))["child_pid"])
     await engine.stop()
     async with connect(db_target) as conn:
-        stopped = await _run(conn, first["id"])
+        stopped = await _run(conn, first.id)
         assert (stopped["status"], stopped["status_reason_code"]) == (
             "cancelled",
             "run.cancelled.shutdown",
         )
         for run in rest:
-            row = await _run(conn, run["id"])
+            row = await _run(conn, run.id)
             assert (row["status"], row["leased_by"], row["invocation_id"]) == ("queued", None, None)
     assert not h.group_has_live_member(pgid)
 
@@ -152,9 +152,9 @@ async def test_runs_claimed_but_not_started_go_back_to_queued_on_stop(
     await engine.stop()
     async with connect(db_target) as conn:
         for run in runs:
-            row = await _run(conn, run["id"])
+            row = await _run(conn, run.id)
             assert (row["status"], row["leased_by"], row["lease_attempts"]) == ("queued", None, 0)
-            steps = await h.transitions_of(conn, run["id"])
+            steps = await h.transitions_of(conn, run.id)
             assert (steps[-1]["status"], steps[-1]["reason_code"]) == (
                 "queued",
                 "run.queued.shutdown",
@@ -166,7 +166,7 @@ async def test_runs_claimed_but_not_started_go_back_to_queued_on_stop(
         await again.tick_once()
 
         async def all_done() -> bool:
-            rows = [await _run(again.conn, r["id"]) for r in runs]
+            rows = [await _run(again.conn, r.id) for r in runs]
             return all(r["status"] == "completed" for r in rows)
 
         await h.eventually(all_done)

@@ -35,9 +35,9 @@ async def test_run_status_and_slots(conn: Any, service: Any, h: Any) -> None:
     assert await read_run_status(conn, "nope") is None
     assert await read_slot_holders(conn) == ([], 0)
     created = await service.create(h.command_schedule("holder", h.blocker))
-    await _insert_run(conn, "r-sched", schedule_id=created["id"], status="running")
+    await _insert_run(conn, "r-sched", schedule_id=created.id, status="running")
     await _insert_run(conn, "r-adhoc", schedule_id=None, status="running")
-    await _insert_run(conn, "r-done", schedule_id=created["id"], status="completed")
+    await _insert_run(conn, "r-done", schedule_id=created.id, status="completed")
     assert await read_run_status(conn, "r-sched") == {
         "id": "r-sched",
         "status": "running",
@@ -46,8 +46,8 @@ async def test_run_status_and_slots(conn: Any, service: Any, h: Any) -> None:
         "node_id": None,
     }
     holders, adhoc = await read_slot_holders(conn)
-    holder = {"schedule_id": created["id"], "run_id": "r-sched", "since": T0}
-    assert holders == [{**holder, "schedule_name": created["name"]}]
+    holder = {"schedule_id": created.id, "run_id": "r-sched", "since": T0}
+    assert holders == [{**holder, "schedule_name": created.name}]
     assert adhoc == 1
     assert await schedules_have_zones(conn) is True
     overview = await read_overview(conn, zones=True)

@@ -13,23 +13,23 @@ async def test_a_jittered_occurrence_starts_at_its_delay_not_before(make_engine,
     engine = await make_engine(clock=clock)
     ok = h.script("ok.py", "pass\n")
     created = await engine.service.create(h.command_schedule(ok, interval_sec=60, jitter_sec=50))
-    due = float(created["next_fire_at"])
-    delay = jitter_delay(created, due, timezone="UTC")
+    due = float(created.next_fire_at)
+    delay = jitter_delay(created.to_row(), due, timezone="UTC")
     assert 0 < delay < 50
-    [preview] = await engine.service.preview(created["id"], 1)
+    [preview] = await engine.service.preview(created.id, 1)
     assert preview["at"] == due and preview["jitter_sec"] == delay
     clock.set(due)
     await engine.tick_once()
     clock.set(due + delay - 0.01)
     await engine.tick_once()
-    assert await h.runs_of(engine.conn, created["id"]) == []
+    assert await h.runs_of(engine.conn, created.id) == []
     clock.set(due + delay)
     await engine.tick_once()
     await engine.wait_idle()
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [r["status"] for r in runs] == ["completed"]
     assert json.loads(runs[0]["trigger_context"])["due_at"] == due
-    row = await h.schedule_row(engine.conn, created["id"])
+    row = await h.schedule_row(engine.conn, created.id)
     assert row["next_fire_at"] == due + 60  # the cadence itself is not jittered
 
 
@@ -44,7 +44,7 @@ async def test_cron_jitter_is_clamped_before_the_next_occurrence(service) -> Non
             "jitter_sec": 3600,
         }
     )
-    times = await service.preview(created["id"], 50)
+    times = await service.preview(created.id, 50)
     assert all(0 <= t["jitter_sec"] < 60 for t in times)
     assert max(t["jitter_sec"] for t in times) > 30  # spread over the whole gap
 
@@ -65,10 +65,10 @@ async def test_a_missed_occurrence_older_than_the_catchup_window_is_skipped(
     clock.advance(60 + 1000)  # both fell due 1000 s ago
     engine = await make_engine(clock=clock)
     await engine.wait_idle()
-    [skipped] = await h.runs_of(engine.conn, old["id"])
+    [skipped] = await h.runs_of(engine.conn, old.id)
     assert skipped["status"] == "skipped"
     assert skipped["status_reason_code"] == "schedule.skipped.missed_fire"
     assert "catch-up window" in skipped["status_reason_summary"]
-    [ran] = await h.runs_of(engine.conn, fresh["id"])
+    [ran] = await h.runs_of(engine.conn, fresh.id)
     assert ran["status"] == "completed"
     assert json.loads(ran["trigger_context"])["missed_recovery"] is True

@@ -90,20 +90,20 @@ async def test_a_follower_evaluates_nothing_until_it_leads(
         # A follower delivers, works the queue and sweeps its own machine; it evaluates nothing.
         assert report["leader"] is False
         assert set(report) == {"leader", "dispatch", "worker", "children"}
-        assert await _runs(engine.conn, created["id"]) == []
+        assert await _runs(engine.conn, created.id) == []
         health = engine.health()
         assert (health["leader"], health["node_id"]) == (False, "node-b")
         assert health["last_tick_at"] == clock(), "a follower's tick is alive"
 
         with pytest.raises(FireRefused) as refused:
-            await engine.fire_now(created["id"])
+            await engine.fire_now(created.id)
         assert refused.value.reason_code == "schedule.refused.not_leader"
-        assert await _runs(engine.conn, created["id"]) == []
+        assert await _runs(engine.conn, created.id) == []
 
         baton.leading = True
         report = await engine.tick_once()
         assert "schedules" in report and engine.health()["leader"] is True
-        (run,) = await _runs(engine.conn, created["id"])
+        (run,) = await _runs(engine.conn, created.id)
         assert run["status"] == "running"
     finally:
         await engine.stop()
@@ -125,7 +125,7 @@ async def test_taking_over_reconciles_others_runs_but_never_its_own(
         theirs = await a.service.create(h.command_schedule(h.blocker, str(flag), name="a"))
         clock.advance(61)
         await a.tick_once()
-        (left,) = await _runs(a.conn, theirs["id"])
+        (left,) = await _runs(a.conn, theirs.id)
         assert left["status"] == "running"
 
         # a stops leading (still alive); b takes over and owns nothing of a's
@@ -133,21 +133,21 @@ async def test_taking_over_reconciles_others_runs_but_never_its_own(
         assert (await a.tick_once())["leader"] is False
         mine = await b.service.create(h.command_schedule(h.blocker, str(flag), name="b"))
         await b.tick_once()
-        (lost,) = await _runs(b.conn, theirs["id"])
+        (lost,) = await _runs(b.conn, theirs.id)
         assert (lost["status"], lost["status_reason_code"]) == (
             "failed",
             "run.failed.node_lost",
         )
         clock.advance(61)
         await b.tick_once()
-        (own,) = await _runs(b.conn, mine["id"])
+        (own,) = await _runs(b.conn, mine.id)
         assert own["status"] == "running"
 
         batons[1].leading = False
         await b.tick_once()
         batons[1].leading = True
         await b.tick_once()  # leads again: takes over, and its own run is left alone
-        (still,) = await _runs(b.conn, mine["id"])
+        (still,) = await _runs(b.conn, mine.id)
         assert still["status"] == "running"
     finally:
         flag.touch()
@@ -176,7 +176,7 @@ async def test_a_run_names_the_node_that_ran_it_and_the_node_its_url(
         created = await first.service.create(h.command_schedule(h.blocker, str(flag)))
         clock.advance(61)
         await first.tick_once()
-        (run,) = await _runs(first.conn, created["id"])
+        (run,) = await _runs(first.conn, created.id)
 
         async def named() -> dict[str, Any] | None:
             row = await read_run_status(first.conn, run["id"])
@@ -216,10 +216,10 @@ async def test_a_follower_claims_queued_ad_hoc_runs_but_fires_no_schedule(
         clock.advance(61)
         report = await follower.tick_once()
         assert report["leader"] is False and "worker" in report
-        assert await _runs(follower.conn, created["id"]) == []
+        assert await _runs(follower.conn, created.id) == []
 
         async def ended() -> dict[str, Any] | None:
-            row = await read_run_status(follower.conn, queued["id"])
+            row = await read_run_status(follower.conn, queued.id)
             return row if row is not None and row["status"] == "completed" else None
 
         assert (await eventually(ended))["node_id"] == "node-b"

@@ -126,11 +126,11 @@ async def test_limits_and_health_shapes(make_engine, clock, h, tmp_path: Path) -
     engine = await make_engine(clock=clock, max_scheduled_concurrent=2)
     flag = tmp_path / "go"
     created = await engine.service.create(h.command_schedule(h.blocker, str(flag)))
-    run_id = await engine.fire_now(created["id"])
+    run_id = await engine.fire_now(created.id)
     limits = engine.limits()
     assert limits["max_scheduled_concurrent"] == 2 and limits["in_flight"] == 1
     assert limits["holders"][0]["run_id"] == run_id
-    assert limits["holders"][0]["schedule_id"] == created["id"]
+    assert limits["holders"][0]["schedule_id"] == created.id
     assert limits["max_adhoc_concurrent"] == 4 and limits["adhoc_in_flight"] == 0
     health = engine.health()
     assert set(health) >= {

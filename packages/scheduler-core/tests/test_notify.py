@@ -84,9 +84,9 @@ async def test_the_duration_is_from_the_fire_to_the_end_on_the_real_clock(
             notify={"deliver_to": HOOK},
         )
     )
-    await engine.fire_now(created["id"])
+    await engine.fire_now(created.id)
     await engine.wait_idle()
-    (run,) = await h.runs_of(engine.conn, created["id"])
+    (run,) = await h.runs_of(engine.conn, created.id)
     (row,) = await _dispatches(engine.conn)
     body = row["payload"]["body"]
     assert run["child_started_at"] is not None
@@ -109,9 +109,9 @@ async def test_failed_run_enqueues_run_failed_in_the_terminal_write(
     created = await engine.service.create(
         h.command_schedule(fail, name="nightly", notify={"deliver_to": HOOK, "ack_required": True})
     )
-    assert created["notify"]["on"] == ["failed", "timed_out", "disabled"]
-    await _fire(engine, clock, created["next_fire_at"])
-    (run,) = await h.runs_of(engine.conn, created["id"])
+    assert created.notify["on"] == ["failed", "timed_out", "disabled"]
+    await _fire(engine, clock, created.next_fire_at)
+    (run,) = await h.runs_of(engine.conn, created.id)
     (row,) = await _dispatches(engine.conn)
     assert (row["kind"], row["dedup_key"], row["schedule_run_id"], row["deliver_to"]) == (
         "run.failed",
@@ -124,9 +124,9 @@ async def test_failed_run_enqueues_run_failed_in_the_terminal_write(
     assert set(body) == RUN_BODY_KEYS
     assert body["status"] == "failed" and body["reason_code"] == "run.failed.exit_nonzero"
     assert body["exit_code"] == 3 and body["stderr_tail"].endswith("it broke")
-    assert body["schedule_name"] == "nightly" and body["schedule_id"] == created["id"]
+    assert body["schedule_name"] == "nightly" and body["schedule_id"] == created.id
     assert body["ended_at"] == run["ended_at"] and body["duration_seconds"] >= 0
-    assert body["trigger_context"]["due_at"] == created["next_fire_at"]
+    assert body["trigger_context"]["due_at"] == created.next_fire_at
     assert body["log_url"] == f"/api/schedules/runs/{run['id']}/log"
     # the dispatch's enqueue transition is stamped with the terminal write's time
     assert row["created_at"] == run["ended_at"]
@@ -144,7 +144,7 @@ async def test_completed_is_silent_by_default_and_recovered_is_sent_once(
     created = await engine.service.create(
         h.command_schedule(flaky, notify={"deliver_to": "pager", "on": on})
     )
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     await _fire(engine, clock, due)  # completed: not asked for
     assert await _dispatches(engine.conn) == []
     flag.touch()
@@ -171,8 +171,8 @@ async def test_setup_refusal_enqueues_with_the_occurrence(
         h.command_schedule(h.env_dump, action_cwd=str(gone), notify={"deliver_to": "pager"})
     )
     gone.rmdir()
-    await _fire(engine, clock, created["next_fire_at"])
-    (run,) = await h.runs_of(engine.conn, created["id"])
+    await _fire(engine, clock, created.next_fire_at)
+    (run,) = await h.runs_of(engine.conn, created.id)
     assert run["status_reason_code"] == "run.failed.missing_cwd"
     (row,) = await _dispatches(engine.conn)
     assert row["dedup_key"] == f"run:{run['id']}:run.failed"
@@ -187,29 +187,29 @@ async def test_gate_disable_enqueues_schedule_disabled(
     created = await engine.service.create(
         h.command_schedule(ok, max_runs=1, notify={"deliver_to": "pager", "on": ["disabled"]})
     )
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     await _fire(engine, clock, due)
     await _fire(engine, clock, due + 60)
     (row,) = await _dispatches(engine.conn)
     transition = await fetch_all(
         engine.conn,
         "SELECT id, created_at FROM status_transitions WHERE entity_id = ? AND status = 'disabled'",
-        (created["id"],),
+        (created.id,),
     )
     assert row["kind"] == "schedule.disabled"
-    assert row["dedup_key"] == f"schedule:{created['id']}:disabled:{transition[0]['id']}"
+    assert row["dedup_key"] == f"schedule:{created.id}:disabled:{transition[0]['id']}"
     assert row["schedule_run_id"] is None
     assert row["payload"]["body"] == {
-        "schedule_id": created["id"],
-        "schedule_name": created["name"],
+        "schedule_id": created.id,
+        "schedule_name": created.name,
         "reason_code": "schedule.disabled.max_runs",
         "reason_summary": "max_runs reached (1 of 1)",
         "disabled_at": transition[0]["created_at"],
     }
     # an operator's disable is not a gate: no notification
-    await engine.service.update(created["id"], {"max_runs": 5})
-    await engine.service.enable(created["id"])
-    await engine.service.disable(created["id"])
+    await engine.service.update(created.id, {"max_runs": 5})
+    await engine.service.enable(created.id)
+    await engine.service.disable(created.id)
     assert len(await _dispatches(engine.conn)) == 1
 
 
@@ -229,7 +229,7 @@ async def test_restart_reconciliation_enqueues_daemon_restart_exactly_once(
         "INSERT INTO schedule_runs (id, schedule_id, invocation_id, trigger_context, action_kind, "
         "action_args, status, fired_at, created_at, child_pid, child_started_at) "
         "VALUES ('run1', ?, 'inv1', '{}', 'command', '[]', 'running', ?, ?, 999999, 1.0)",
-        (created["id"], h.T0, h.T0),
+        (created.id, h.T0, h.T0),
     )
     await engine.conn.commit()
     await engine.stop()
@@ -258,10 +258,10 @@ async def test_adhoc_run_takes_notify_and_its_cancel_notifies(
             "notify": {"deliver_to": HOOK, "on": ["cancelled"]},
         }
     )
-    assert run["notify"]["on"] == ["cancelled"]
-    await service.cancel(run["id"])
+    assert run.notify["on"] == ["cancelled"]
+    await service.cancel(run.id)
     (row,) = await _dispatches(conn)
-    assert (row["kind"], row["schedule_run_id"]) == ("run.cancelled", run["id"])
+    assert (row["kind"], row["schedule_run_id"]) == ("run.cancelled", run.id)
     body = row["payload"]["body"]
     assert body["schedule_id"] is None and body["schedule_name"] is None
     assert body["reason_code"] == "run.cancelled.operator"
@@ -280,8 +280,8 @@ async def test_follow_ups_and_timeouts_notify_like_top_level_runs(
             notify={"deliver_to": "pager", "on": ["failed", "timed_out"]},
         )
     )
-    await _fire(engine, clock, created["next_fire_at"])
-    parent, child = await h.runs_of(engine.conn, created["id"])
+    await _fire(engine, clock, created.next_fire_at)
+    parent, child = await h.runs_of(engine.conn, created.id)
     rows = await _dispatches(engine.conn)
     assert [(r["kind"], r["schedule_run_id"]) for r in rows] == [
         ("run.timed_out", parent["id"]),

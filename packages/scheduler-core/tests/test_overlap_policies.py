@@ -32,9 +32,9 @@ async def _start_blocked(engine: Any, clock: Any, h: Any, flag: Any, policy: str
     created = await engine.service.create(
         h.command_schedule(h.blocker, str(flag), overlap_policy=policy)
     )
-    clock.set(float(created["next_fire_at"]))
+    clock.set(float(created.next_fire_at))
     await engine.tick_once()
-    await h.eventually(lambda: _running(engine.conn, created["id"]))
+    await h.eventually(lambda: _running(engine.conn, created.id))
     return created
 
 
@@ -51,7 +51,7 @@ async def test_buffer_one_keeps_one_occurrence_and_starts_it_after_the_running_o
     created = await _start_blocked(engine, clock, h, flag, "buffer_one")
     await _next_occurrence(engine, clock)
     await _next_occurrence(engine, clock)
-    assert await _statuses(engine.conn, created["id"]) == [
+    assert await _statuses(engine.conn, created.id) == [
         ("running", "schedule.fired.due"),
         ("waiting_dependency", "schedule.buffered.overlap"),
         ("skipped", "schedule.skipped.buffer_full"),
@@ -60,7 +60,7 @@ async def test_buffer_one_keeps_one_occurrence_and_starts_it_after_the_running_o
     await engine.wait_idle()
     await engine.tick_once()  # the freed slot wakes the loop; here the test ticks
     await engine.wait_idle()
-    assert await _statuses(engine.conn, created["id"]) == [
+    assert await _statuses(engine.conn, created.id) == [
         ("completed", "run.completed.ok"),
         ("completed", "run.completed.ok"),
         ("skipped", "schedule.skipped.buffer_full"),
@@ -73,7 +73,7 @@ async def test_buffer_all_is_bounded_at_100(make_engine, clock, h, tmp_path) -> 
     created = await _start_blocked(engine, clock, h, flag, "buffer_all")
     for _ in range(101):
         await _next_occurrence(engine, clock)
-    statuses = await _statuses(engine.conn, created["id"])
+    statuses = await _statuses(engine.conn, created.id)
     assert statuses.count(("waiting_dependency", "schedule.buffered.overlap")) == 100
     assert statuses[-1] == ("skipped", "schedule.skipped.buffer_full")
     flag.write_text("go")
@@ -81,7 +81,7 @@ async def test_buffer_all_is_bounded_at_100(make_engine, clock, h, tmp_path) -> 
         await engine.wait_idle()
         await engine.tick_once()
     await engine.wait_idle()
-    completed = [s for s in await _statuses(engine.conn, created["id"]) if s[0] == "completed"]
+    completed = [s for s in await _statuses(engine.conn, created.id) if s[0] == "completed"]
     assert len(completed) == 4  # one at a time, oldest first
 
 
@@ -93,8 +93,8 @@ async def test_buffered_occurrences_are_dropped_when_the_schedule_is_disabled(
     created = await _start_blocked(engine, clock, h, flag, "buffer_all")
     await _next_occurrence(engine, clock)
     await _next_occurrence(engine, clock)
-    await engine.service.disable(created["id"])
-    assert await _statuses(engine.conn, created["id"]) == [
+    await engine.service.disable(created.id)
+    assert await _statuses(engine.conn, created.id) == [
         ("running", "schedule.fired.due"),
         ("skipped", "schedule.skipped.disabled"),
         ("skipped", "schedule.skipped.disabled"),
@@ -103,7 +103,7 @@ async def test_buffered_occurrences_are_dropped_when_the_schedule_is_disabled(
     await engine.wait_idle()
     await engine.tick_once()
     await engine.wait_idle()
-    assert [s for s, _ in await _statuses(engine.conn, created["id"])] == [
+    assert [s for s, _ in await _statuses(engine.conn, created.id)] == [
         "completed",
         "skipped",
         "skipped",
@@ -119,18 +119,18 @@ async def test_cancel_other_cancels_the_running_run_and_starts_the_new_one(
     [first] = await fetch_all(
         engine.conn,
         "SELECT id, child_pid FROM schedule_runs WHERE schedule_id = ?",
-        (created["id"],),
+        (created.id,),
     )
     await _next_occurrence(engine, clock)
-    await h.eventually(lambda: _running(engine.conn, created["id"]))
-    assert await _statuses(engine.conn, created["id"]) == [
+    await h.eventually(lambda: _running(engine.conn, created.id))
+    assert await _statuses(engine.conn, created.id) == [
         ("cancelled", "run.cancelled.overlap"),
         ("running", "schedule.fired.due"),
     ]
     assert not h.group_has_live_member(first["child_pid"])
     flag.write_text("go")
     await engine.wait_idle()
-    assert [s for s, _ in await _statuses(engine.conn, created["id"])] == [
+    assert [s for s, _ in await _statuses(engine.conn, created.id)] == [
         "cancelled",
         "completed",
     ]

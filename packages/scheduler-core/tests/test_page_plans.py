@@ -74,25 +74,25 @@ async def test_a_schedules_runs_page_and_its_total_read_the_page_index(
 ) -> None:
     created = await service.create(h.command_schedule("x.py"))
     other = await service.create(h.command_schedule("y.py", name="other"))
-    await _add_runs(conn, created["id"], clock, "run")
-    await _add_runs(conn, other["id"], clock, "oth")
+    await _add_runs(conn, created.id, clock, "run")
+    await _add_runs(conn, other.id, clock, "oth")
     (runs, total), statements = await _statements(
-        conn, lambda: service.list_runs(created["id"], limit=50, offset=10)
+        conn, lambda: service.list_runs(created.id, limit=50, offset=10)
     )
     assert total == RUNS and len(runs) == 50
-    keys = [(r["fired_at"], r["created_at"]) for r in runs]
+    keys = [(r.fired_at, r.created_at) for r in runs]
     assert keys == sorted(keys, reverse=True)
-    assert runs[0]["id"] == f"run{RUNS - 1 - 10:05d}"
+    assert runs[0].id == f"run{RUNS - 1 - 10:05d}"
     plans = await _plans(conn, statements, "schedule_runs")
     _assert_indexed(plans, "schedule_runs")
     assert all("idx_schedule_runs_schedule_page" in p for p in plans), plans
     assert all("COVERING INDEX" in p for p in plans if "COUNT(*)" in p.upper()), plans
 
     (failed, failed_total), statements = await _statements(
-        conn, lambda: service.list_runs(created["id"], status="failed", limit=20)
+        conn, lambda: service.list_runs(created.id, status="failed", limit=20)
     )
     assert failed_total == RUNS // 3 and len(failed) == 20
-    assert {r["status"] for r in failed} == {"failed"}
+    assert {r.status for r in failed} == {"failed"}
     _assert_indexed(await _plans(conn, statements, "schedule_runs"), "schedule_runs")
 
 
@@ -104,7 +104,7 @@ async def test_the_schedules_page_reads_the_creation_index(
         await service.create(h.command_schedule("x.py", name=f"s{i:02d}"))
     (rows, total), statements = await _statements(conn, lambda: service.list(limit=10, offset=5))
     assert total == 30
-    assert [r["name"] for r in rows] == [f"s{i:02d}" for i in range(5, 15)]
+    assert [r.name for r in rows] == [f"s{i:02d}" for i in range(5, 15)]
     plans = await _plans(conn, statements, "schedules")
     _assert_indexed(plans, "schedules")
     assert any("idx_schedules_created" in p for p in plans), plans
@@ -114,14 +114,14 @@ async def test_a_runs_page_after_a_key_seeks_on_the_page_index(
     conn: Any, service: ScheduleService, clock: ManualClock, h: Any
 ) -> None:
     created = await service.create(h.command_schedule("x.py"))
-    await _add_runs(conn, created["id"], clock, "run")
+    await _add_runs(conn, created.id, clock, "run")
     walked: list[str] = []
     after = None
     while True:
         (runs, total), statements = await _statements(
-            conn, lambda key=after: service.list_runs(created["id"], limit=70, after=key)
+            conn, lambda key=after: service.list_runs(created.id, limit=70, after=key)
         )
-        walked += [r["id"] for r in runs]
+        walked += [r.id for r in runs]
         plans = await _plans(conn, statements, "schedule_runs")
         _assert_indexed(plans, "schedule_runs")
         if after is not None:
@@ -129,14 +129,14 @@ async def test_a_runs_page_after_a_key_seeks_on_the_page_index(
             assert seeks and all("SEARCH" in p and "<" in p for p in seeks), plans
         if len(runs) < 70:
             break
-        after = [runs[-1][column] for column in RUN_PAGE_KEY]
-    everything, _ = await service.list_runs(created["id"], limit=1000)
-    assert walked == [r["id"] for r in everything] and len(set(walked)) == RUNS
+        after = [getattr(runs[-1], column) for column in RUN_PAGE_KEY]
+    everything, _ = await service.list_runs(created.id, limit=1000)
+    assert walked == [r.id for r in everything] and len(set(walked)) == RUNS
     with pytest.raises(ScheduleValidationError) as bad:
-        await service.list_runs(created["id"], offset=1, after=after)
+        await service.list_runs(created.id, offset=1, after=after)
     assert bad.value.field == "cursor"
     with pytest.raises(ScheduleValidationError):
-        await service.list_runs(created["id"], after=[1.0])
+        await service.list_runs(created.id, after=[1.0])
 
 
 async def test_the_adhoc_page_after_a_key_seeks_on_its_index(
@@ -150,10 +150,10 @@ async def test_the_adhoc_page_after_a_key_seeks_on_its_index(
     )
     await conn.commit()
     first, _ = await adhoc.list(limit=25)
-    after = [first[-1][column] for column in ADHOC_PAGE_KEY]
+    after = [getattr(first[-1], column) for column in ADHOC_PAGE_KEY]
     (rest, total), statements = await _statements(conn, lambda: adhoc.list(limit=100, after=after))
     assert total == 60
-    walked = [r["id"] for r in first + rest]
+    walked = [r.id for r in first + rest]
     assert walked == [f"q{i:03d}" for i in reversed(range(60))]
     plans = await _plans(conn, statements, "schedule_runs")
     _assert_indexed(plans, "schedule_runs")

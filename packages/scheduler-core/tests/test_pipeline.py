@@ -39,14 +39,14 @@ async def test_an_adhoc_run_ends_at_its_own_timeout_sec(make_engine, clock, h) -
             "timeout_sec": 1,
         }
     )
-    assert run["action_args"]["timeout_sec"] == 1
+    assert run.action_args["timeout_sec"] == 1
     await engine.tick_once()
 
     async def ended() -> bool:
-        return (await _status(engine.conn, run["id"]))["status"] != "running"
+        return (await _status(engine.conn, run.id))["status"] != "running"
 
     await h.eventually(ended, timeout=20.0)
-    row = await _status(engine.conn, run["id"])
+    row = await _status(engine.conn, run.id)
     assert (row["status"], row["status_reason_code"]) == ("timed_out", "run.timed_out.deadline")
 
 
@@ -69,12 +69,12 @@ async def _running_fire(
     """A scheduled fire committed ``running`` (no child started)."""
     created = await service.create(h.command_schedule(h.script("ok.py", "pass\n"), **fields))
     env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=str(db_path))
-    fire = prepare(env, created, {"scheduled": True}, kind="scheduled")
+    fire = prepare(env, created.to_row(), {"scheduled": True}, kind="scheduled")
     claim = ScheduleClaim(
         "occurrence",
-        created["id"],
-        due_at=created["next_fire_at"],
-        next_fire_at=created["next_fire_at"] + 60,
+        created.id,
+        due_at=created.next_fire_at,
+        next_fire_at=created.next_fire_at + 60,
     )
     assert await commit(env, fire, claim)
     return fire
@@ -141,8 +141,8 @@ async def test_coalesced_slots_are_counted_and_recorded_on_the_first_and_elevent
 ) -> None:
     engine = await make_engine(clock=clock)
     created = await engine.service.create(h.command_schedule(h.script("ok.py", "pass\n")))
-    sid = created["id"]
-    clock.set(created["next_fire_at"] + 600)  # 10 slots pass while the scheduler is late
+    sid = created.id
+    clock.set(created.next_fire_at + 600)  # 10 slots pass while the scheduler is late
     await engine.tick_once()
     await engine.wait_idle()
     records = await _coalesced(h, engine.conn, sid)
@@ -197,7 +197,7 @@ async def test_health_shows_how_far_behind_the_oldest_due_schedule_is(
     first = await engine.service.create(h.command_schedule(h.blocker, str(flag), name="a"))
     await engine.service.create(h.command_schedule(h.blocker, str(flag), name="b"))
     assert engine.health()["scheduling_lag_seconds"] == 0.0
-    clock.set(first["next_fire_at"] + 30)
+    clock.set(first.next_fire_at + 30)
     await engine.tick_once()  # one fires and holds the only slot; the other waits
     health = engine.health()
     assert health["due_backlog"] == 1

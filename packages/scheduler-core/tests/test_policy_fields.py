@@ -170,30 +170,30 @@ async def test_policy_fields_are_stored_with_defaults_and_shown(service) -> None
             retry={"max_attempts": 3},
         )
     )
-    assert created["overlap_policy"] == "cancel_other"
-    assert created["catchup_window_sec"] == 600
-    assert created["jitter_sec"] == 59
-    assert created["pause_on_failure"] is True
-    assert created["retry"] == {
+    assert created.overlap_policy == "cancel_other"
+    assert created.catchup_window_sec == 600
+    assert created.jitter_sec == 59
+    assert created.pause_on_failure is True
+    assert created.retry == {
         "max_attempts": 3,
         "backoff_sec": 10,
         "backoff_factor": 2.0,
         "max_backoff_sec": 3600,
     }
-    updated = await service.update(created["id"], {"retry": None, "pause_on_failure": None})
-    assert updated["retry"] is None and updated["pause_on_failure"] is None
+    updated = await service.update(created.id, {"retry": None, "pause_on_failure": None})
+    assert updated.retry is None and updated.pause_on_failure is None
     plain = await service.create(_interval(name="plain"))
     fields = ("catchup_window_sec", "jitter_sec", "pause_on_failure", "retry")
-    assert [plain[k] for k in fields] == [None, None, None, None]
+    assert [getattr(plain, k) for k in fields] == [None, None, None, None]
 
 
 async def test_preview_shows_each_occurrences_jitter_deterministically(service) -> None:
     created = await service.create(_interval(jitter_sec=30))
-    first = await service.preview(created["id"], 5)
-    again = await service.preview(created["id"], 5)
+    first = await service.preview(created.id, 5)
+    again = await service.preview(created.id, 5)
     assert first == again
     delays = [entry["jitter_sec"] for entry in first]
     assert all(0 <= d < 30 for d in delays)
     assert len(set(delays)) > 1
     plain = await service.create(_interval(name="plain"))
-    assert all(e["jitter_sec"] == 0 for e in await service.preview(plain["id"], 3))
+    assert all(e["jitter_sec"] == 0 for e in await service.preview(plain.id, 3))

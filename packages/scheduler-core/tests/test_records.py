@@ -73,11 +73,11 @@ async def test_a_stored_schedule_round_trips_through_its_record(
     service: ScheduleService, h: Any
 ) -> None:
     ok = h.script("ok.py", "pass\n")
-    created = await service.create(h.command_schedule(ok, name="typed"))
-    record = Schedule.from_row(created)
+    record = await service.create(h.command_schedule(ok, name="typed"))
+    assert isinstance(record, Schedule)
     assert record.name == "typed" and record.action_kind == "command"
     assert isinstance(record.action_command_args, tuple)
-    assert record.to_row() == created
+    assert Schedule.from_row(record.to_row()) == record
     with pytest.raises(AttributeError):
         record.name = "changed"  # type: ignore[misc]
 

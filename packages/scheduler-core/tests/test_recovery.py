@@ -36,15 +36,15 @@ async def test_missed_fire_skip_records_once_and_advances(
         created = await svc.create(h.command_schedule(ok))
     clock.advance(1000)  # 16 occurrences passed while nothing ran
     engine = await make_engine(clock=clock)
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [(r["status"], r["status_reason_code"]) for r in runs] == [
         ("skipped", "schedule.skipped.missed_fire")
     ]
-    assert json.loads(runs[0]["trigger_context"])["missed_fire_at"] == created["next_fire_at"]
-    row = await h.schedule_row(engine.conn, created["id"])
+    assert json.loads(runs[0]["trigger_context"])["missed_fire_at"] == created.next_fire_at
+    row = await h.schedule_row(engine.conn, created.id)
     assert row["next_fire_at"] == h.T0 + 1020
     await engine.tick_once()
-    assert len(await h.runs_of(engine.conn, created["id"])) == 1
+    assert len(await h.runs_of(engine.conn, created.id)) == 1
 
 
 async def test_missed_fire_run_once_fires_once(db_target, settings, clock, make_engine, h) -> None:
@@ -58,14 +58,14 @@ async def test_missed_fire_run_once_fires_once(db_target, settings, clock, make_
     clock.advance(1000)
     engine = await make_engine(clock=clock)
     await engine.wait_idle()
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [(r["status"], r["chain_depth"]) for r in runs] == [("completed", 0)]
     ctx = json.loads(runs[0]["trigger_context"])
-    assert ctx["missed_recovery"] is True and ctx["missed_fire_at"] == created["next_fire_at"]
+    assert ctx["missed_recovery"] is True and ctx["missed_fire_at"] == created.next_fire_at
     steps = await h.transitions_of(engine.conn, runs[0]["id"])
     assert steps[0]["reason_code"] == "schedule.fired.missed_fire"
     await engine.tick_once()
-    assert len(await h.runs_of(engine.conn, created["id"])) == 1
+    assert len(await h.runs_of(engine.conn, created.id)) == 1
 
 
 async def test_startup_recomputes_cron_in_the_current_zone(
@@ -82,10 +82,10 @@ async def test_startup_recomputes_cron_in_the_current_zone(
             )
         )
     engine = await make_engine(clock=clock, timezone="America/New_York")
-    row = await h.schedule_row(engine.conn, created["id"])
+    row = await h.schedule_row(engine.conn, created.id)
     local = datetime.fromtimestamp(row["next_fire_at"], ZoneInfo("America/New_York"))
     assert (local.hour, local.minute) == (3, 0)
-    assert row["next_fire_at"] != created["next_fire_at"]
+    assert row["next_fire_at"] != created.next_fire_at
 
 
 CRASHING_ENGINE = """
@@ -104,7 +104,7 @@ async def main():
         "name": "orphan", "trigger_type": "interval", "interval_sec": 3600,
         "action_kind": "command", "action_command": py, "action_command_args": [slow],
     })
-    run_id = await engine.fire_now(created["id"])
+    run_id = await engine.fire_now(created.id)
     while True:
         row = await (await engine.conn.execute(
             "SELECT child_pid FROM schedule_runs WHERE id = ?", (run_id,))).fetchone()
@@ -171,7 +171,7 @@ async def test_shutdown_cancels_fires_and_kills_their_groups(make_engine, clock,
         """,
     )
     created = await engine.service.create(h.command_schedule(child))
-    run_id = await engine.fire_now(created["id"])
+    run_id = await engine.fire_now(created.id)
 
     async def started() -> bool:
         row = await fetch_one(engine.conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
@@ -209,7 +209,7 @@ async def test_reaper_times_out_stale_runs_without_a_process(make_engine, clock,
     )
     flag_dir = h.script("unused.py", "")
     created = await engine.service.create(h.command_schedule(h.blocker, flag_dir + ".never"))
-    own = await engine.fire_now(created["id"])
+    own = await engine.fire_now(created.id)
     clock.advance(1000)
     report = await engine.tick_once()
     assert report["reapers"] == 1
@@ -257,11 +257,13 @@ async def test_occurrence_guard_two_connections_fire_once(
         ]
         claim = ScheduleClaim(
             "occurrence",
-            created["id"],
-            due_at=created["next_fire_at"],
-            next_fire_at=created["next_fire_at"] + 60,
+            created.id,
+            due_at=created.next_fire_at,
+            next_fire_at=created.next_fire_at + 60,
         )
-        fires = [prepare(env, created, {"scheduled": True}, kind="scheduled") for env in envs]
+        fires = [
+            prepare(env, created.to_row(), {"scheduled": True}, kind="scheduled") for env in envs
+        ]
         results = await asyncio.gather(
             *(commit(e, f, claim) for e, f in zip(envs, fires, strict=True))
         )
@@ -276,10 +278,10 @@ async def test_two_concurrent_evaluations_fire_an_occurrence_once(
     engine = await make_engine(clock=clock)
     ok = h.script("ok.py", "pass\n")
     created = await engine.service.create(h.command_schedule(ok, overlap_policy="allow"))
-    clock.set(created["next_fire_at"])
+    clock.set(created.next_fire_at)
     await asyncio.gather(engine.tick_once(), engine.tick_once(), engine.tick_once())
     await engine.wait_idle()
-    runs = await h.runs_of(engine.conn, created["id"])
+    runs = await h.runs_of(engine.conn, created.id)
     assert [r["status"] for r in runs] == ["completed"]
 
 
@@ -291,8 +293,8 @@ async def test_deleting_a_schedule_under_an_inflight_fire(make_engine, clock, h,
             h.blocker, str(flag), on_success={"command_args": [h.blocker, str(flag)]}
         )
     )
-    run_id = await engine.fire_now(created["id"])
-    await engine.service.delete(created["id"])
+    run_id = await engine.fire_now(created.id)
+    await engine.service.delete(created.id)
     flag.touch()
     await engine.wait_idle()
     run = await fetch_one(engine.conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))

@@ -49,8 +49,8 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     ok = h.script("ok.py", "print('ok')\n")  # output: each run leaves a log file
     flag = tmp_path / "release"
     old = await engine.service.create(h.command_schedule(ok, name="old"))
-    await _fire(engine, clock, old["id"])
-    old_run = (await h.runs_of(conn, old["id"]))[0]
+    await _fire(engine, clock, old.id)
+    old_run = (await h.runs_of(conn, old.id))[0]
     assert old_run["status"] == "completed"
     runs_dir = db_path.parent / "runs"
     runs_dir.mkdir(exist_ok=True)
@@ -68,18 +68,18 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     chained = await engine.service.create(
         h.command_schedule(ok, name="chained", on_success={"command_args": [h.blocker, str(flag)]})
     )
-    clock.set(float(chained["next_fire_at"]))
+    clock.set(float(chained.next_fire_at))
     await engine.tick_once()
-    await h.eventually(lambda: _child_running(conn, chained["id"]))
+    await h.eventually(lambda: _child_running(conn, chained.id))
     # that tick fired "old" a second time: retention must find it ended, not still running
-    await h.eventually(lambda: _all_ended(conn, old["id"]))
-    parent, child = await h.runs_of(conn, chained["id"])
+    await h.eventually(lambda: _all_ended(conn, old.id))
+    parent, child = await h.runs_of(conn, chained.id)
 
     clock.advance(3 * DAY)
     recent = await engine.service.create(h.command_schedule(ok, name="recent"))
-    clock.set(float(recent["next_fire_at"]))
+    clock.set(float(recent.next_fire_at))
     await engine.tick_once()  # this tick's reaper runs retention too
-    await h.eventually(lambda: _ended(conn, recent["id"]))
+    await h.eventually(lambda: _ended(conn, recent.id))
 
     assert await _count(conn, "schedule_runs", "id = ?", (old_run["id"],)) == 0
     assert (
@@ -108,7 +108,7 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     # the live chain: parent and running child both stay
     assert await _count(conn, "schedule_runs", "id = ?", (parent["id"],)) == 1
     assert await _count(conn, "schedule_runs", "chain_parent_id = ?", (parent["id"],)) == 1
-    assert (await h.runs_of(conn, recent["id"]))[0]["status"] == "completed"
+    assert (await h.runs_of(conn, recent.id))[0]["status"] == "completed"
     before = h.T0 + DAY  # everything fired before the clock moved on
     left = await fetch_all(conn, "SELECT id FROM schedule_runs WHERE fired_at < ?", (before,))
     assert {r["id"] for r in left} == {parent["id"], child["id"]}

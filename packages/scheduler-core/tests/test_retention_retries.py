@@ -31,10 +31,10 @@ async def test_an_old_attempt_stays_while_its_retry_is_planned(
             fail, retry={"max_attempts": 2, "backoff_sec": DAY_SEC, "max_backoff_sec": DAY_SEC}
         )
     )
-    clock.set(float(created["next_fire_at"]))
+    clock.set(float(created.next_fire_at))
     await engine.tick_once()
     await engine.wait_idle()
-    first, planned = await _runs(engine.conn, created["id"])
+    first, planned = await _runs(engine.conn, created.id)
     assert (first["status"], planned["status"]) == ("failed", "retry_wait")
     assert planned["retry_of"] == first["id"]
     runs_dir = db_path.parent / "runs"
@@ -47,7 +47,7 @@ async def test_an_old_attempt_stays_while_its_retry_is_planned(
         engine.conn, now=clock() + 2 * DAY, retention_days=1, runs_dir=runs_dir
     )
     assert report.runs == 0
-    assert [r["id"] for r in await _runs(engine.conn, created["id"])] == [
+    assert [r["id"] for r in await _runs(engine.conn, created.id)] == [
         first["id"],
         planned["id"],
     ]
@@ -57,11 +57,11 @@ async def test_an_old_attempt_stays_while_its_retry_is_planned(
     await engine.tick_once()
     await engine.wait_idle()
     series = {first["id"], planned["id"]}
-    ended = {r["id"]: r["status"] for r in await _runs(engine.conn, created["id"])}
+    ended = {r["id"]: r["status"] for r in await _runs(engine.conn, created.id)}
     assert [ended[i] for i in (first["id"], planned["id"])] == ["failed", "failed"]
 
     report = await retention_pass(
         engine.conn, now=clock() + 2 * DAY, retention_days=1, runs_dir=runs_dir
     )
     assert report.runs >= 2
-    assert not series & {r["id"] for r in await _runs(engine.conn, created["id"])}
+    assert not series & {r["id"] for r in await _runs(engine.conn, created.id)}

@@ -46,27 +46,27 @@ async def test_counts_follow_inserts_status_changes_deletes_and_cascades(
 ) -> None:
     one = await service.create(h.command_schedule("x.py"))
     two = await service.create(h.command_schedule("y.py", name="two"))
-    await _add(conn, one["id"], "a", 40, clock())
-    await _add(conn, two["id"], "b", 10, clock())
+    await _add(conn, one.id, "a", 40, clock())
+    await _add(conn, two.id, "b", 10, clock())
     await _add(conn, None, "c", 5, clock())  # ad-hoc runs belong to no schedule
     assert await _kept(conn) == await _exact(conn)
 
     await conn.execute("UPDATE schedule_runs SET status = 'completed' WHERE status = 'running'")
-    await conn.execute("UPDATE schedule_runs SET schedule_id = ? WHERE id = 'a0001'", (two["id"],))
+    await conn.execute("UPDATE schedule_runs SET schedule_id = ? WHERE id = 'a0001'", (two.id,))
     await conn.execute("DELETE FROM schedule_runs WHERE id IN ('a0002', 'b0003', 'c0001')")
     await conn.commit()
     assert await _kept(conn) == await _exact(conn)
 
-    runs, total = await service.list_runs(one["id"], limit=5)
+    runs, total = await service.list_runs(one.id, limit=5)
     assert total == 38 and len(runs) == 5
-    failed, failed_total = await service.list_runs(one["id"], status="failed", limit=100)
-    assert failed_total == len(failed) == sum(1 for r in failed if r["status"] == "failed")
-    assert (await service.list_runs(one["id"], status="running"))[1] == 0
+    failed, failed_total = await service.list_runs(one.id, status="failed", limit=100)
+    assert failed_total == len(failed) == sum(1 for r in failed if r.status == "failed")
+    assert (await service.list_runs(one.id, status="running"))[1] == 0
 
-    await service.delete(one["id"])  # its runs go with it (ON DELETE CASCADE)
+    await service.delete(one.id)  # its runs go with it (ON DELETE CASCADE)
     kept = await _kept(conn)
     assert kept == await _exact(conn)
-    assert not [key for key in kept if key[0] == one["id"]]
+    assert not [key for key in kept if key[0] == one.id]
     assert all(n > 0 for n in kept.values())
 
 

@@ -31,9 +31,9 @@ class _Trace:
         return [int(m.group(1)) for s in self.statements if (m := _DUE_SCAN.search(s))]
 
 
-async def _fired(conn: Any, schedules: list[dict[str, Any]]) -> list[str]:
+async def _fired(conn: Any, schedules: list[Any]) -> list[str]:
     rows = await fetch_all(conn, "SELECT schedule_id FROM schedule_runs WHERE status = 'running'")
-    ids = {s["id"] for s in schedules}
+    ids = {s.id for s in schedules}
     return [r["schedule_id"] for r in rows if r["schedule_id"] in ids]
 
 
@@ -48,7 +48,7 @@ async def test_a_refill_pass_reads_the_due_rows_it_can_fill_not_a_full_batch(
         await engine.service.create(h.command_schedule(h.blocker, str(flag), name=f"w{i}"))
         for i in range(30)
     ]
-    due = max(float(s["next_fire_at"]) for s in [holder, *waiting])
+    due = max(float(s.next_fire_at) for s in [holder, *waiting])
     clock.set(due)
     await engine.tick_once()  # the full pass: the holder fires, the 30 others meet the cap
     assert await _fired(engine.conn, waiting) == []
@@ -70,7 +70,7 @@ async def test_a_refill_pass_reads_the_due_rows_it_can_fill_not_a_full_batch(
     await engine.conn.set_trace_callback(None)
     assert trace.due_scan_limits() == [1 + REFILL_MARGIN]
     fired = await _fired(engine.conn, waiting)
-    assert fired == [min(s["id"] for s in waiting)]  # the freed slot filled, in (due, id) order
+    assert fired == [min(s.id for s in waiting)]  # the freed slot filled, in (due, id) order
     flag.touch()
     await engine.wait_idle()
 
@@ -83,7 +83,7 @@ async def test_the_child_records_of_fires_started_together_share_one_normal_tran
     schedules = [await engine.service.create(h.command_schedule(ok, name=n)) for n in "abc"]
     trace = _Trace()
     await engine.conn.set_trace_callback(trace)
-    clock.set(max(s["next_fire_at"] for s in schedules))
+    clock.set(max(s.next_fire_at for s in schedules))
     await engine.tick_once()
     await engine.wait_idle()
     await engine.conn.set_trace_callback(None)

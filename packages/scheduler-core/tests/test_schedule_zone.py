@@ -52,25 +52,25 @@ async def test_cron_follows_the_schedules_zone_through_spring_forward_and_fall_b
     clock.set(_utc("2026-03-28T12:00:00"))
     engine = await make_engine(clock=clock, timezone="UTC", command_allowlist=("python3",))
     created = await engine.service.create(_cron(timezone="Europe/Berlin"))
-    assert created["timezone"] == "Europe/Berlin"
-    assert created["next_fire_at"] == _utc("2026-03-29T01:00:00")  # 03:00 CEST, after the gap
-    times = await engine.service.preview(created["id"], 2)
+    assert created.timezone == "Europe/Berlin"
+    assert created.next_fire_at == _utc("2026-03-29T01:00:00")  # 03:00 CEST, after the gap
+    times = await engine.service.preview(created.id, 2)
     assert [t["at"] for t in times] == [_utc("2026-03-29T01:00:00"), _utc("2026-03-30T00:30:00")]
     assert times[0]["local"].startswith("2026-03-29T03:00:00+02:00")
 
     clock.set(_utc("2026-10-24T12:00:00"))
-    updated = await engine.service.update(created["id"], {"cron_expr": "30 2 * * *  "})
-    await engine.service.update(created["id"], {"timezone": "Europe/Berlin"})
-    times = await engine.service.preview(updated["id"], 3)
+    updated = await engine.service.update(created.id, {"cron_expr": "30 2 * * *  "})
+    await engine.service.update(created.id, {"timezone": "Europe/Berlin"})
+    times = await engine.service.preview(updated.id, 3)
     assert [t["at"] for t in times] == [
         _utc("2026-10-25T00:30:00"),  # 02:30 CEST, the first of the two; never 01:30 UTC too
         _utc("2026-10-26T01:30:00"),  # 02:30 CET
         _utc("2026-10-27T01:30:00"),
     ]
     # null = the server's zone again
-    cleared = await engine.service.update(created["id"], {"timezone": None})
-    assert cleared["timezone"] is None
-    assert cleared["next_fire_at"] == _utc("2026-10-25T02:30:00")
+    cleared = await engine.service.update(created.id, {"timezone": None})
+    assert cleared.timezone is None
+    assert cleared.next_fire_at == _utc("2026-10-25T02:30:00")
 
 
 async def test_a_schedules_timeout_overrides_the_deadline_setting(
@@ -79,7 +79,7 @@ async def test_a_schedules_timeout_overrides_the_deadline_setting(
     engine = await make_engine(invocation_deadline_seconds=3600)
     slow = h.script("slow.py", "import time\ntime.sleep(30)\n")
     created = await engine.service.create(h.command_schedule(slow, timeout_sec=1))
-    run_id = await engine.fire_now(created["id"])
+    run_id = await engine.fire_now(created.id)
     await engine.wait_idle()
     run = await fetch_one(engine.conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
     assert run is not None

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from studio_scheduler_core import EVENTS_LOGGER, report_usage
+from studio_scheduler_core import EVENTS_LOGGER, Schedule, report_usage
 from studio_state import fetch_all
 
 
@@ -50,14 +50,14 @@ async def _disabled_dispatch(conn: Any, schedule_id: str) -> tuple[dict[str, Any
     return row, dict(transition)
 
 
-def _check(row: dict[str, Any], transition: dict[str, Any], created: dict[str, Any]) -> None:
-    assert row["dedup_key"] == f"schedule:{created['id']}:disabled:{transition['id']}"
+def _check(row: dict[str, Any], transition: dict[str, Any], created: Schedule) -> None:
+    assert row["dedup_key"] == f"schedule:{created.id}:disabled:{transition['id']}"
     assert row["deliver_to"] == "pager"
     # written by the disabling transaction: at the disable's own time
     assert row["created_at"] == transition["created_at"]
     assert json.loads(row["payload"])["body"] == {
-        "schedule_id": created["id"],
-        "schedule_name": created["name"],
+        "schedule_id": created.id,
+        "schedule_name": created.name,
         "reason_code": transition["reason_code"],
         "reason_summary": transition["reason_summary"],
         "disabled_at": transition["created_at"],
@@ -72,17 +72,17 @@ async def test_budget_disable_enqueues_schedule_disabled(
     created = await engine.service.create(
         h.command_schedule(ok, name="spend", budget_usd=1.0, notify={"deliver_to": "pager"})
     )
-    assert "disabled" in created["notify"]["on"]  # the default
-    due = created["next_fire_at"]
+    assert "disabled" in created.notify["on"]  # the default
+    due = created.next_fire_at
     await _fire(engine, clock, due)
     (run,) = await fetch_all(
         engine.conn,
         "SELECT invocation_id FROM schedule_runs WHERE schedule_id = ?",
-        (created["id"],),
+        (created.id,),
     )
     await report_usage(engine.conn, invocation_id=run["invocation_id"], cost_usd=1.5, clock=clock)
     await _fire(engine, clock, due + 60)
-    row, transition = await _disabled_dispatch(engine.conn, created["id"])
+    row, transition = await _disabled_dispatch(engine.conn, created.id)
     assert transition["reason_code"] == "schedule.budget.exhausted"
     _check(row, transition, created)
 
@@ -95,13 +95,13 @@ async def test_max_runs_disable_at_admission_enqueues_schedule_disabled(
     created = await engine.service.create(
         h.command_schedule(ok, name="capped", max_runs=5, notify={"deliver_to": "pager"})
     )
-    due = created["next_fire_at"]
+    due = created.next_fire_at
     await _fire(engine, clock, due)
     await _fire(engine, clock, due + 60)
     # lowered under what already ran: the admission gate (not the end of a run) disables it
-    await engine.service.update(created["id"], {"max_runs": 2})
+    await engine.service.update(created.id, {"max_runs": 2})
     await _fire(engine, clock, due + 120)
-    row, transition = await _disabled_dispatch(engine.conn, created["id"])
+    row, transition = await _disabled_dispatch(engine.conn, created.id)
     assert transition["reason_code"] == "schedule.disabled.max_runs"
     _check(row, transition, created)
 
@@ -116,8 +116,8 @@ async def test_pause_on_failure_enqueues_schedule_disabled(
             bad, name="fragile", pause_on_failure=True, notify={"deliver_to": "pager"}
         )
     )
-    await _fire(engine, clock, created["next_fire_at"])
-    row, transition = await _disabled_dispatch(engine.conn, created["id"])
+    await _fire(engine, clock, created.next_fire_at)
+    row, transition = await _disabled_dispatch(engine.conn, created.id)
     assert transition["reason_code"] == "schedule.disabled.failure"
     _check(row, transition, created)
 
@@ -151,16 +151,16 @@ async def test_an_operator_cancel_is_one_outcome_event(
     await engine.tick_once()  # the engine reports cancels recorded from its first tick on
     sleeper = h.script("sleep.py", "import time\ntime.sleep(60)\n")
     created = await engine.service.create(h.command_schedule(sleeper, name="long"))
-    run_id = await engine.fire_now(created["id"])
+    run_id = await engine.fire_now(created.id)
     await wait_until(lambda: bool(engine.limits().get("in_flight")))
     adhoc = await engine.runs.enqueue({"action_kind": "command", "action_command": "true"})
     await engine.runs.cancel(run_id)  # running: its owner (this engine) reports it
-    await engine.runs.cancel(adhoc["id"])  # queued or running: reported once either way
+    await engine.runs.cancel(adhoc.id)  # queued or running: reported once either way
     await engine.tick_once()
     await engine.wait_idle()
-    mine = {o["run_id"]: o for o in outcomes.seen if o["run_id"] in (run_id, adhoc["id"])}
+    mine = {o["run_id"]: o for o in outcomes.seen if o["run_id"] in (run_id, adhoc.id)}
     assert len([o for o in outcomes.seen if o["run_id"] in mine]) == 2  # once each
     assert mine[run_id]["status"] == "cancelled"
     assert mine[run_id]["reason_code"] == "run.cancelled.operator"
     assert mine[run_id]["duration_seconds"] is not None
-    assert mine[adhoc["id"]]["reason_code"] == "run.cancelled.operator"
+    assert mine[adhoc.id]["reason_code"] == "run.cancelled.operator"

@@ -32,13 +32,13 @@ AGENT = {
 
 async def test_create_stores_row_with_next_fire_at_and_transition(h, service, conn) -> None:
     created = await service.create(AGENT)
-    assert len(created["id"]) == 12
-    assert created["enabled"] is True
-    assert created["next_fire_at"] == pytest.approx(T0 - T0 % 86400 + 86400 + 3 * 3600) or (
-        created["next_fire_at"] > T0
+    assert len(created.id) == 12
+    assert created.enabled is True
+    assert created.next_fire_at == pytest.approx(T0 - T0 % 86400 + 86400 + 3 * 3600) or (
+        created.next_fire_at > T0
     )
-    assert created["action_extra_args"] == [] and created["on_success"] is None
-    rows = await h.transitions_of(conn, created["id"])
+    assert created.action_extra_args == () and created.on_success is None
+    rows = await h.transitions_of(conn, created.id)
     assert [(r["entity_type"], r["status"], r["reason_code"]) for r in rows] == [
         ("schedule", "enabled", "schedule.created")
     ]
@@ -50,7 +50,7 @@ async def test_cron_next_fire_is_computed_in_settings_timezone(conn, clock) -> N
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
-    local = datetime.fromtimestamp(created["next_fire_at"], ZoneInfo("Europe/Berlin"))
+    local = datetime.fromtimestamp(created.next_fire_at, ZoneInfo("Europe/Berlin"))
     assert (local.hour, local.minute) == (3, 0)
 
 
@@ -58,14 +58,14 @@ async def test_interval_first_fire_is_one_interval_after_creation(service) -> No
     created = await service.create(
         {**AGENT, "trigger_type": "interval", "cron_expr": None, "interval_sec": 90}
     )
-    assert created["next_fire_at"] == T0 + 90
+    assert created.next_fire_at == T0 + 90
 
 
 async def test_playbook_is_stored_as_play(service) -> None:
     created = await service.create(
         {**AGENT, "action_kind": "playbook", "action_playbook": "triage", "action_model": None}
     )
-    assert created["action_kind"] == "play"
+    assert created.action_kind == "play"
 
 
 @pytest.mark.parametrize(
@@ -216,12 +216,12 @@ async def test_valid_follow_ups_and_kinds_are_accepted(h, service, tmp_path: Pat
             "on_fail": {"prompt": "explain {{parent_exit_code}}", "on_fail": None},
         }
     )
-    assert created["on_success"]["command_args"] == ["ok.py"]
-    assert created["action_cwd"] == str(tmp_path)
+    assert created.on_success["command_args"] == ["ok.py"]
+    assert created.action_cwd == str(tmp_path)
     flow = await service.create(
         {**AGENT, "name": "fy", "action_kind": "flow_yaml", "action_flow_yaml": "steps: []\n"}
     )
-    assert flow["action_kind"] == "flow_yaml"
+    assert flow.action_kind == "flow_yaml"
 
 
 async def test_github_poll_is_created_with_default_poll_interval(service) -> None:
@@ -234,14 +234,14 @@ async def test_github_poll_is_created_with_default_poll_interval(service) -> Non
             "github_filter": {"state": "open", "event": "pr_opened", "same_repo_only": True},
         }
     )
-    assert created["poll_interval_sec"] == 300
-    assert created["github_filter"]["event"] == "pr_opened"
+    assert created.poll_interval_sec == 300
+    assert created.github_filter["event"] == "pr_opened"
 
 
 async def test_threshold_only_on_cron_and_interval(service) -> None:
     threshold = {"metric": "failed_runs", "op": "gte", "value": 3, "window_minutes": 10}
     created = await service.create({**AGENT, "threshold_config": threshold})
-    assert created["threshold_config"] == threshold
+    assert created.threshold_config == threshold
     with pytest.raises(ScheduleValidationError) as info:
         await service.create(
             {
@@ -261,7 +261,7 @@ async def test_project_path_is_snapshotted_into_action_cwd(conn, clock, tmp_path
         conn, settings=SchedulerSettings(project_paths={"site": str(tmp_path)}), clock=clock
     )
     created = await svc.create({**AGENT, "action_project": "site"})
-    assert created["action_cwd"] == str(tmp_path)
+    assert created.action_cwd == str(tmp_path)
 
 
 async def test_name_taken(service) -> None:
@@ -282,26 +282,26 @@ async def test_update_revalidates_and_rearms(h, service, clock, conn) -> None:
         {**AGENT, "trigger_type": "interval", "cron_expr": None, "interval_sec": 600}
     )
     clock.advance(100)
-    updated = await service.update(created["id"], {"interval_sec": 60})
-    assert updated["next_fire_at"] == T0 + 100 + 60
+    updated = await service.update(created.id, {"interval_sec": 60})
+    assert updated.next_fire_at == T0 + 100 + 60
     with pytest.raises(ScheduleValidationError) as info:
-        await service.update(created["id"], {"action_model": "-x"})
+        await service.update(created.id, {"action_model": "-x"})
     assert info.value.field == "action_model"
     with pytest.raises(ScheduleValidationError) as info:
-        await service.update(created["id"], {"name": None})
+        await service.update(created.id, {"name": None})
     assert info.value.field == "name"
     switched = await service.update(
-        created["id"], {"trigger_type": "cron", "cron_expr": "*/5 * * * *"}
+        created.id, {"trigger_type": "cron", "cron_expr": "*/5 * * * *"}
     )
-    assert switched["interval_sec"] is None and switched["trigger_type"] == "cron"
-    assert (await h.schedule_row(conn, created["id"]))["cron_expr"] == "*/5 * * * *"
+    assert switched.interval_sec is None and switched.trigger_type == "cron"
+    assert (await h.schedule_row(conn, created.id))["cron_expr"] == "*/5 * * * *"
 
 
 async def test_update_name_collision(service) -> None:
     await service.create(AGENT)
     other = await service.create({**AGENT, "name": "other"})
     with pytest.raises(ScheduleNameTaken):
-        await service.update(other["id"], {"name": "nightly"})
+        await service.update(other.id, {"name": "nightly"})
 
 
 async def test_enable_disable_transitions_and_on_change(h, conn, settings, clock) -> None:
@@ -309,15 +309,15 @@ async def test_enable_disable_transitions_and_on_change(h, conn, settings, clock
     svc = ScheduleService(conn, settings=settings, clock=clock, on_change=lambda: calls.append(1))
     created = await svc.create(AGENT)
     assert calls == [1]
-    disabled = await svc.disable(created["id"], reason="  maintenance ")
-    assert disabled["enabled"] is False and disabled["disabled_reason"] == "maintenance"
-    again = await svc.disable(created["id"])
-    assert again["enabled"] is False
+    disabled = await svc.disable(created.id, reason="  maintenance ")
+    assert disabled.enabled is False and disabled.disabled_reason == "maintenance"
+    again = await svc.disable(created.id)
+    assert again.enabled is False
     clock.advance(86400 * 3)
-    enabled = await svc.enable(created["id"])
-    assert enabled["enabled"] is True and enabled["next_fire_at"] > clock()
-    assert enabled["disabled_reason"] is None
-    rows = await h.transitions_of(conn, created["id"])
+    enabled = await svc.enable(created.id)
+    assert enabled.enabled is True and enabled.next_fire_at > clock()
+    assert enabled.disabled_reason is None
+    rows = await h.transitions_of(conn, created.id)
     assert [r["reason_code"] for r in rows] == [
         "schedule.created",
         "schedule.disabled.manual",
@@ -325,7 +325,7 @@ async def test_enable_disable_transitions_and_on_change(h, conn, settings, clock
     ]
     assert calls == [1, 1]
     with pytest.raises(ScheduleValidationError) as info:
-        await svc.disable(created["id"], reason=" ")
+        await svc.disable(created.id, reason=" ")
     assert info.value.field == "reason"
 
 
@@ -334,21 +334,21 @@ async def test_enable_refused_when_max_runs_reached(service, conn) -> None:
     await conn.execute(
         "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
         "status, fired_at, created_at) VALUES ('r1', ?, '{}', 'agent', '[]', 'completed', 1, 1)",
-        (created["id"],),
+        (created.id,),
     )
     with pytest.raises(ScheduleValidationError) as info:
-        await service.enable(created["id"])
+        await service.enable(created.id)
     assert info.value.field == "max_runs"
 
 
 async def test_delete_and_not_found(h, service, conn) -> None:
     created = await service.create(AGENT)
-    await service.delete(created["id"])
+    await service.delete(created.id)
     with pytest.raises(ScheduleNotFound):
-        await service.get(created["id"])
+        await service.get(created.id)
     with pytest.raises(ScheduleNotFound):
-        await service.delete(created["id"])
-    rows = await h.transitions_of(conn, created["id"])
+        await service.delete(created.id)
+    rows = await h.transitions_of(conn, created.id)
     assert rows[-1]["status"] == "deleted"
     with pytest.raises(RunNotFound):
         await service.get_run("000000000000")
@@ -358,11 +358,11 @@ async def test_list_resolve_and_paging(service) -> None:
     for i in range(5):
         await service.create({**AGENT, "name": f"s{i}", "enabled": i % 2 == 0})
     rows, total = await service.list(limit=2, offset=1)
-    assert total == 5 and [r["name"] for r in rows] == ["s1", "s2"]
+    assert total == 5 and [r.name for r in rows] == ["s1", "s2"]
     rows, total = await service.list(enabled=False)
-    assert total == 2 and all(not r["enabled"] for r in rows)
+    assert total == 2 and all(not r.enabled for r in rows)
     found = await service.resolve("s3")
-    assert (await service.resolve(found["id"]))["name"] == "s3"
+    assert (await service.resolve(found.id)).name == "s3"
     with pytest.raises(ScheduleNotFound):
         await service.resolve("missing")
 
@@ -371,7 +371,7 @@ async def test_preview(service, conn) -> None:
     created = await service.create(
         {**AGENT, "trigger_type": "interval", "cron_expr": None, "interval_sec": 60}
     )
-    times = await service.preview(created["id"], n=3)
+    times = await service.preview(created.id, n=3)
     assert [t["at"] for t in times] == [T0 + 60, T0 + 120, T0 + 180]
     assert times[0]["utc"].endswith("Z")
     berlin = preview_fire_times(

@@ -25,7 +25,7 @@ async def test_a_terminal_write_waiting_for_the_lock_at_shutdown_still_lands(
         f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.02)\n",
     )
     created = await engine.service.create(h.command_schedule(child))
-    run_id = await engine.fire_now(created["id"])
+    run_id = await engine.fire_now(created.id)
 
     async def started() -> bool:
         row = await fetch_one(

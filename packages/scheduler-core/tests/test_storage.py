@@ -116,7 +116,7 @@ async def test_a_terminal_write_on_a_full_disk_is_retried_until_it_lands(
         await engine.tick_once()
 
         async def started() -> bool:
-            return _committed(tmpfs / "state.db", run["id"])["child_pid"] is not None
+            return _committed(tmpfs / "state.db", run.id)["child_pid"] is not None
 
         await h.eventually(started)
         assert engine.health()["database_error"] is None
@@ -129,15 +129,15 @@ async def test_a_terminal_write_on_a_full_disk_is_retried_until_it_lands(
         await h.eventually(reported)
         health = engine.health()
         assert health["status"] == "degraded"
-        assert _committed(tmpfs / "state.db", run["id"])["status"] == "running"
+        assert _committed(tmpfs / "state.db", run.id)["status"] == "running"
         assert await engine.tick_once() == {"database": "disk full"}
         filler.unlink()
 
         async def landed() -> bool:
-            return _committed(tmpfs / "state.db", run["id"])["status"] != "running"
+            return _committed(tmpfs / "state.db", run.id)["status"] != "running"
 
         await h.eventually(landed, timeout=20)
-        done = _committed(tmpfs / "state.db", run["id"])
+        done = _committed(tmpfs / "state.db", run.id)
         assert (done["status"], done["exit_code"]) == ("completed", 0)
 
         async def cleared() -> bool:
@@ -172,7 +172,7 @@ async def test_a_tick_that_meets_a_full_disk_reports_it_and_recovers(
         await engine.wait_idle()
         health = engine.health()
         assert health["database_error"] is None and health["last_tick_error"] is None
-        runs = await h.runs_of(engine.conn, created["id"])
+        runs = await h.runs_of(engine.conn, created.id)
         assert [r["status"] for r in runs] == ["completed"]
     finally:
         await engine.stop()

@@ -46,7 +46,7 @@ async def _other(service, name: str = "other") -> str:
             "action_command": "true",
         }
     )
-    return created["id"]
+    return created.id
 
 
 async def _run(conn, schedule_id, *, status, ended_at, started_at=None, reason=None, inv=None):
@@ -204,9 +204,9 @@ async def test_github_poll_metrics(conn, service, clock):
     off = await service.create({**base, "name": "off", "github_repo": "o/off", "enabled": False})
     async with write_transaction(conn):
         for sid, healthy, n401 in (
-            (fresh["id"], T0 - 60, 0),
-            (stale["id"], T0 - 1800, 2),
-            (off["id"], T0 - 99999, 9),
+            (fresh.id, T0 - 60, 0),
+            (stale.id, T0 - 1800, 2),
+            (off.id, T0 - 99999, 9),
         ):
             await conn.execute(
                 "UPDATE schedules SET last_healthy_poll_at = ?, poller_consecutive_401 = ? "
@@ -226,7 +226,7 @@ async def test_github_poll_metrics(conn, service, clock):
         await conn.execute(
             "UPDATE schedules SET enabled = 0, disabled_reason = 'schedule.disabled.github_auth',"
             " poller_consecutive_401 = 5 WHERE id = ?",
-            (never["id"],),
+            (never.id,),
         )
     value, extras = await measure(
         conn, "github_poll_consecutive_401", now=T0, window_minutes=1, own="x"
@@ -273,7 +273,7 @@ async def test_each_op(conn, service, op, value, fires):
     alert = await service.create(_alert(threshold_config=_threshold(op=op, value=value)))
     for _ in range(3):
         await _run(conn, other, status="failed", ended_at=T0 - 1)
-    decision = await MetricThreshold().evaluate(conn, alert, now=T0)
+    decision = await MetricThreshold().evaluate(conn, alert.to_row(), now=T0)
     assert decision.fire is fires
     if fires:
         assert decision.context == {
@@ -284,9 +284,7 @@ async def test_each_op(conn, service, op, value, fires):
             "window_minutes": 5,
         }
         assert decision.schedule_updates == {"last_alert_at": T0}
-    row = await fetch_one(
-        conn, "SELECT last_evaluated_at FROM schedules WHERE id = ?", (alert["id"],)
-    )
+    row = await fetch_one(conn, "SELECT last_evaluated_at FROM schedules WHERE id = ?", (alert.id,))
     assert row["last_evaluated_at"] == T0
 
 
@@ -295,13 +293,15 @@ async def test_reservation_race_only_one_evaluation_fires(conn, service):
     alert = await service.create(_alert())
     await _run(conn, other, status="failed", ended_at=T0 - 1)
     gate = MetricThreshold()
-    decisions = await asyncio.gather(*(gate.evaluate(conn, alert, now=T0) for _ in range(4)))
+    decisions = await asyncio.gather(
+        *(gate.evaluate(conn, alert.to_row(), now=T0) for _ in range(4))
+    )
     winners = [d for d in decisions if d.fire]
-    assert len(winners) == 1 and gate.pending() == {alert["id"]}
+    assert len(winners) == 1 and gate.pending() == {alert.id}
     assert all("in flight" in d.reason for d in decisions if not d.fire)
     winners[0].release()
     assert gate.pending() == frozenset()
-    assert (await gate.evaluate(conn, alert, now=T0)).fire  # no alert was committed
+    assert (await gate.evaluate(conn, alert.to_row(), now=T0)).fire  # no alert was committed
 
 
 async def test_invalid_stored_config_never_fires_and_logs_once(conn, service, caplog):
@@ -311,10 +311,10 @@ async def test_invalid_stored_config_never_fires_and_logs_once(conn, service, ca
             "UPDATE schedules SET threshold_config = ? WHERE id = ?",
             (
                 json.dumps({"metric": "nope", "op": "gt", "value": 1, "window_minutes": 1}),
-                alert["id"],
+                alert.id,
             ),
         )
-    row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (alert["id"],))
+    row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (alert.id,))
     row["threshold_config"] = json.loads(row["threshold_config"])
     gate = MetricThreshold()
     caplog.set_level(logging.ERROR, logger="studio_scheduler_core")

@@ -46,7 +46,7 @@ async def _other(engine, name="other", **fields):
         "action_command": "true",
     }
     data.update(fields)
-    return (await engine.service.create(data))["id"]
+    return (await engine.service.create(data)).id
 
 
 async def _runs(conn, sid):
@@ -70,8 +70,8 @@ async def test_within_bounds_advances_with_no_run(make_engine, clock, h):
     engine = await make_engine(clock=clock)
     alert = await engine.service.create(_alert(value=5))
     await _tick_at(engine, clock, h.T0 + 60)
-    assert await _runs(engine.conn, alert["id"]) == []
-    row = await _row(engine.conn, alert["id"])
+    assert await _runs(engine.conn, alert.id) == []
+    row = await _row(engine.conn, alert.id)
     assert row["last_evaluated_at"] == h.T0 + 60
     assert row["next_fire_at"] == h.T0 + 120 and row["last_alert_at"] is None
 
@@ -80,7 +80,7 @@ async def test_breach_fires_with_context_then_cooldown_then_fires_again(make_eng
     engine = await make_engine(clock=clock)
     other = await _other(engine)
     alert = await engine.service.create(_alert(window=5))
-    sid = alert["id"]
+    sid = alert.id
     await _failed_run(engine.conn, other, h.T0 + 30)
     await _tick_at(engine, clock, h.T0 + 60)
     (run,) = await _runs(engine.conn, sid)
@@ -118,10 +118,10 @@ async def test_alert_runs_do_not_feed_their_own_failed_runs(make_engine, clock, 
     other = await _other(engine)
     await _failed_run(engine.conn, other, h.T0 + 50)
     await _tick_at(engine, clock, h.T0 + 60)
-    (run,) = await _runs(engine.conn, alert["id"])
+    (run,) = await _runs(engine.conn, alert.id)
     assert run["status"] == "failed"
     await _tick_at(engine, clock, h.T0 + 180)  # cooldown over; only its own failure is left
-    assert len(await _runs(engine.conn, alert["id"])) == 1
+    assert len(await _runs(engine.conn, alert.id)) == 1
 
 
 async def test_reservation_holds_while_the_alert_runs(make_engine, clock, h, tmp_path):
@@ -131,7 +131,7 @@ async def test_reservation_holds_while_the_alert_runs(make_engine, clock, h, tmp
     alert = await engine.service.create(
         _alert(window=1, action_command=h.PY, action_command_args=[h.blocker, str(flag)])
     )
-    sid = alert["id"]
+    sid = alert.id
     gate = engine._threshold
     await _failed_run(engine.conn, other, h.T0 + 59)
     clock.set(h.T0 + 60)
@@ -156,7 +156,7 @@ async def test_capacity_deferral_consumes_no_cooldown(make_engine, clock, h, tmp
         engine, "hog", action_command=h.PY, action_command_args=[h.blocker, str(flag)]
     )
     alert = await engine.service.create(_alert())
-    sid = alert["id"]
+    sid = alert.id
     await _failed_run(engine.conn, hog, h.T0 + 10)
     await engine.fire_now(hog)  # holds the only slot
     clock.set(h.T0 + 60)
@@ -179,11 +179,11 @@ async def test_capacity_deferral_consumes_no_cooldown(make_engine, clock, h, tmp
 async def test_manual_fire_neither_evaluates_nor_starts_a_cooldown(make_engine, clock, h):
     engine = await make_engine(clock=clock)
     alert = await engine.service.create(_alert(value=100))
-    await engine.fire_now(alert["id"])
+    await engine.fire_now(alert.id)
     await engine.wait_idle()
-    row = await _row(engine.conn, alert["id"])
+    row = await _row(engine.conn, alert.id)
     assert row["last_alert_at"] is None and row["last_evaluated_at"] is None
-    assert len(await _runs(engine.conn, alert["id"])) == 1
+    assert len(await _runs(engine.conn, alert.id)) == 1
 
 
 async def test_missed_fires_of_threshold_rows(make_engine, clock, h):
@@ -194,8 +194,8 @@ async def test_missed_fires_of_threshold_rows(make_engine, clock, h):
     clock.set(h.T0 + 3600)
     engine = await make_engine(clock=clock)  # both rows are overdue at startup
     # skip: no skipped row for a missed check; run_once: the metric is evaluated (in bounds).
-    assert await _runs(engine.conn, skip["id"]) == []
-    assert await _runs(engine.conn, once["id"]) == []
-    assert (await _row(engine.conn, once["id"]))["last_evaluated_at"] == h.T0 + 3600
-    for sid in (skip["id"], once["id"]):
+    assert await _runs(engine.conn, skip.id) == []
+    assert await _runs(engine.conn, once.id) == []
+    assert (await _row(engine.conn, once.id))["last_evaluated_at"] == h.T0 + 3600
+    for sid in (skip.id, once.id):
         assert (await _row(engine.conn, sid))["next_fire_at"] > h.T0 + 3600

@@ -4,7 +4,8 @@
 :class:`ScheduleService` is the create/validate/update/enable/disable/delete surface the API
 and CLI share; :func:`report_usage` writes a child's usage evidence; :func:`ensure_schema`
 migrates every table Studio needs. :class:`Schedule`, :class:`Action` and :class:`Run` are the
-records (their field metadata is :func:`record_specs`); ``TRIGGER_TYPES``, ``ACTION_KINDS``,
+records the stores return and the services take and return (their field metadata is
+:func:`record_specs`); ``TRIGGER_TYPES``, ``ACTION_KINDS``,
 ``RUN_STATUSES`` and the policies are the vocabularies, defined once here. The ``read_*``
 functions are the views the API and the CLI show (run status, slots, dashboard, metric figures):
 hosts read the database through them, never with SQL of their own.
@@ -55,7 +56,7 @@ from ._observe.store import (
     schedules_have_zones,
 )
 from ._records.column import Column, Spec, record_specs
-from ._records.run import Run
+from ._records.run import Run, RunWithChain
 from ._records.schedule import Action, Schedule
 from ._records.vocab import (
     ACTION_KIND_ALIASES,
@@ -116,6 +117,7 @@ __all__ = [
     "RunNotCancellable",
     "RunNotFound",
     "RunStatus",
+    "RunWithChain",
     "Schedule",
     "ScheduleHasRunningRuns",
     "ScheduleNameTaken",

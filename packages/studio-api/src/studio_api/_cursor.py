@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
@@ -31,11 +31,11 @@ def encode_cursor(values: Sequence[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def next_cursor(rows: Sequence[Mapping[str, Any]], key: Sequence[str], limit: int) -> str | None:
-    """The cursor after a full page's last row (``None`` when the page came back short)."""
+def next_cursor(rows: Sequence[object], key: Sequence[str], limit: int) -> str | None:
+    """The cursor after a full page's last record (``None`` when the page came back short)."""
     if len(rows) < limit or not rows:
         return None
-    return encode_cursor([rows[-1][column] for column in key])
+    return encode_cursor([getattr(rows[-1], column) for column in key])
 
 
 def decode_cursor(cursor: str, kinds: Sequence[type], *, offset: int) -> list[Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -17,6 +17,9 @@ from .._output import (
     shorten,
 )
 from .._types import vocabulary
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import Run, RunWithChain, Schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,17 +80,15 @@ def confirm_or_abort(action: str, yes: bool) -> None:
         raise CliError("aborted: nothing was changed")
 
 
-def trigger_summary(schedule: Mapping[str, Any]) -> str:
-    kind = schedule.get("trigger_type")
+def trigger_summary(schedule: Schedule) -> str:
+    kind = schedule.trigger_type
     if kind == "cron":
-        text = f"cron {schedule.get('cron_expr')}"
+        text = f"cron {schedule.cron_expr}"
     elif kind == "interval":
-        text = f"every {_seconds(schedule.get('interval_sec'))}"
-    elif kind == "github_poll":
-        text = f"github {schedule.get('github_repo')}"
+        text = f"every {_seconds(schedule.interval_sec)}"
     else:
-        text = str(kind)
-    threshold = schedule.get("threshold_config")
+        text = f"github {schedule.github_repo}"
+    threshold = schedule.threshold_config
     if isinstance(threshold, Mapping) and threshold:
         text += f" if {threshold.get('metric')} {threshold.get('op')} {threshold.get('value')}"
     return text
@@ -102,29 +103,27 @@ def _seconds(value: object) -> str:
     return f"{value}s"
 
 
-def action_summary(schedule: Mapping[str, Any]) -> str:
-    kind = str(schedule.get("action_kind"))
+def action_summary(schedule: Schedule) -> str:
+    kind = str(schedule.action_kind)
     if kind == "command":
-        args = schedule.get("action_command_args") or []
-        return shorten(
-            " ".join([f"command: {schedule.get('action_command')}", *map(str, args)]), 50
-        )
-    detail = schedule.get("action_playbook") or schedule.get("action_agent") or ""
-    model = schedule.get("action_model")
+        args = schedule.action_command_args or ()
+        return shorten(" ".join([f"command: {schedule.action_command}", *map(str, args)]), 50)
+    detail = schedule.action_playbook or schedule.action_agent or ""
+    model = schedule.action_model
     parts = [kind, *(str(p) for p in (detail, model) if p)]
     return shorten(" ".join(parts), 50)
 
 
-def schedule_rows(schedules: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+def schedule_rows(schedules: Sequence[Schedule]) -> list[list[str]]:
     return [
         [
-            str(s.get("id")),
-            str(s.get("name")),
-            "yes" if s.get("enabled") else "no",
+            s.id,
+            s.name,
+            "yes" if s.enabled else "no",
             trigger_summary(s),
             action_summary(s),
-            fmt_time(s.get("next_fire_at")) if s.get("enabled") else "-",
-            fmt_time(s.get("last_fired_at")),
+            fmt_time(s.next_fire_at) if s.enabled else "-",
+            fmt_time(s.last_fired_at),
         ]
         for s in schedules
     ]
@@ -134,52 +133,61 @@ SCHEDULE_COLUMNS = ("ID", "NAME", "ENABLED", "TRIGGER", "ACTION", "NEXT FIRE", "
 RUN_COLUMNS = ("RUN", "STATUS", "FIRED", "DURATION", "EXIT", "ATTEMPT", "DEPTH", "REASON")
 
 
-def run_rows(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+def run_rows(runs: Sequence[Run]) -> list[list[str]]:
     return [
         [
-            str(r.get("id")),
-            str(r.get("status")),
-            fmt_time(r.get("fired_at")),
-            fmt_duration(r.get("fired_at"), r.get("ended_at")),
-            "-" if r.get("exit_code") is None else str(r.get("exit_code")),
+            r.id,
+            r.status,
+            fmt_time(r.fired_at),
+            fmt_duration(r.fired_at, r.ended_at),
+            "-" if r.exit_code is None else str(r.exit_code),
             # a retry's attempt number (2, 3, …); "-" for a run that is no retry
-            "-" if r.get("attempt") is None else str(r.get("attempt")),
-            str(r.get("chain_depth", 0)),
-            shorten(r.get("status_reason_code") or "-", 40),
+            "-" if r.attempt is None else str(r.attempt),
+            str(r.chain_depth),
+            shorten(r.status_reason_code or "-", 40),
         ]
         for r in runs
     ]
 
 
+def record_json(record: Schedule | Run) -> dict[str, Any]:
+    """A record as its JSON document (every field; tuples as lists, nested records as
+    objects)."""
+    out = record.to_row()
+    children = out.get("chain_children")
+    if children is not None:
+        out["chain_children"] = [child.to_row() for child in children]
+    return out
+
+
 def show_schedule_result(
     verb: str,
-    schedule: Mapping[str, Any],
+    schedule: Schedule,
     *,
     as_json: bool,
     fields: Sequence[str] | None = None,
 ) -> None:
     """Report a write on a schedule: the schedule as JSON, or one human line (+ next fire)."""
     if as_json:
-        emit_json(dict(schedule))
+        emit_json(record_json(schedule))
         return
-    line = f"{verb} schedule {schedule.get('id')} ({schedule.get('name')})"
+    line = f"{verb} schedule {schedule.id} ({schedule.name})"
     if fields:
         line += ": " + ", ".join(fields)
     say(line)
-    if schedule.get("enabled"):
-        say(f"next fire: {fmt_time(schedule.get('next_fire_at'))}")
+    if schedule.enabled:
+        say(f"next fire: {fmt_time(schedule.next_fire_at)}")
     else:
-        reason = schedule.get("disabled_reason")
+        reason = schedule.disabled_reason
         say("disabled" + (f": {reason}" if reason else ""))
 
 
-def print_schedule(schedule: Mapping[str, Any]) -> None:
-    print_record(schedule, title=f"schedule {schedule.get('name')}")
+def print_schedule(schedule: Schedule) -> None:
+    print_record(record_json(schedule), title=f"schedule {schedule.name}")
 
 
-def print_run(run: Mapping[str, Any]) -> None:
-    record = {key: value for key, value in run.items() if key != "chain_children"}
-    print_record(record, title=f"run {run.get('id')}")
-    children = run.get("chain_children") or []
-    if children:
-        print_rows(RUN_COLUMNS, run_rows(children), empty="", title="follow-up runs")
+def print_run(run: RunWithChain) -> None:
+    record = {key: value for key, value in record_json(run).items() if key != "chain_children"}
+    print_record(record, title=f"run {run.id}")
+    if run.chain_children:
+        print_rows(RUN_COLUMNS, run_rows(run.chain_children), empty="", title="follow-up runs")

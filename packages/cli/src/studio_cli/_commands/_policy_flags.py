@@ -79,7 +79,7 @@ def policy_values(opts: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def merge_retry(changes: MutableMapping[str, Any], current: Mapping[str, Any]) -> None:
-    """On update, retry flags change those keys of the stored retry object."""
+def merge_retry(changes: MutableMapping[str, Any], current: Mapping[str, Any] | None) -> None:
+    """On update, retry flags change those keys of the stored retry object (``current``)."""
     if changes.get("retry"):
-        changes["retry"] = {**(current.get("retry") or {}), **changes["retry"]}
+        changes["retry"] = {**(current or {}), **changes["retry"]}

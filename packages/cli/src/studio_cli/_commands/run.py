@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -35,9 +35,13 @@ from ._common import (
     json_option,
     limit_option,
     offset_option,
+    record_json,
 )
 from ._notify_flags import NOTIFY_OPTIONS, new_notify
 from .run_ops import log_file, log_tail, print_failure
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import Run
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -151,7 +155,7 @@ def _enqueue(data: dict[str, Any], opts: dict[str, Any]) -> None:
     db_path = resolve_db_path(opts.get("db"))
     settings = scheduler_settings()
 
-    async def _queue() -> dict[str, Any]:
+    async def _queue() -> Run:
         from studio_scheduler_core import AdhocRunService
 
         async with open_db(db_path) as conn:
@@ -160,32 +164,32 @@ def _enqueue(data: dict[str, Any], opts: dict[str, Any]) -> None:
     run = run_async(_queue)
     if opts.get("wait"):
         if not opts.get("as_json"):
-            note(f"queued run {run['id']}; waiting for the server's worker to run it")
-        run = _follow(db_path, str(run["id"]), opts.get("timeout"))
+            note(f"queued run {run.id}; waiting for the server's worker to run it")
+        run = _follow(db_path, run.id, opts.get("timeout"))
     if opts.get("as_json"):
-        emit_json(run)
-    if opts.get("wait") and run["status"] != "completed":
-        print_failure(run, log_tail(log_file(db_path, str(run["id"]))))
-        raise CliError(f"run {run['id']} ended {run['status']} ({_ending(run)})")
+        emit_json(record_json(run))
+    if opts.get("wait") and run.status != "completed":
+        print_failure(run.status_reason_summary, log_tail(log_file(db_path, run.id)))
+        raise CliError(f"run {run.id} ended {run.status} ({_ending(run)})")
     if opts.get("as_json"):
         return
     if opts.get("wait"):
-        say(f"run {run['id']} {run['status']} ({_ending(run)})")
+        say(f"run {run.id} {run.status} ({_ending(run)})")
     else:
-        say(f"queued run {run['id']} ({run['action_kind']})")
+        say(f"queued run {run.id} ({run.action_kind})")
 
 
-def _ending(run: dict[str, Any]) -> str:
-    parts = [str(run.get("status_reason_code") or "-")]
-    if run.get("exit_code") is not None:
-        parts.append(f"exit {run['exit_code']}")
-    if run.get("fired_at") and run.get("ended_at"):
-        parts.append(fmt_duration(run.get("fired_at"), run.get("ended_at")))
+def _ending(run: Run) -> str:
+    parts = [run.status_reason_code or "-"]
+    if run.exit_code is not None:
+        parts.append(f"exit {run.exit_code}")
+    if run.fired_at and run.ended_at:
+        parts.append(fmt_duration(run.fired_at, run.ended_at))
     return ", ".join(parts)
 
 
-def _follow(db_path: Path | str, run_id: str, timeout: int | None) -> dict[str, Any]:
-    async def _get() -> dict[str, Any]:
+def _follow(db_path: Path | str, run_id: str, timeout: int | None) -> Run:
+    async def _get() -> Run:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings
 
         async with open_db(db_path) as conn:
@@ -195,12 +199,12 @@ def _follow(db_path: Path | str, run_id: str, timeout: int | None) -> dict[str, 
     hinted = False
     while True:
         run = run_async(_get)
-        if is_final_status(run["status"]):
+        if is_final_status(run.status):
             return run
         waited = time.monotonic() - started
         if timeout is not None and waited >= timeout:
-            raise CliError(f"run {run_id} is still {run['status']} after {timeout} s")
-        if run["status"] == "queued" and waited >= QUEUED_HINT_SECONDS and not hinted:
+            raise CliError(f"run {run_id} is still {run.status} after {timeout} s")
+        if run.status == "queued" and waited >= QUEUED_HINT_SECONDS and not hinted:
             hinted = True
             note("still queued: is the server ('studio serve') running on this database?")
         time.sleep(POLL_SECONDS)
@@ -275,7 +279,7 @@ def list_runs(status: str | None, limit: int, offset: int, db: str | None, as_js
     """List ad-hoc runs, newest first."""
     db_path = resolve_db_path(db, existing=True)
 
-    async def _list() -> tuple[list[dict[str, Any]], int]:
+    async def _list() -> tuple[list[Run], int]:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings
 
         async with open_db(db_path) as conn:
@@ -284,18 +288,19 @@ def list_runs(status: str | None, limit: int, offset: int, db: str | None, as_js
 
     rows, total = run_async(_list)
     if as_json:
-        emit_json({"runs": rows, "total": total, "limit": limit, "offset": offset})
+        runs_json = [record_json(r) for r in rows]
+        emit_json({"runs": runs_json, "total": total, "limit": limit, "offset": offset})
         return
     table = [
         [
-            str(r.get("id")),
-            str(r.get("status")),
-            fmt_time(r.get("queued_at")),
-            fmt_duration(r.get("fired_at"), r.get("ended_at")) if r.get("ended_at") else "-",
-            "-" if r.get("exit_code") is None else str(r.get("exit_code")),
-            shorten(r.get("concurrency_key") or "-", 20),
-            str(r.get("action_kind")),
-            shorten(r.get("status_reason_code") or "-", 40),
+            r.id,
+            r.status,
+            fmt_time(r.queued_at),
+            fmt_duration(r.fired_at, r.ended_at) if r.ended_at else "-",
+            "-" if r.exit_code is None else str(r.exit_code),
+            shorten(r.concurrency_key or "-", 20),
+            r.action_kind,
+            shorten(r.status_reason_code or "-", 40),
         ]
         for r in rows
     ]
@@ -312,7 +317,7 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
     """Show one ad-hoc run."""
     db_path = resolve_db_path(db, existing=True)
 
-    async def _show() -> dict[str, Any]:
+    async def _show() -> Run:
         from studio_scheduler_core import AdhocRunService, SchedulerSettings
 
         async with open_db(db_path) as conn:
@@ -320,9 +325,9 @@ def show(run_id: str, db: str | None, as_json: bool) -> None:
 
     row = run_async(_show)
     if as_json:
-        emit_json(row)
+        emit_json(record_json(row))
     else:
-        print_record(row, title=f"run {row.get('id')}")
+        print_record(record_json(row), title=f"run {row.id}")
 
 
 @run_group.command("cancel")
@@ -335,7 +340,7 @@ def cancel(run_id: str, db: str | None, as_json: bool) -> None:
     waiting one never starts)."""
     db_path = resolve_db_path(db, existing=True)
 
-    async def _cancel() -> tuple[str, dict[str, Any]]:
+    async def _cancel() -> tuple[str, Run]:
         from studio_scheduler_core import (
             AdhocRunService,
             RunNotFound,
@@ -352,6 +357,6 @@ def cancel(run_id: str, db: str | None, as_json: bool) -> None:
 
     before, row = run_async(_cancel)
     if as_json:
-        emit_json(row)
+        emit_json(record_json(row))
     else:
-        say(f"cancelled run {row['id']} (was {before})")
+        say(f"cancelled run {row.id} (was {before})")

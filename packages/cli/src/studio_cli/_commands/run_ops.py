@@ -12,15 +12,18 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .._context import open_db, resolve_db_path, run_async, scheduler_settings
 from .._errors import CliError
 from .._output import emit_json, note, say
-from ._common import db_option, json_option
+from ._common import db_option, json_option, record_json
 from .remote_log import node_url, print_remote
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import Run
 
 FOLLOW_SECONDS = 0.2
 FAILURE_TAIL_BYTES = 2048
@@ -58,9 +61,8 @@ def log_tail(path: str, size: int = FAILURE_TAIL_BYTES) -> str:
     return read_run_log(path, tail=size).decode("utf-8", errors="replace")
 
 
-def print_failure(run: dict[str, Any], tail: str) -> None:
+def print_failure(summary: str | None, tail: str) -> None:
     """The reason summary and the log tail of a run that did not complete (stderr)."""
-    summary = run.get("status_reason_summary")
     if summary:
         note(f"reason: {summary}")
     if tail:
@@ -129,10 +131,10 @@ def logs(run_id: str, follow: bool, tail: int | None, db: str | None) -> None:
         note(f"run {run_id} {run['status']} ({run.get('status_reason_code') or '-'})")
 
 
-def cancel_runs(db_path: Path | str, run_ids: list[str]) -> list[dict[str, Any]]:
-    """Cancel each run (any kind) on the database; the cancelled rows."""
+def cancel_runs(db_path: Path | str, run_ids: list[str]) -> list[Run]:
+    """Cancel each run (any kind) on the database; the cancelled runs."""
 
-    async def _cancel() -> list[dict[str, Any]]:
+    async def _cancel() -> list[Run]:
         from studio_scheduler_core import AdhocRunService, RunNotCancellable
 
         done = []
@@ -148,10 +150,10 @@ def cancel_runs(db_path: Path | str, run_ids: list[str]) -> list[dict[str, Any]]
     return run_async(_cancel)
 
 
-def cancel_runs_strict(db_path: Path | str, run_id: str) -> tuple[dict[str, Any]]:
+def cancel_runs_strict(db_path: Path | str, run_id: str) -> tuple[Run]:
     """Cancel one run; ``RunNotFound`` / ``RunNotCancellable`` reach the caller."""
 
-    async def _cancel() -> tuple[dict[str, Any]]:
+    async def _cancel() -> tuple[Run]:
         from studio_scheduler_core import AdhocRunService
 
         async with open_db(db_path) as conn:
@@ -177,6 +179,6 @@ def cancel(run_id: str, db: str | None, as_json: bool) -> None:
     before = _status(db_path, run_id)["status"]
     (row,) = cancel_runs_strict(db_path, run_id)
     if as_json:
-        emit_json(row)
+        emit_json(record_json(row))
     else:
-        say(f"cancelled run {row['id']} (was {before})")
+        say(f"cancelled run {row.id} (was {before})")

@@ -8,7 +8,7 @@ running server (see ``trigger.py``).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -26,6 +26,7 @@ from ._common import (
     offset_option,
     print_run,
     print_schedule,
+    record_json,
     run_rows,
     schedule_rows,
     show_schedule_result,
@@ -34,6 +35,9 @@ from .run_ops import cancel, cancel_runs, logs
 from .schedule_backfill import backfill
 from .schedule_edit import create, update
 from .trigger import trigger
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import Run, RunWithChain, Schedule
 
 
 @click.group("schedule")
@@ -77,7 +81,7 @@ def list_schedules(
     """
     db_path = resolve_db_path(db, existing=True)
 
-    async def _list() -> tuple[list[dict[str, Any]], int]:
+    async def _list() -> tuple[list[Schedule], int]:
         async with open_service(db_path, validating=False) as service:
             return await service.list(
                 enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
@@ -85,7 +89,14 @@ def list_schedules(
 
     rows, total = run_async(_list)
     if as_json:
-        emit_json({"schedules": rows, "total": total, "limit": limit, "offset": offset})
+        emit_json(
+            {
+                "schedules": [record_json(r) for r in rows],
+                "total": total,
+                "limit": limit,
+                "offset": offset,
+            }
+        )
         return
     print_rows(SCHEDULE_COLUMNS, schedule_rows(rows), empty="no schedules")
     if rows and total > len(rows):
@@ -105,13 +116,13 @@ def show(schedule: str, db: str | None, as_json: bool) -> None:
     """
     db_path = resolve_db_path(db, existing=True)
 
-    async def _show() -> dict[str, Any]:
+    async def _show() -> Schedule:
         async with open_service(db_path, validating=False) as service:
             return await service.resolve(schedule)
 
     row = run_async(_show)
     if as_json:
-        emit_json(row)
+        emit_json(record_json(row))
     else:
         print_schedule(row)
 
@@ -124,10 +135,10 @@ def enable(schedule: str, db: str | None, as_json: bool) -> None:
     """Enable SCHEDULE; its next fire time is recomputed from now."""
     db_path = resolve_db_path(db, existing=True)
 
-    async def _enable() -> dict[str, Any]:
+    async def _enable() -> Schedule:
         async with open_service(db_path) as service:
             row = await service.resolve(schedule)
-            return await service.enable(row["id"])
+            return await service.enable(row.id)
 
     show_schedule_result("Enabled", run_async(_enable), as_json=as_json)
 
@@ -141,10 +152,10 @@ def disable(schedule: str, reason: str | None, db: str | None, as_json: bool) ->
     """Disable SCHEDULE (runs already in flight are not stopped)."""
     db_path = resolve_db_path(db, existing=True)
 
-    async def _disable() -> dict[str, Any]:
+    async def _disable() -> Schedule:
         async with open_service(db_path, validating=False) as service:
             row = await service.resolve(schedule)
-            return await service.disable(row["id"], reason)
+            return await service.disable(row.id, reason)
 
     show_schedule_result("Disabled", run_async(_disable), as_json=as_json)
 
@@ -159,26 +170,26 @@ def delete(schedule: str, yes: bool, force: bool, db: str | None, as_json: bool)
     """Delete SCHEDULE and its run history (refused while a run runs, unless --force)."""
     db_path = resolve_db_path(db, existing=True)
 
-    async def _resolve() -> tuple[dict[str, Any], list[str]]:
+    async def _resolve() -> tuple[Schedule, list[str]]:
         async with open_service(db_path, validating=False) as service:
             row = await service.resolve(schedule)
-            return row, await service.running_run_ids(row["id"])
+            return row, await service.running_run_ids(row.id)
 
     row, running = run_async(_resolve)
-    confirm_or_abort(f"delete schedule {row['id']} ({row['name']}) and its runs", yes)
+    confirm_or_abort(f"delete schedule {row.id} ({row.name}) and its runs", yes)
     if running and force:
         cancel_runs(db_path, running)
 
-    async def _delete() -> dict[str, Any]:
+    async def _delete() -> Schedule:
         async with open_service(db_path, validating=False) as service:
-            await service.delete(row["id"], refuse_running=True)
+            await service.delete(row.id, refuse_running=True)
             return row
 
     run_async(_delete)
     if as_json:
-        emit_json({"deleted": True, "id": row["id"], "name": row["name"]})
+        emit_json({"deleted": True, "id": row.id, "name": row.name})
     else:
-        say(f"Deleted schedule {row['id']} ({row['name']})")
+        say(f"Deleted schedule {row.id} ({row.name})")
 
 
 @schedule_group.command("runs")
@@ -199,14 +210,15 @@ def runs(
     """
     db_path = resolve_db_path(db, existing=True)
 
-    async def _runs() -> tuple[list[dict[str, Any]], int]:
+    async def _runs() -> tuple[list[Run], int]:
         async with open_service(db_path, validating=False) as service:
             row = await service.resolve(schedule)
-            return await service.list_runs(row["id"], status=status, limit=limit, offset=offset)
+            return await service.list_runs(row.id, status=status, limit=limit, offset=offset)
 
     rows, total = run_async(_runs)
     if as_json:
-        emit_json({"runs": rows, "total": total, "limit": limit, "offset": offset})
+        runs_json = [record_json(r) for r in rows]
+        emit_json({"runs": runs_json, "total": total, "limit": limit, "offset": offset})
         return
     print_rows(RUN_COLUMNS, run_rows(rows), empty="no runs")
     if rows and total > len(rows):
@@ -221,13 +233,13 @@ def run(run_id: str, db: str | None, as_json: bool) -> None:
     """Show one run (with its follow-up runs)."""
     db_path = resolve_db_path(db, existing=True)
 
-    async def _run() -> dict[str, Any]:
+    async def _run() -> RunWithChain:
         async with open_service(db_path, validating=False) as service:
             return await service.get_run(run_id)
 
     row = run_async(_run)
     if as_json:
-        emit_json(row)
+        emit_json(record_json(row))
     else:
         print_run(row)
 
@@ -265,17 +277,17 @@ def preview(
         db_path = resolve_db_path(db, existing=True)
         assert schedule is not None
 
-        async def _preview() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        async def _preview() -> tuple[Schedule, list[dict[str, Any]]]:
             async with open_service(db_path) as service:
                 row = await service.resolve(schedule)
-                return row, await service.preview(row["id"], count)
+                return row, await service.preview(row.id, count)
 
         row, times = run_async(_preview)
-        zone = row.get("timezone") or scheduler_settings().timezone
-        served = _server_preview(str(row["id"]), count)
+        zone = row.timezone or scheduler_settings().timezone
+        served = _server_preview(row.id, count)
         if served is not None:
             times, zone = served
-        subject = {"schedule_id": row["id"], "name": row["name"]}
+        subject = {"schedule_id": row.id, "name": row.name}
     if as_json:
         emit_json({**subject, "timezone": zone, "fire_times": times})
         return

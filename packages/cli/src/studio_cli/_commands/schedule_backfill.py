@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from .._context import open_service, resolve_db_path, run_async
 from .._output import emit_json, say
 from ._common import db_option, json_option
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import Schedule
 
 
 @click.command("backfill")
@@ -43,13 +46,13 @@ def backfill(schedule: str, start: str, end: str, db: str | None, as_json: bool)
     """
     db_path = resolve_db_path(db, existing=True)
 
-    async def _backfill() -> tuple[dict[str, Any], int]:
+    async def _backfill() -> tuple[Schedule, int]:
         async with open_service(db_path) as service:
             row = await service.resolve(schedule)
-            return row, await service.backfill(row["id"], start, end)
+            return row, await service.backfill(row.id, start, end)
 
     row, runs = run_async(_backfill)
     if as_json:
-        emit_json({"schedule_id": row["id"], "name": row["name"], "runs": runs})
+        emit_json({"schedule_id": row.id, "name": row.name, "runs": runs})
     else:
-        say(f"Queued {runs} backfill run(s) of schedule {row['id']} ({row['name']})")
+        say(f"Queued {runs} backfill run(s) of schedule {row.id} ({row.name})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -19,6 +19,9 @@ from .._types import VocabularyChoice, duration_option, parse_json_flag, read_te
 from ._common import db_option, json_option, show_schedule_result
 from ._notify_flags import NOTIFY_OPTIONS, new_notify, notify_changes
 from ._policy_flags import POLICY_CLEARABLE, POLICY_OPTIONS, merge_retry, policy_values
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import Schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -256,7 +259,7 @@ def create(name: str, disabled: bool, db: str | None, as_json: bool, **opts: Any
         data["enabled"] = False
     db_path = resolve_db_path(db)
 
-    async def _create() -> dict[str, Any]:
+    async def _create() -> Schedule:
         async with open_service(db_path) as service:
             if "action_cwd" not in data and not _project_has_root(data):
                 data["action_cwd"] = str(Path.cwd().resolve())
@@ -319,13 +322,13 @@ def update(
         raise click.UsageError("nothing to update: give at least one field flag or --clear")
     db_path = resolve_db_path(db, existing=True)
 
-    async def _update() -> dict[str, Any]:
+    async def _update() -> Schedule:
         async with open_service(db_path) as service:
             current = await service.resolve(schedule)
-            merge_retry(changes, current)
+            merge_retry(changes, current.retry)
             if notify:  # the flags change those keys of the stored notify object
-                changes["notify"] = {**(current.get("notify") or {}), **notify}
-            return await service.update(current["id"], changes)
+                changes["notify"] = {**(current.notify or {}), **notify}
+            return await service.update(current.id, changes)
 
     result = run_async(_update)
     show_schedule_result("Updated", result, as_json=as_json, fields=sorted(changes))

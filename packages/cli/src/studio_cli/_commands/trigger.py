@@ -247,7 +247,7 @@ def trigger(schedule: str, wait: bool, timeout: int | None, url: str | None, as_
         took = fmt_duration(run.get("fired_at"), run.get("ended_at"))
         say(f"Run {run_id} {status} (exit {'-' if exit_code is None else exit_code}) in {took}")
     if status != "completed":
-        print_failure(run, tail)
+        print_failure(run.get("status_reason_summary"), tail)
         reason = run.get("status_reason_code") or run.get("status_reason_summary")
         detail = f" [{reason}]" if reason else ""
         raise CliError(f"run {run_id} ended {status}{detail}")

@@ -32,7 +32,8 @@ from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationErro
 from .._fire import store as fire_store
 from .._fire.ending import OPERATOR_CANCELLED, outcome_event, waiting_kind
 from .._notify.service import check_notify, notify_run
-from .._records.codec import decode_run, dumps
+from .._records.codec import dumps, run_record
+from .._records.run import Run
 from .._records.terminal import StatusChange, apply
 from .._schedules.store import ADHOC_PAGE_KEY, page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize
@@ -61,7 +62,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A stand-in trigger so the schedule validation can be reused as is: never stored.
 _SYNTHETIC = {"name": "adhoc", "trigger_type": "interval", "interval_sec": 60}
 
-Rows = list[dict[str, Any]]
+Runs = list[Run]
+"""A page of runs (an alias: the service below has a method named ``list``)."""
 
 
 def _check_concurrency_key(value: Any) -> str | None:
@@ -146,8 +148,8 @@ class AdhocRunService:
         """The validated ``{"action", "concurrency_key"}`` ``enqueue`` would store."""
         return normalize_adhoc(data, settings=self._settings, now=self._clock())
 
-    async def enqueue(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate and insert a ``queued`` run; return the run dict.
+    async def enqueue(self, data: Mapping[str, Any]) -> Run:
+        """Validate and insert a ``queued`` run; return the run.
 
         ``data`` holds the schedule action fields (``action_kind``, ``action_model``, …) and
         optionally ``concurrency_key``. Raises :class:`ScheduleValidationError` (nothing
@@ -192,9 +194,9 @@ class AdhocRunService:
             raise RunNotFound(run_id)
         return row
 
-    async def get(self, run_id: str) -> dict[str, Any]:
+    async def get(self, run_id: str) -> Run:
         """One ad-hoc run (:class:`RunNotFound` for an unknown id or a scheduled run)."""
-        return decode_run(await self._row(run_id))
+        return run_record(await self._row(run_id))
 
     async def list(
         self,
@@ -203,7 +205,7 @@ class AdhocRunService:
         limit: int = 100,
         offset: int = 0,
         after: Sequence[Any] | None = None,
-    ) -> tuple[Rows, int]:
+    ) -> tuple[Runs, int]:
         """``(runs, total)`` of ad-hoc runs, newest first by :data:`ADHOC_PAGE_KEY`, optionally
         of one status. ``after``, the key of the previous page's last run, seeks past it
         instead of skipping ``offset`` rows. The total is exact and read from the trigger-kept
@@ -220,7 +222,7 @@ class AdhocRunService:
             counted_adhoc=True,
         )
 
-    async def cancel(self, run_id: str) -> dict[str, Any]:
+    async def cancel(self, run_id: str) -> Run:
         """Cancel a queued, waiting or running run of any kind; return the run (now
         ``cancelled``).
 
@@ -281,7 +283,7 @@ class AdhocRunService:
         self._changed()
         done = await fire_store.load_run(self._conn, run_id)
         assert done is not None
-        return decode_run(done)
+        return run_record(done)
 
     async def _stop_child(self, row: Mapping[str, Any]) -> None:
         if self._worker is not None and await self._worker.revoke(str(row["id"])):

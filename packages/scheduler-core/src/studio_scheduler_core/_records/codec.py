@@ -83,3 +83,13 @@ def decode_run(row: Mapping[str, Any]) -> dict[str, Any]:
         if column in out:
             out[column] = _loads(out[column])
     return out
+
+
+def schedule_record(row: Mapping[str, Any]) -> Schedule:
+    """A ``schedules`` row (as read) as its :class:`Schedule` record."""
+    return Schedule.from_row(decode_schedule(row))
+
+
+def run_record(row: Mapping[str, Any]) -> Run:
+    """A ``schedule_runs`` row (as read) as its :class:`Run` record."""
+    return Run.from_row(decode_run(row))

@@ -63,3 +63,10 @@ class Run:
     def to_row(self) -> dict[str, Any]:
         """The record as the public dict the service returns."""
         return to_row(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunWithChain(Run):
+    """A :class:`Run` with ``chain_children``: every follow-up below it, by depth."""
+
+    chain_children: tuple[Run, ...] = field(default=(), metadata=column(public=False))

@@ -7,6 +7,7 @@ except through ``on_change`` (the engine's ``wake``).
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,22 +25,26 @@ from .._exceptions import (
     ScheduleValidationError,
 )
 from .._records.codec import encode_schedule
+from .._records.run import Run, RunWithChain
+from .._records.schedule import Schedule
 from .._settings import SchedulerSettings
-from .._triggers.cadence import first_fire_at, preview_times, schedule_zone
+from .._triggers.cadence import first_fire_at, preview_times
 from . import store
 from .backfill import backfill
 from .jitter import with_jitter
 from .store import (
     RUN_PAGE_KEY,
     drop_buffered,
-    load_schedule,
+    get_schedule,
     page_runs,
     set_enabled,
 )
 from .validation import CREATE_FIELDS, check_disable_reason, normalize
 
-Rows = list[dict[str, Any]]
-"""A list of decoded rows (an alias: the class below has a method named ``list``)."""
+Schedules = list[Schedule]
+"""A page of schedules (an alias: the class below has a method named ``list``)."""
+Runs = list[Run]
+"""A page of runs."""
 
 _CADENCE_FIELDS = frozenset(
     {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone"}
@@ -73,8 +78,8 @@ class ScheduleService:
         row["next_fire_at"] = first_fire_at(row, now=now, timezone=self._settings.timezone)
         return row
 
-    async def create(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate and store a new schedule; return the stored schedule dict.
+    async def create(self, data: Mapping[str, Any]) -> Schedule:
+        """Validate and store a new schedule (``data``: its input fields); return it as stored.
 
         Raises :class:`ScheduleValidationError` (naming the field) or
         :class:`ScheduleNameTaken`; nothing is written then.
@@ -105,19 +110,19 @@ class ScheduleService:
         self._changed()
         return await self.get(row["id"])
 
-    async def get(self, schedule_id: str) -> dict[str, Any]:
-        """The schedule dict; :class:`ScheduleNotFound` when there is none."""
-        schedule = await load_schedule(self._conn, schedule_id)
+    async def get(self, schedule_id: str) -> Schedule:
+        """The schedule; :class:`ScheduleNotFound` when there is none."""
+        schedule = await get_schedule(self._conn, schedule_id)
         if schedule is None:
             raise ScheduleNotFound(schedule_id)
         return schedule
 
-    async def resolve(self, id_or_name: str) -> dict[str, Any]:
+    async def resolve(self, id_or_name: str) -> Schedule:
         """The schedule with this id, else with this name; :class:`ScheduleNotFound`."""
-        schedule = await load_schedule(self._conn, id_or_name)
+        schedule = await get_schedule(self._conn, id_or_name)
         if schedule is not None:
             return schedule
-        named = await store.load_schedule_named(self._conn, id_or_name)
+        named = await store.get_schedule_named(self._conn, id_or_name)
         if named is None:
             raise ScheduleNotFound(id_or_name)
         return named
@@ -129,13 +134,13 @@ class ScheduleService:
         trigger_type: str | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> tuple[Rows, int]:
+    ) -> tuple[Schedules, int]:
         """``(schedules, total)`` ordered by creation, with optional filters and paging."""
         return await store.page_schedules(
             self._conn, enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
         )
 
-    async def update(self, schedule_id: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, schedule_id: str, changes: Mapping[str, Any]) -> Schedule:
         """Apply ``changes`` (create-model fields) after validating the merged row."""
         if not isinstance(changes, Mapping):
             raise ScheduleValidationError("changes", "must be an object")
@@ -144,7 +149,7 @@ class ScheduleService:
                 raise ScheduleValidationError(str(key), "unknown field")
         now = self._clock()
         async with write_transaction(self._conn):
-            current = await self.get(schedule_id)
+            current = (await self.get(schedule_id)).to_row()
             row = normalize(changes, settings=self._settings, now=now, base=current)
             if row["name"] != current["name"] and await store.name_taken(
                 self._conn, row["name"], other_than=schedule_id
@@ -206,15 +211,16 @@ class ScheduleService:
                     "budget_tokens", f"exhausted (used {tokens} of {budget_tokens}); raise it first"
                 )
 
-    async def enable(self, schedule_id: str) -> dict[str, Any]:
+    async def enable(self, schedule_id: str) -> Schedule:
         """Enable the schedule (re-validated; refused when max_runs or the budget is used up).
 
         ``next_fire_at`` is re-armed from now for every trigger type.
         """
-        schedule = await self.get(schedule_id)
-        if schedule["enabled"]:
-            return schedule
+        record = await self.get(schedule_id)
+        if record.enabled:
+            return record
         now = self._clock()
+        schedule = record.to_row()
         base = {k: schedule.get(k) for k in CREATE_FIELDS}
         normalize(base, settings=self._settings, now=now)
         await self._check_enable(schedule)
@@ -230,11 +236,11 @@ class ScheduleService:
         self._changed()
         return await self.get(schedule_id)
 
-    async def disable(self, schedule_id: str, reason: str | None = None) -> dict[str, Any]:
+    async def disable(self, schedule_id: str, reason: str | None = None) -> Schedule:
         """Disable the schedule (idempotent). In-flight runs are not interrupted."""
         text = check_disable_reason(reason)
         schedule = await self.get(schedule_id)
-        if schedule["enabled"]:
+        if schedule.enabled:
             await set_enabled(
                 self._conn,
                 schedule_id,
@@ -269,10 +275,10 @@ class ScheduleService:
                 self._conn,
                 entity_type="schedule",
                 entity_id=schedule_id,
-                previous_status="enabled" if schedule["enabled"] else "disabled",
+                previous_status="enabled" if schedule.enabled else "disabled",
                 status="deleted",
                 reason_code="schedule.deleted.manual",
-                reason_summary=f"schedule {schedule['name']!r} deleted",
+                reason_summary=f"schedule {schedule.name!r} deleted",
                 actor="schedule_service",
                 now=now,
             )
@@ -286,7 +292,7 @@ class ScheduleService:
         limit: int = 100,
         offset: int = 0,
         after: Sequence[Any] | None = None,
-    ) -> tuple[Rows, int]:
+    ) -> tuple[Runs, int]:
         """``(runs, total)`` of one schedule, newest first by :data:`RUN_PAGE_KEY`
         (:class:`ScheduleNotFound`). ``after``, the key of the previous page's last run, seeks
         past it instead of skipping ``offset`` rows."""
@@ -303,13 +309,14 @@ class ScheduleService:
             counted=schedule_id,
         )
 
-    async def get_run(self, run_id: str) -> dict[str, Any]:
+    async def get_run(self, run_id: str) -> RunWithChain:
         """One run with ``chain_children``: every follow-up below it, by depth."""
-        run = await store.load_run(self._conn, run_id)
+        run = await store.get_run(self._conn, run_id)
         if run is None:
             raise RunNotFound(run_id)
-        run["chain_children"] = await store.chain_runs(self._conn, run_id)
-        return run
+        children = tuple(await store.chain_runs(self._conn, run_id))
+        values = {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
+        return RunWithChain(**values, chain_children=children)
 
     async def backfill(self, schedule_id: str, start: Any, end: Any) -> int:
         """Queue every occurrence in [start, end) (ISO 8601 or epoch; ``start < end <= now``,
@@ -317,24 +324,29 @@ class ScheduleService:
         many runs were queued. :class:`FireRefused` when the schedule is disabled."""
         schedule = await self.get(schedule_id)
         queued = await backfill(
-            self._conn, schedule, start, end, now=self._clock(), timezone=self._settings.timezone
+            self._conn,
+            schedule.to_row(),
+            start,
+            end,
+            now=self._clock(),
+            timezone=self._settings.timezone,
         )
         self._changed()
         return queued
 
-    async def preview(self, schedule_id: str, n: int = 5) -> Rows:
+    async def preview(self, schedule_id: str, n: int = 5) -> builtins.list[dict[str, Any]]:
         """The schedule's next ``n`` fire times (UTC and the schedule's zone) with the jitter
         delay of each (``jitter_sec``, 0 without jitter)."""
         schedule = await self.get(schedule_id)
-        zone = schedule_zone(schedule, self._settings.timezone)
+        zone = schedule.timezone or self._settings.timezone
         times = preview_times(
-            trigger_type=schedule["trigger_type"],
-            cron_expr=schedule.get("cron_expr"),
-            interval_sec=schedule.get("interval_sec"),
-            poll_interval_sec=schedule.get("poll_interval_sec"),
+            trigger_type=schedule.trigger_type,
+            cron_expr=schedule.cron_expr,
+            interval_sec=schedule.interval_sec,
+            poll_interval_sec=schedule.poll_interval_sec,
             timezone=zone,
             start=self._clock(),
             n=n,
-            first=schedule.get("next_fire_at"),
+            first=schedule.next_fire_at,
         )
-        return with_jitter(schedule, times, timezone=self._settings.timezone)
+        return with_jitter(schedule.to_row(), times, timezone=self._settings.timezone)

@@ -29,10 +29,13 @@ from .._notify.service import notify_schedule_disabled
 from .._observe.events import emit
 from .._records.codec import (
     SCHEDULE_COLUMNS,
-    decode_run,
     decode_schedule,
     dumps,
+    run_record,
+    schedule_record,
 )
+from .._records.run import Run
+from .._records.schedule import Schedule
 from .._records.terminal import StatusChange, apply
 from .._records.vocab import RUN_STATUSES
 
@@ -45,15 +48,23 @@ ADHOC_PAGE_KEY = ("queued_at", "id")
 _NAME_CONSTRAINT = ("schedules.name", '"schedules_name_key"')
 
 
-async def load_schedule(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any] | None:
-    """The decoded schedule row, or ``None``."""
+async def get_schedule(conn: aiosqlite.Connection, schedule_id: str) -> Schedule | None:
+    """The :class:`Schedule` with this id, or ``None``."""
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
-    return None if row is None else decode_schedule(row)
+    return None if row is None else schedule_record(row)
 
 
-async def load_schedule_named(conn: aiosqlite.Connection, name: str) -> dict[str, Any] | None:
-    """The decoded schedule row called ``name``, or ``None``."""
+async def get_schedule_named(conn: aiosqlite.Connection, name: str) -> Schedule | None:
+    """The :class:`Schedule` called ``name``, or ``None``."""
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE name = ?", (name,))
+    return None if row is None else schedule_record(row)
+
+
+async def load_schedule(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any] | None:
+    """The decoded schedule row as a mapping, or ``None``: the fire path's lean read (it
+    overlays follow-up keys and builds the action arguments from it); every other reader
+    takes :func:`get_schedule`'s record."""
+    row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
     return None if row is None else decode_schedule(row)
 
 
@@ -111,7 +122,7 @@ async def page_schedules(
     trigger_type: str | None,
     limit: int,
     offset: int,
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[Schedule], int]:
     """``(schedules, total)`` ordered by creation, optionally filtered, one page."""
     where: list[str] = []
     params: list[Any] = []
@@ -128,7 +139,7 @@ async def page_schedules(
         f"SELECT * FROM schedules{clause} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
         [*params, max(0, int(limit)), max(0, int(offset))],
     )
-    return [decode_schedule(r) for r in rows], int(total or 0)
+    return [schedule_record(r) for r in rows], int(total or 0)
 
 
 async def running_run_ids(conn: aiosqlite.Connection, schedule_id: str) -> list[str]:
@@ -142,13 +153,13 @@ async def running_run_ids(conn: aiosqlite.Connection, schedule_id: str) -> list[
     return [str(row["id"]) for row in rows]
 
 
-async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
-    """The decoded run row, or ``None``."""
+async def get_run(conn: aiosqlite.Connection, run_id: str) -> Run | None:
+    """The :class:`Run` with this id, or ``None``."""
     row = await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
-    return None if row is None else decode_run(row)
+    return None if row is None else run_record(row)
 
 
-async def chain_runs(conn: aiosqlite.Connection, run_id: str) -> list[dict[str, Any]]:
+async def chain_runs(conn: aiosqlite.Connection, run_id: str) -> list[Run]:
     """Every follow-up run below ``run_id`` (children, their children …), by depth."""
     rows = await fetch_all(
         conn,
@@ -158,7 +169,7 @@ async def chain_runs(conn: aiosqlite.Connection, run_id: str) -> list[dict[str, 
         "ORDER BY chain_depth, fired_at",
         (run_id,),
     )
-    return [decode_run(r) for r in rows]
+    return [run_record(r) for r in rows]
 
 
 async def page_runs(
@@ -173,7 +184,7 @@ async def page_runs(
     after: Sequence[Any] | None = None,
     counted: str | None = None,
     counted_adhoc: bool = False,
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[Run], int]:
     """``(runs, total)`` of the ``schedule_runs`` matching ``where`` (fixed SQL from the caller,
     values bound), optionally of one ``status``, one page newest first by the columns ``key``
     (fixed SQL ending in a unique column; an index must hold them in this order). ``after``
@@ -211,7 +222,7 @@ async def page_runs(
         f"SELECT * FROM schedule_runs WHERE {page_where} ORDER BY {order} LIMIT ? OFFSET ?",
         [*page_params, max(0, int(limit)), max(0, int(offset))],
     )
-    return [decode_run(r) for r in rows], int(total or 0)
+    return [run_record(r) for r in rows], int(total or 0)
 
 
 async def set_enabled(

@@ -75,6 +75,12 @@ class ResponseModel(BaseModel):
         values.update(extra)
         return cls.model_validate(values)
 
+    @classmethod
+    def of_record(cls: type[M], record: object) -> M:
+        """Validate the model's own attributes of a record (a ``Schedule``, a ``Run`` …):
+        nested records are read by attribute too."""
+        return cls.model_validate(record, from_attributes=True)
+
 
 class ErrorOut(ResponseModel):
     """Every error body: ``detail`` names the field at fault when there is one."""

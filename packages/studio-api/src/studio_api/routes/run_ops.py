@@ -158,4 +158,4 @@ async def cancel_run(engine: EngineDep, run_id: str) -> RunOut:
     kind: a running run's process group gets SIGTERM, 5 s, then SIGKILL (descendants too); a
     waiting one never starts. The run is ``cancelled`` (``run.cancelled.operator``). 409 with
     ``reason_code`` once it has ended."""
-    return RunOut.of(await engine.runs.cancel(run_id))
+    return RunOut.of_record(await engine.runs.cancel(run_id))

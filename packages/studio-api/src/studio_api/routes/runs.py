@@ -29,7 +29,7 @@ async def enqueue_run(engine: EngineDep, body: AdhocRunCreate) -> TriggerOut:
     The host task worker claims it on the next tick; 422 names an invalid field.
     """
     run = await engine.runs.enqueue(body.model_dump(exclude_none=True))
-    return TriggerOut(run_id=run["id"])
+    return TriggerOut(run_id=run.id)
 
 
 @router.get("", response_model=RunList, responses=responses())
@@ -45,7 +45,7 @@ async def list_runs(
     after = None if cursor is None else decode_cursor(cursor, (float, str), offset=offset)
     rows, total = await reads.runs.list(status=status, limit=limit, offset=offset, after=after)
     return RunList(
-        runs=[RunOut.of(row) for row in rows],
+        runs=[RunOut.of_record(row) for row in rows],
         total=total,
         limit=limit,
         offset=offset,
@@ -56,18 +56,18 @@ async def list_runs(
 @router.get("/{run_id}", response_model=RunOut, responses=responses(404))
 async def get_run(reads: ReadsDep, run_id: str) -> RunOut:
     """One ad-hoc run."""
-    return RunOut.of(await reads.runs.get(run_id))
+    return RunOut.of_record(await reads.runs.get(run_id))
 
 
 @router.delete("/{run_id}", response_model=RunOut, responses=responses(404, 409))
 async def delete_run(engine: EngineDep, run_id: str) -> RunOut:
     """Cancel a queued or running ad-hoc run (a running one's process group is terminated);
     the run, ``cancelled``; 409 once it has ended."""
-    return RunOut.of(await engine.runs.cancel(run_id))
+    return RunOut.of_record(await engine.runs.cancel(run_id))
 
 
 @router.post("/{run_id}/cancel", response_model=RunOut, responses=responses(404, 409))
 async def cancel_run(engine: EngineDep, run_id: str) -> RunOut:
     """Cancel a queued or running run (its child is stopped; a waiting ``retry_wait`` or
     ``waiting_dependency`` run never starts); 409 once it has ended."""
-    return RunOut.of(await engine.runs.cancel(run_id))
+    return RunOut.of_record(await engine.runs.cancel(run_id))

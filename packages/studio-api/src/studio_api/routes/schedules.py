@@ -52,7 +52,10 @@ async def list_schedules(
         enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
     )
     return ScheduleList(
-        schedules=[ScheduleOut.of(row) for row in rows], total=total, limit=limit, offset=offset
+        schedules=[ScheduleOut.of_record(row) for row in rows],
+        total=total,
+        limit=limit,
+        offset=offset,
     )
 
 
@@ -62,8 +65,7 @@ async def create_schedule(
     body: Annotated[ScheduleCreate, Body(openapi_examples=SCHEDULE_CREATE_EXAMPLES)],
 ) -> ScheduleOut:
     """Create a schedule; 422 names the invalid field, 409 when the name is taken."""
-    row = await service.create(body.model_dump(exclude_none=True))
-    return ScheduleOut.of(row)
+    return ScheduleOut.of_record(await service.create(body.model_dump(exclude_none=True)))
 
 
 @router.get("/limits", response_model=LimitsOut, responses=responses())
@@ -76,15 +78,13 @@ async def limits(engine: EngineDep) -> LimitsOut:
 @router.get("/runs/{run_id}", response_model=RunDetail, responses=responses(404))
 async def get_run(reads: ReadsDep, run_id: str) -> RunDetail:
     """One run, with the runs its follow-ups started."""
-    run = await reads.schedules.get_run(run_id)
-    children = [RunOut.of(child) for child in run.get("chain_children") or []]
-    return RunDetail.of(run, chain_children=children)
+    return RunDetail.of_record(await reads.schedules.get_run(run_id))
 
 
 @router.get("/{schedule_id}", response_model=ScheduleOut, responses=responses(404))
 async def get_schedule(reads: ReadsDep, schedule_id: str) -> ScheduleOut:
     """One schedule."""
-    return ScheduleOut.of(await reads.schedules.get(schedule_id))
+    return ScheduleOut.of_record(await reads.schedules.get(schedule_id))
 
 
 @router.patch("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
@@ -93,7 +93,7 @@ async def update_schedule(
 ) -> ScheduleOut:
     """Change the fields sent (``null`` clears an optional field); the rest is kept."""
     row = await service.update(schedule_id, body.model_dump(exclude_unset=True))
-    return ScheduleOut.of(row)
+    return ScheduleOut.of_record(row)
 
 
 @router.delete("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
@@ -114,13 +114,13 @@ async def delete_schedule(
             with contextlib.suppress(RunNotCancellable, RunNotFound):
                 await engine.runs.cancel(run_id)
     await service.delete(schedule_id, refuse_running=True)
-    return ScheduleOut.of(row)
+    return ScheduleOut.of_record(row)
 
 
 @router.post("/{schedule_id}/enable", response_model=ScheduleOut, responses=responses(404, 409))
 async def enable_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
     """Enable a schedule (its next fire time is recomputed)."""
-    return ScheduleOut.of(await service.enable(schedule_id))
+    return ScheduleOut.of_record(await service.enable(schedule_id))
 
 
 @router.post("/{schedule_id}/disable", response_model=ScheduleOut, responses=responses(404, 409))
@@ -131,7 +131,7 @@ async def disable_schedule(
 ) -> ScheduleOut:
     """Disable a schedule, optionally recording why (``{"reason": "..."}``)."""
     reason = body.reason if body is not None else None
-    return ScheduleOut.of(await service.disable(schedule_id, reason))
+    return ScheduleOut.of_record(await service.disable(schedule_id, reason))
 
 
 @router.post(
@@ -179,7 +179,7 @@ async def list_runs(
         schedule_id, status=status, limit=limit, offset=offset, after=after
     )
     return RunList(
-        runs=[RunOut.of(row) for row in rows],
+        runs=[RunOut.of_record(row) for row in rows],
         total=total,
         limit=limit,
         offset=offset,
@@ -199,6 +199,6 @@ async def preview(
     times = await reads.schedules.preview(schedule_id, n)
     return PreviewOut(
         schedule_id=schedule_id,
-        timezone=schedule.get("timezone") or settings.timezone,
+        timezone=schedule.timezone or settings.timezone,
         fire_times=[FireTime.of(t) for t in times],
     )

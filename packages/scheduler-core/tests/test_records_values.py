@@ -1,0 +1,125 @@
+"""The records are the values: the services take input mappings and return ``Schedule``/``Run``
+records (not dicts), the stores read rows straight into them, and ``dict[str, Any]`` in the
+source stays where a JSON-shaped value is the honest type.
+
+The ``dict[str, Any]`` ceiling is a ratchet: it is the count after the services and the stores
+they read through moved to records (133 before). It only goes down; the fire path's mappings
+(the follow-up overlay, the action arguments, the lean due-row read on the tick) are what is
+left above the issue's target of fewer than 20.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+import studio_scheduler_core
+from studio_scheduler_core import (
+    AdhocRunService,
+    Run,
+    RunWithChain,
+    Schedule,
+    ScheduleService,
+)
+
+SRC = Path(studio_scheduler_core.__file__).parent
+DICT_ANY = re.compile(r"dict\[str, Any\]")
+CEILING = 122
+"""``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records)."""
+
+_SCHEDULE_METHODS = ("create", "get", "resolve", "update", "enable", "disable")
+_ADHOC_METHODS = ("enqueue", "get", "cancel")
+
+
+def _dict_any_sites() -> list[str]:
+    sites = []
+    for path in sorted(SRC.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            sites += [f"{path.relative_to(SRC)}:{number}"] * len(DICT_ANY.findall(line))
+    return sites
+
+
+def test_dict_str_any_in_the_source_stays_under_the_ceiling() -> None:
+    sites = _dict_any_sites()
+    assert len(sites) <= CEILING, "\n".join(sites)
+
+
+def test_no_alias_stands_in_for_dict_str_any() -> None:
+    aliases = re.compile(r"^\s*\w+\s*(?::\s*TypeAlias\s*)?=\s*(dict|Mapping)\[str, Any\]\s*$")
+    found = [
+        f"{path.relative_to(SRC)}:{number}"
+        for path in sorted(SRC.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if aliases.match(line)
+    ]
+    assert found == []
+
+
+def _returns(cls: type, name: str) -> Any:
+    hints = typing.get_type_hints(getattr(cls, name))
+    return hints["return"]
+
+
+def test_the_services_return_records() -> None:
+    for name in _SCHEDULE_METHODS:
+        assert _returns(ScheduleService, name) is Schedule, name
+    assert _returns(ScheduleService, "get_run") is RunWithChain
+    for name in _ADHOC_METHODS:
+        assert _returns(AdhocRunService, name) is Run, name
+    for cls, name, record in (
+        (ScheduleService, "list", Schedule),
+        (ScheduleService, "list_runs", Run),
+        (AdhocRunService, "list", Run),
+    ):
+        page = _returns(cls, name)
+        assert typing.get_origin(page) is tuple, name
+        items, total = typing.get_args(page)
+        assert typing.get_args(items) == (record,) and total is int, name
+
+
+def test_a_service_method_that_reads_returns_no_mapping() -> None:
+    for cls in (ScheduleService, AdhocRunService):
+        for name, member in inspect.getmembers(cls, inspect.iscoroutinefunction):
+            if name.startswith("_") or name in ("validate", "preview"):
+                continue  # validate answers the would-be input; preview a list of times
+            text = str(typing.get_type_hints(member)["return"])
+            assert "dict" not in text and "Mapping" not in text, f"{cls.__name__}.{name}"
+
+
+async def test_create_returns_the_schedule_get_reads_back(service: ScheduleService, h: Any) -> None:
+    ok = h.script("ok.py", "pass\n")
+    created = await service.create(
+        h.command_schedule(ok, name="typed", notify={"deliver_to": "pager"})
+    )
+    assert isinstance(created, Schedule)
+    assert created.name == "typed" and created.enabled is True
+    assert created.action_command_args == (ok,)
+    fetched = await service.get(created.id)
+    assert fetched == created
+    assert dataclasses.asdict(fetched) == dataclasses.asdict(created)
+    assert await service.resolve("typed") == created
+    page, total = await service.list()
+    assert total == 1 and page == [created]
+    disabled = await service.disable(created.id, "maintenance")
+    assert (disabled.enabled, disabled.disabled_reason) == (False, "maintenance")
+    assert disabled == dataclasses.replace(
+        created, enabled=False, disabled_reason="maintenance", updated_at=disabled.updated_at
+    )
+
+
+async def test_an_adhoc_run_is_a_run_record(conn: Any, settings: Any, clock: Any, h: Any) -> None:
+    runs = AdhocRunService(conn, settings=settings, clock=clock)
+    queued = await runs.enqueue(
+        {"action_kind": "command", "action_command": "true", "concurrency_key": "k"}
+    )
+    assert isinstance(queued, Run)
+    assert (queued.status, queued.concurrency_key, queued.schedule_id) == ("queued", "k", None)
+    assert await runs.get(queued.id) == queued
+    page, total = await runs.list()
+    assert total == 1 and page == [queued]
+    cancelled = await runs.cancel(queued.id)
+    assert cancelled.status == "cancelled" and cancelled.id == queued.id
