@@ -10,7 +10,9 @@ from pathlib import Path
 
 from conftest import Studio
 
+from studio_cli._commands import archive as archive_command
 from studio_outbox import deliver_due_dispatches, enqueue_dispatch
+from studio_scheduler_core._recovery import archive as archive_format
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_scheduler_core.testing import T0
 from studio_state import ManualClock, connect
@@ -73,6 +75,13 @@ def test_verify_passes_a_good_dir_and_names_a_flipped_byte(studio: Studio, tmp_p
         f"bad: {archive / manifest_name}: {data.name}: SHA-256 differs from the manifest's"
     ]
     assert "0 of 1 archives verified" in bad.stdout
+
+
+def test_the_command_names_the_files_as_the_writer_does() -> None:
+    assert (archive_command.SUFFIX, archive_command.MANIFEST_SUFFIX) == (
+        archive_format.SUFFIX,
+        archive_format.MANIFEST_SUFFIX,
+    )
 
 
 def test_verify_names_a_file_without_manifest_and_refuses_a_missing_dir(

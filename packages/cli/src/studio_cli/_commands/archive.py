@@ -12,19 +12,14 @@ from typing import Any
 
 import click
 
-# The archive format is scheduler-core's (it writes the files); the CLI reads them the same way.
-from studio_scheduler_core._recovery.archive import (
-    MANIFEST_SUFFIX,
-    SUFFIX,
-    ArchiveError,
-    manifests_in,
-    read_archive,
-    verify_manifest,
-)
-
 from .._errors import CliError
 from .._output import emit_json, say
 from ._common import json_option
+
+# The archive format is scheduler-core's (it writes the files); the commands import it when they
+# run (``studio --help`` imports no database module). These two names are its file suffixes.
+SUFFIX = ".jsonl.gz"
+MANIFEST_SUFFIX = ".manifest.json"
 
 # the column that says when each kind of row's entity ended (the time range of a file)
 _ENDED: dict[str, tuple[str, ...]] = {
@@ -47,6 +42,8 @@ def verify(directory: Path, as_json: bool) -> None:
 
     Exit 1 when any is bad, naming each on stderr (one line each).
     """
+    from studio_scheduler_core._recovery.archive import manifests_in, verify_manifest
+
     folder = directory.expanduser()
     if not folder.is_dir():
         raise CliError(f"DIRECTORY: {folder} is not a directory")
@@ -60,19 +57,19 @@ def verify(directory: Path, as_json: bool) -> None:
     for data in sorted(folder.glob(f"*{SUFFIX}")):
         if data.name not in covered:
             bad.append((data.name, "no manifest beside it"))
+    good = len(manifests) - sum(1 for name, _ in bad if name.endswith(MANIFEST_SUFFIX))
     if as_json:
         emit_json(
             {
                 "directory": str(folder),
                 "manifests": len(manifests),
-                "ok": len(manifests) - sum(1 for name, _ in bad if name.endswith(MANIFEST_SUFFIX)),
+                "ok": good,
                 "bad": [{"file": name, "problem": problem} for name, problem in bad],
             }
         )
     else:
         for name, problem in bad:
             sys.stderr.write(f"bad: {folder / name}: {problem}\n")
-        good = len(manifests) - sum(1 for name, _ in bad if name.endswith(MANIFEST_SUFFIX))
         say(f"{good} of {len(manifests)} archives verified in {folder}")
     if bad:
         sys.exit(1)
@@ -132,6 +129,8 @@ def show(file: Path, show_rows: bool, kind: str | None, as_json: bool) -> None:
     """Print what an archive FILE holds (the .jsonl.gz file or its manifest): counts per
     kind and the time range its entities ended in; --json as one document, --rows the rows.
     """
+    from studio_scheduler_core._recovery.archive import ArchiveError, read_archive
+
     path, manifest = _data_file(file.expanduser())
     try:
         rows = list(read_archive(path))
