@@ -154,3 +154,21 @@ def test_a_full_archive_disk_degrades_health_until_the_next_pass_archives(
     assert studio.client.get("/api/health").json()["retention"]["archive_problem"] is None
     (manifest,) = manifests_in(archive)
     assert verify_manifest(manifest) is None
+
+
+def test_prune_on_a_read_only_archive_dir_deletes_nothing_and_says_why(
+    serve: Any, make_settings: Callable[..., StudioSettings], small_tmpfs: Path
+) -> None:
+    settings = make_settings()
+    db = Path(str(settings.db))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    asyncio.run(_old_dispatches(db, 2))
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    studio = serve(settings.with_overrides(archive_dir=str(small_tmpfs)))
+    answer = studio.client.post("/api/admin/maintenance", json={"action": "prune"})
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert (result["dispatches"], result["archives"], result["done"]) == (0, [], False)
+    assert str(small_tmpfs) in result["archive_error"]
+    assert "Read-only file system" in result["archive_error"]
+    assert len(studio.db_rows("SELECT id FROM dispatch_outbox")) == 2
