@@ -18,11 +18,14 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from studio_state.testing import clean_environment  # noqa: F401  (autouse fixture)
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import Schedule
 
 # The test modules import these helpers by name (``from conftest import Studio``). Under
 # pytest's importlib import mode (how `hatch test` runs) this file is not importable as
@@ -175,7 +178,7 @@ class Studio:
         created: dict[str, Any] = self.ok_json("schedule", "create", name, *args)
         return created
 
-    def seed(self, name: str, **fields: Any) -> dict[str, Any]:
+    def seed(self, name: str, **fields: Any) -> Schedule:
         """Create a schedule in-process with the real ScheduleService (fast test data).
 
         Used where the command under test is not ``create`` itself; default: every hour,
@@ -202,15 +205,14 @@ async def _migrate(db: Path) -> None:
         await ensure_schema(conn)
 
 
-async def _seed(db: Path, data: dict[str, Any]) -> dict[str, Any]:
+async def _seed(db: Path, data: dict[str, Any]) -> Schedule:
     from studio_scheduler_core import SchedulerSettings, ScheduleService, ensure_schema
     from studio_state import connect
 
     settings = SchedulerSettings(timezone="UTC", command_allowlist=("python3", "studio"))
     async with connect(db) as conn:
         await ensure_schema(conn)
-        created: dict[str, Any] = await ScheduleService(conn, settings=settings).create(data)
-        return created
+        return await ScheduleService(conn, settings=settings).create(data)
 
 
 @pytest.fixture

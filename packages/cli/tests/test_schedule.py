@@ -151,9 +151,9 @@ def test_show_by_id_and_by_name_table_and_json(cli: Studio) -> None:
     created = cli.seed("shown")
     table, by_name, by_id = cli.run_many(
         [
-            ("schedule", "show", created["id"]),
+            ("schedule", "show", created.id),
             ("schedule", "show", "shown", "--json"),
-            ("schedule", "show", created["id"], "--json"),
+            ("schedule", "show", created.id, "--json"),
         ]
     )
     assert "FIELD" in table.stdout and "VALUE" in table.stdout
@@ -167,9 +167,9 @@ def test_update_changes_only_given_fields(cli: Studio) -> None:
     created = cli.seed("u", action_kind="agent", action_prompt="p", max_runs=4)
     result = cli.run("schedule", "update", "u", "--cron", "30 3 * * *", "--budget-usd", "5")
     assert result.stdout.splitlines()[0] == (
-        f"Updated schedule {created['id']} (u): budget_usd, cron_expr, trigger_type"
+        f"Updated schedule {created.id} (u): budget_usd, cron_expr, trigger_type"
     )
-    cleared = cli.ok_json("schedule", "update", created["id"], "--clear", "max-runs", "--name", "v")
+    cleared = cli.ok_json("schedule", "update", created.id, "--clear", "max-runs", "--name", "v")
     assert cleared["trigger_type"] == "cron" and cleared["cron_expr"] == "30 3 * * *"
     assert cleared["budget_usd"] == 5 and cleared["action_prompt"] == "p"
     assert cleared["max_runs"] is None and cleared["name"] == "v"
@@ -204,7 +204,7 @@ def test_enable_disable_with_reason(cli: Studio) -> None:
     created = cli.seed("toggle")
     disabled = cli.run("schedule", "disable", "toggle", "--reason", "maintenance window")
     assert disabled.stdout.splitlines() == [
-        f"Disabled schedule {created['id']} (toggle)",
+        f"Disabled schedule {created.id} (toggle)",
         "disabled: maintenance window",
     ]
     shown, enabled_only = cli.run_many(
@@ -213,10 +213,10 @@ def test_enable_disable_with_reason(cli: Studio) -> None:
     assert shown.json()["enabled"] is False
     assert shown.json()["disabled_reason"] == "maintenance window"
     assert enabled_only.json()["total"] == 0
-    enabled = cli.ok_json("schedule", "enable", created["id"])
+    enabled = cli.ok_json("schedule", "enable", created.id)
     assert enabled["enabled"] is True and enabled["next_fire_at"] is not None
     again = cli.run("schedule", "enable", "toggle")
-    assert again.stdout.startswith(f"Enabled schedule {created['id']} (toggle)\nnext fire: ")
+    assert again.stdout.startswith(f"Enabled schedule {created.id} (toggle)\nnext fire: ")
     assert cli.ok_json("schedule", "disable", "toggle")["enabled"] is False
 
 
@@ -225,13 +225,13 @@ def test_delete_needs_yes_without_a_terminal(cli: Studio) -> None:
     again = cli.seed("doomed2")
     refused = cli.fail("schedule", "delete", "doomed")
     assert "pass --yes" in refused.error_line
-    assert cli.ok_json("schedule", "show", "doomed")["id"] == created["id"]
+    assert cli.ok_json("schedule", "show", "doomed")["id"] == created.id
     gone, gone_json = cli.run_many(
-        [("schedule", "delete", "doomed", "--yes"), ("schedule", "delete", again["id"], "-y",
+        [("schedule", "delete", "doomed", "--yes"), ("schedule", "delete", again.id, "-y",
                                                      "--json")]
     )  # fmt: skip
-    assert gone.stdout.strip() == f"Deleted schedule {created['id']} (doomed)"
-    assert gone_json.json() == {"deleted": True, "id": again["id"], "name": "doomed2"}
+    assert gone.stdout.strip() == f"Deleted schedule {created.id} (doomed)"
+    assert gone_json.json() == {"deleted": True, "id": again.id, "name": "doomed2"}
     assert cli.fail("schedule", "show", "doomed").error_line == "error: schedule not found: doomed"
 
 

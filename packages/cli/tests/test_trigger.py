@@ -14,7 +14,7 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from conftest import Studio
@@ -22,6 +22,9 @@ from conftest import Studio
 from studio_api import StudioSettings
 from studio_api.testing import serve_studio
 from studio_state.testing import free_port, wait_for
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import Schedule
 
 BIN = str(Path(sys.executable).parent)
 
@@ -64,7 +67,7 @@ def cli(studio: Studio, served: tuple[str, Path]) -> Studio:
     return studio
 
 
-def python_schedule(cli: Studio, name: str, code: str, **fields: object) -> dict[str, object]:
+def python_schedule(cli: Studio, name: str, code: str, **fields: object) -> Schedule:
     """A daily ``python3 -c CODE`` schedule, seeded with the real service."""
     return cli.seed(name, interval_sec=86400, action_command_args=["-c", code], **fields)
 
@@ -89,7 +92,7 @@ def test_trigger_wait_on_a_completing_run_exits_0(cli: Studio) -> None:
     created = python_schedule(cli, "good", "import time; time.sleep(0.3)")
     result = cli.run("schedule", "trigger", "good", "--wait")
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(f"Triggered schedule {created['id']} (good): run ")
+    assert lines[0].startswith(f"Triggered schedule {created.id} (good): run ")
     run_id = lines[0].rsplit(" ", 1)[1]
     assert lines[1].startswith(f"Run {run_id} completed (exit 0) in ")
     assert f"run {run_id}:" in result.stderr  # the status line, on stderr (not a terminal)
@@ -143,7 +146,7 @@ def test_usage_report_from_inside_a_scheduled_child(cli: Studio) -> None:
         rows = conn.execute(
             "SELECT s.input_tokens, s.output_tokens, s.total_cost_usd, s.status FROM sessions s "
             "JOIN schedule_runs r ON r.invocation_id = s.invocation_id WHERE r.schedule_id = ?",
-            (created["id"],),
+            (created.id,),
         ).fetchall()
     assert rows == [(120, 30, 0.25, "completed")]
 
@@ -201,7 +204,7 @@ def test_schedule_runs_shows_a_retrys_attempt(cli: Studio, served: tuple[str, Pa
     assert (retry["retry_of"], retry["attempt"]) == (first["id"], 2)
     assert first["attempt"] is None
     # the JSON field is the API's own: GET /api/schedules/{id}/runs says the same
-    with urllib.request.urlopen(f"{served[0]}/api/schedules/{created['id']}/runs") as answer:
+    with urllib.request.urlopen(f"{served[0]}/api/schedules/{created.id}/runs") as answer:
         api_runs = json.load(answer)["runs"]
     assert [(r["id"], r["attempt"]) for r in api_runs] == [(retry["id"], 2), (first["id"], None)]
     # the table: an ATTEMPT column, 2 on the retry's row, "-" on the first attempt's
