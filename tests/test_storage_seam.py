@@ -45,6 +45,8 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
         "_fire/dbfile.py": frozenset({PRAGMA}),
         # retention: batch purges and the WAL checkpoint on its own sqlite3 connection
         "_recovery/retention.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
+        # what each retention walk picks, snapshots for its archive and deletes
+        "_recovery/retention_rows.py": frozenset({STATEMENT}),
         # test support reads rows as stored, to assert what a test wrote
         "testing.py": frozenset({STATEMENT}),
         # a savepoint per write inside the grouped terminal-write transaction
