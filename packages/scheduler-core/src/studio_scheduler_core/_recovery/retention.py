@@ -1,4 +1,4 @@
-"""Retention: delete terminal runs and dispatches older than the retention window.
+"""Retention: delete terminal runs, dispatches and audit rows older than their windows.
 
 Each batch is one write transaction run in a single trip to the writer's thread. Its size
 follows what the previous batch of the same table cost, timed on that thread from just after
@@ -18,8 +18,10 @@ batch lost to power failure costs nothing: the rows it deleted are back, still o
 terminal, and the next pass deletes them again; it becomes durable at the next ``FULL`` commit
 or checkpoint anyway.
 Rows are visited in ``rowid`` order (insertion order, so oldest first; on PostgreSQL an identity
-column of that name) and a pass stops at
-the first row newer than the cut-off, so a pass reads only what it deletes plus one batch.
+column of that name) and a walk stops at the first row newer than its cut-off, so a pass
+reads only what it deletes plus one batch (and the rows it keeps: dead letters younger than
+their window but older than the dispatches', transitions of entities that still exist older
+than the audit window).
 
 A run is deleted with its invocations, their sessions, the transition rows of all of them,
 and its log file ``runs/<run_id>.log`` beside the database. A run that is the chain parent
