@@ -117,6 +117,16 @@ async def test_each_kind_goes_by_its_own_window_archived_first(
     run = await _old_run(engine, clock, h)
     ended = clock()
     delivered, dead = await _dispatches(conn, db_target, clock)
+    async with write_transaction(conn):  # an operator's row with no entity: it goes by age
+        await record_transition(
+            conn,
+            entity_type="maintenance",
+            entity_id="m1",
+            status="done",
+            reason_code="maintenance.vacuum",
+            actor="ops-token",
+            now=ended,
+        )
     runs_dir = tmp_path / "logs"
     runs_dir.mkdir()
     (runs_dir / f"{run['id']}.log").write_text("x" * 100 + "the end\n")
@@ -162,11 +172,11 @@ async def test_each_kind_goes_by_its_own_window_archived_first(
     report = await retention_pass(
         conn, now=ended + 400 * DAY, runs_dir=runs_dir, archive_dir=archive, **WINDOWS
     )
-    assert report.audit_rows == 1 and report.archive_error is None
+    assert report.audit_rows == 2 and report.archive_error is None
     assert await _count(conn, "status_transitions", "actor = 'ops-token'") == 0
     audit_manifest = json.loads((archive / report.archives[0]).read_text())
     assert audit_manifest["kind"] == "audit" and audit_manifest["counts"] == {
-        "status_transition": 1
+        "status_transition": 2
     }
     # the schedule still exists: its history is not an audit row that outlived anything
     assert await _count(conn, "status_transitions", "entity_type = 'schedule'") >= 1
