@@ -188,15 +188,12 @@ class AdhocRunService:
         self._changed()
         return await self.get(run_id)
 
-    async def _row(self, run_id: str) -> dict[str, Any]:
-        row = await store.load_adhoc(self._conn, run_id)
-        if row is None:
-            raise RunNotFound(run_id)
-        return row
-
     async def get(self, run_id: str) -> Run:
         """One ad-hoc run (:class:`RunNotFound` for an unknown id or a scheduled run)."""
-        return run_record(await self._row(run_id))
+        run = await store.get_adhoc(self._conn, run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
 
     async def list(
         self,

@@ -20,6 +20,9 @@ from studio_state import (
     open_connection,
 )
 
+from .._records.codec import run_record
+from .._records.run import Run
+
 ADHOC_WHERE = "schedule_id IS NULL AND queued_at IS NOT NULL"
 """What makes a ``schedule_runs`` row an ad-hoc run (fixed SQL for the run pages)."""
 
@@ -109,11 +112,12 @@ async def insert_queued(
     )
 
 
-async def load_adhoc(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
-    """The raw row of an ad-hoc run, or ``None`` (unknown id, or a scheduled run)."""
-    return await fetch_one(
+async def get_adhoc(conn: aiosqlite.Connection, run_id: str) -> Run | None:
+    """The :class:`Run` of an ad-hoc run, or ``None`` (unknown id, or a scheduled run)."""
+    row = await fetch_one(
         conn, f"SELECT * FROM schedule_runs WHERE id = ? AND {ADHOC_WHERE}", (run_id,)
     )
+    return None if row is None else run_record(row)
 
 
 async def leased_running(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
