@@ -10,6 +10,7 @@ from typing import Any
 from studio_outbox import webhook_transport_available
 
 from .._fire.dbfile import StorageHealth
+from .._observe.store import count_pending_dispatches
 from .._settings import SchedulerSettings
 from .delivery import BACKLOG_EVERY, transports_health
 from .running import Running
@@ -18,15 +19,6 @@ logger = logging.getLogger("studio_scheduler_core")
 
 Concern = tuple[str, Callable[[float], Awaitable[Any]]]
 
-_WEBHOOK_ROW = "(deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%')"
-#: Pending rows per transport, counted only for a transport this node lacks: those rows wait
-#: for it (a row of a present transport is merely queued).
-_PENDING_FOR = {
-    "argv": f"SELECT count(*) AS n FROM dispatch_outbox WHERE status = 'pending' "
-    f"AND NOT {_WEBHOOK_ROW}",
-    "webhook": f"SELECT count(*) AS n FROM dispatch_outbox WHERE status = 'pending' "
-    f"AND {_WEBHOOK_ROW}",
-}
 #: Why each transport is missing, as the health report words it.
 MISSING_TRANSPORT = {
     "argv": "no notify_template (LIONAGI_STUDIO_NOTIFY_TEMPLATE)",
@@ -112,8 +104,7 @@ class Figures:
         missing = missing_transports(run.env.settings, webhook=webhook_transport_available())
         stuck: dict[str, int] = {}
         for name in missing:
-            rows = list(await run.conn.execute_fetchall(_PENDING_FOR[name]))
-            stuck[name] = int(rows[0]["n"] or 0) if rows else 0
+            stuck[name] = await count_pending_dispatches(run.conn, webhook=name == "webhook")
         self.stuck = stuck
 
     def health(

@@ -19,9 +19,8 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import fetch_all, fetch_value
-
 from .._observe.events import emit
+from .._observe.store import read_waiting_cancels, transition_position
 from . import store
 from .env import FireEnv, Outcome, Prepared
 
@@ -125,21 +124,12 @@ class WaitingCancels:
     async def report(self, now: float) -> dict[str, int]:
         """Emit the cancels recorded since the last call (the first call only starts)."""
         if self._seen is None:
-            value = await fetch_value(
-                self._conn, "SELECT coalesce(max(rowid), 0) FROM status_transitions"
-            )
-            self._seen = int(value or 0)
+            self._seen = await transition_position(self._conn)
             return {"cancelled": 0}
         emitted = 0
         while True:
-            rows = await fetch_all(
-                self._conn,
-                "SELECT t.rowid AS seq, t.entity_id, r.schedule_id, r.chain_depth "
-                "FROM status_transitions t LEFT JOIN schedule_runs r ON r.id = t.entity_id "
-                "WHERE t.rowid > ? AND t.entity_type = 'schedule_run' "
-                "AND t.status = 'cancelled' AND t.reason_code = ? "
-                "AND t.previous_status <> 'running' ORDER BY t.rowid LIMIT ?",
-                (self._seen, OPERATOR_CANCELLED, self.BATCH),
+            rows = await read_waiting_cancels(
+                self._conn, after=self._seen, reason_code=OPERATOR_CANCELLED, limit=self.BATCH
             )
             for row in rows:
                 self._seen = int(row["seq"])

@@ -16,9 +16,9 @@ from typing import Any
 import aiosqlite
 
 from studio_outbox import DispatchReason, is_webhook_url
-from studio_state import fetch_all, fetch_value
 
 from .events import emit
+from .store import read_delivery_outcomes, transition_position
 
 OUTCOME_OF = {
     DispatchReason.TRANSPORT_OK: "delivered",
@@ -52,27 +52,17 @@ class DeliveryEvents:
     async def start(self) -> None:
         """Report from now on (outcomes recorded before are not this process's to report)."""
         if self._seen is None:
-            value = await fetch_value(
-                self._conn, "SELECT coalesce(max(rowid), 0) FROM status_transitions"
-            )
-            self._seen = int(value or 0)
+            self._seen = await transition_position(self._conn)
 
     async def report(self) -> int:
         """Emit one event per outcome recorded since the last call; return how many."""
         if self._seen is None:
             await self.start()
             return 0
-        marks = ", ".join("?" * len(OUTCOME_OF))
         emitted = 0
         while True:
-            rows = await fetch_all(
-                self._conn,
-                "SELECT t.rowid AS seq, t.entity_id, t.status, t.reason_code, "
-                "t.reason_summary, d.kind, d.deliver_to, d.schedule_run_id, d.attempt "
-                "FROM status_transitions t LEFT JOIN dispatch_outbox d ON d.id = t.entity_id "
-                "WHERE t.rowid > ? AND t.entity_type = 'dispatch' "
-                f"AND t.reason_code IN ({marks}) ORDER BY t.rowid LIMIT ?",
-                (self._seen, *OUTCOME_OF, BATCH),
+            rows = await read_delivery_outcomes(
+                self._conn, after=self._seen, reason_codes=tuple(OUTCOME_OF), limit=BATCH
             )
             for row in rows:
                 self._seen = int(row["seq"])

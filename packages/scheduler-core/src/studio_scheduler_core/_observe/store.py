@@ -178,6 +178,59 @@ def read_github_polls(db: sqlite3.Connection) -> list[tuple[str, float | None, f
     return [(str(i), h, c) for i, h, c in polls]
 
 
+async def transition_position(conn: aiosqlite.Connection) -> int:
+    """The position (SQLite ``rowid``) of the newest ``status_transitions`` row; 0: none yet."""
+    value = await fetch_value(conn, "SELECT coalesce(max(rowid), 0) FROM status_transitions")
+    return int(value or 0)
+
+
+async def read_waiting_cancels(
+    conn: aiosqlite.Connection, *, after: int, reason_code: str, limit: int
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` cancels (``reason_code``) of runs that never started, recorded after
+    position ``after``, in order: ``seq``, ``entity_id``, the run's ``schedule_id`` and
+    ``chain_depth`` (``None`` once the run row is deleted)."""
+    return await fetch_all(
+        conn,
+        "SELECT t.rowid AS seq, t.entity_id, r.schedule_id, r.chain_depth "
+        "FROM status_transitions t LEFT JOIN schedule_runs r ON r.id = t.entity_id "
+        "WHERE t.rowid > ? AND t.entity_type = 'schedule_run' "
+        "AND t.status = 'cancelled' AND t.reason_code = ? "
+        "AND t.previous_status <> 'running' ORDER BY t.rowid LIMIT ?",
+        (after, reason_code, limit),
+    )
+
+
+async def read_delivery_outcomes(
+    conn: aiosqlite.Connection, *, after: int, reason_codes: Sequence[str], limit: int
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` dispatch transitions with one of ``reason_codes`` recorded after
+    position ``after``, in order, with the dispatch's ``kind``, ``deliver_to``,
+    ``schedule_run_id`` and ``attempt`` (``None`` once the dispatch is purged)."""
+    marks = ", ".join("?" * len(reason_codes))
+    return await fetch_all(
+        conn,
+        "SELECT t.rowid AS seq, t.entity_id, t.status, t.reason_code, "
+        "t.reason_summary, d.kind, d.deliver_to, d.schedule_run_id, d.attempt "
+        "FROM status_transitions t LEFT JOIN dispatch_outbox d ON d.id = t.entity_id "
+        "WHERE t.rowid > ? AND t.entity_type = 'dispatch' "
+        f"AND t.reason_code IN ({marks}) ORDER BY t.rowid LIMIT ?",
+        (after, *reason_codes, limit),
+    )
+
+
+_WEBHOOK_ROW = "(deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%')"
+
+
+async def count_pending_dispatches(conn: aiosqlite.Connection, *, webhook: bool) -> int:
+    """How many ``pending`` dispatches go to a URL (``webhook``) or to the argv transport."""
+    condition = _WEBHOOK_ROW if webhook else f"NOT {_WEBHOOK_ROW}"
+    value = await fetch_value(
+        conn, f"SELECT count(*) FROM dispatch_outbox WHERE status = 'pending' AND {condition}"
+    )
+    return int(value or 0)
+
+
 def latest_transition_seq(db: sqlite3.Connection) -> int:
     """The position of the newest ``status_transitions`` row (0: none yet)."""
     return int(db.execute("SELECT coalesce(max(rowid), 0) FROM status_transitions").fetchone()[0])
