@@ -206,15 +206,55 @@ def maximum(record: type[Any], name: str) -> float:
     return bound
 
 
+@dataclass(frozen=True)
+class _Build:
+    defaults: dict[str, Any]
+    required: frozenset[str]
+    names: frozenset[str]
+    listy: tuple[str, ...]
+    """The fields a row can hold a list in (JSON and list columns)."""
+
+
+_BUILDS: dict[type[Any], _Build] = {}
+
+
+def _build(record: type[Any]) -> _Build:
+    known = _BUILDS.get(record)
+    if known is None:
+        fields = specs(record)
+        known = _BUILDS[record] = _Build(
+            {s.name: s.default for s in fields if not s.required},
+            frozenset(s.name for s in fields if s.required),
+            frozenset(s.name for s in fields),
+            tuple(s.name for s in fields if s.meta.json or s.shape in ("list", "any")),
+        )
+    return known
+
+
 def from_row(record: type[R], row: Mapping[str, Any]) -> R:
     """A record built from a decoded row (keys that are not fields are ignored; lists become
-    tuples)."""
-    values: dict[str, Any] = {}
-    for s in specs(record):
-        if s.name in row:
-            value = row[s.name]
-            values[s.name] = tuple(value) if isinstance(value, list) else value
-    return record(**values)
+    tuples). ``TypeError`` names a required field the row lacks.
+
+    The stores build one per row read, so this fills the instance's fields directly instead of
+    going through the frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field,
+    several times the cost of decoding the row); the records have no ``__post_init__``.
+    """
+    build = _build(record)
+    out: R = object.__new__(record)
+    values = out.__dict__
+    values.update(build.defaults)
+    values.update(row)
+    if len(values) != len(build.names):  # keys that are no field of the record
+        for name in values.keys() - build.names:
+            del values[name]
+    if not build.required <= values.keys():
+        missing = sorted(build.required - values.keys())
+        raise TypeError(f"{record.__name__}: missing {', '.join(missing)}")
+    for name in build.listy:
+        value = values.get(name)
+        if isinstance(value, list):
+            values[name] = tuple(value)
+    return out
 
 
 def to_row(value: Any) -> dict[str, Any]:
