@@ -9,6 +9,8 @@ records the stores return and the services take and return (their field metadata
 ``RUN_STATUSES`` and the policies are the vocabularies, defined once here. The ``read_*``
 functions are the views the API and the CLI show (run status, slots, dashboard, metric figures):
 hosts read the database through them, never with SQL of their own.
+:func:`validate_schedule_sets` checks ``ScheduleSet`` documents (schedules kept as files)
+without a database.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ from ._records.vocab import (
 from ._recovery.orphans import OrphanReaper
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
+from ._schedules.sets.durations import parse_duration
+from ._schedules.sets.loader import ScheduleSetUnreadable
+from ._schedules.sets.records import ScheduleSetMember, ScheduleSetProblem, ScheduleSetReport
+from ._schedules.sets.resolve import validate_schedule_sets
 from ._schedules.store import ADHOC_PAGE_KEY, RUN_PAGE_KEY
 from ._schema import ensure_schema
 from ._settings import SchedulerSettings
@@ -123,6 +129,10 @@ __all__ = [
     "ScheduleNameTaken",
     "ScheduleNotFound",
     "ScheduleService",
+    "ScheduleSetMember",
+    "ScheduleSetProblem",
+    "ScheduleSetReport",
+    "ScheduleSetUnreadable",
     "ScheduleValidationError",
     "SchedulerEngine",
     "SchedulerError",
@@ -137,6 +147,7 @@ __all__ = [
     "latest_transition_seq",
     "notify_run",
     "notify_schedule_disabled",
+    "parse_duration",
     "preview_fire_times",
     "read_dispatch_counts",
     "read_dispatch_outcomes",
@@ -153,4 +164,5 @@ __all__ = [
     "run_log_path",
     "schedules_have_zones",
     "storage_fault",
+    "validate_schedule_sets",
 ]

@@ -34,6 +34,7 @@ from ._common import (
 from .run_ops import cancel, cancel_runs, logs
 from .schedule_backfill import backfill
 from .schedule_edit import create, update
+from .schedule_sets import validate
 from .trigger import trigger
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ schedule_group.add_command(trigger)
 schedule_group.add_command(backfill)
 schedule_group.add_command(logs)
 schedule_group.add_command(cancel)
+schedule_group.add_command(validate)
 
 
 @schedule_group.command("list")

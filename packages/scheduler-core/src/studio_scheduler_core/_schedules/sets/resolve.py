@@ -1,0 +1,210 @@
+"""Checking schedule-set files and folders without a database.
+
+:func:`validate_schedule_sets` reads every document, walks its closed schema
+(:mod:`.document`), runs the schedule validation of create on each member (the same checks
+the API applies: allow-list, cwd, limits, policies, follow-ups, notify) and reports every
+problem at once. A member's refusals are collected by validating it again without each refused
+field, so that one bad field does not hide another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..._exceptions import ScheduleValidationError
+from ..._settings import SchedulerSettings
+from ..trigger_rules import TRIGGER_FIELDS
+from ..validation import normalize
+from .blocks import Draft
+from .document import DocumentDraft, walk
+from .loader import ScheduleSetUnreadable, read_document
+from .records import ScheduleSetMember, ScheduleSetProblem, ScheduleSetReport
+
+SUFFIXES = (".yaml", ".yml")
+"""The files a folder contributes (directly inside it, in name order)."""
+_TRIGGER_COLUMNS = frozenset(
+    {"trigger_type", "timezone", "threshold_config"}
+    | {f for fields in TRIGGER_FIELDS.values() for f in fields}
+)
+_STAND_IN_TRIGGER = {"trigger_type": "interval", "interval_sec": 3600}
+_STAND_IN_ACTION = {"action_kind": "agent", "action_prompt": "-"}
+_MAX_PASSES = 50
+
+
+def digest(fields: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``fields`` (sorted keys, no spaces)."""
+    text = json.dumps(
+        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _path_of(draft: Draft, field: str) -> str:
+    """The document path of a refused schedule field (``retry.backoff_sec`` …)."""
+    head, _, rest = field.partition(".")
+    base = draft.paths.get(head)
+    if base is None:
+        return f"{draft.prefix}.{field}"
+    if not rest:
+        return base
+    return f"{base}.{rest}"
+
+
+def _is_structural(field: str) -> bool:
+    head = field.partition(".")[0]
+    return head == "name" or head in _TRIGGER_COLUMNS or head.startswith("action_")
+
+
+def _check(draft: Draft, name: str, settings: SchedulerSettings) -> tuple[dict[str, Any], bool]:
+    """Validate the member as create would; report refusals not already reported.
+
+    Returns the normalised fields and whether the schedule validation refused anything.
+    """
+    data: dict[str, Any] = {**draft.fields, "name": name}
+    data.pop("at", None)
+    if "trigger" in draft.broken or draft.at is not None or data.get("trigger_type") == "at":
+        for column in _TRIGGER_COLUMNS:
+            data.pop(column, None)
+        data.update(_STAND_IN_TRIGGER)
+    if "action" in draft.broken:
+        for column in [c for c in data if c.startswith("action_")]:
+            data.pop(column)
+        data.update(_STAND_IN_ACTION)
+    refused = False
+    for _ in range(_MAX_PASSES):
+        try:
+            row = normalize(data, settings=settings, now=draft.now)
+        except ScheduleValidationError as exc:
+            path = _path_of(draft, exc.field)
+            stand_in = "action" in draft.broken and exc.field.startswith("action_")
+            if not stand_in and not draft.reported(path):
+                draft.fail(path, exc.message)
+            refused = True
+            head = exc.field.partition(".")[0]
+            if _is_structural(exc.field) or head not in data:
+                return data, True
+            del data[head]
+            continue
+        if draft.at is not None:
+            row.update(trigger_type="at", at=draft.at, interval_sec=None)
+        return row, refused
+    return data, True
+
+
+def _files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path]], list[str]]:
+    """The files named (folders expanded) and the arguments that name nothing usable."""
+    files: list[tuple[str, Path]] = []
+    missing: list[str] = []
+    seen: set[Path] = set()
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            inside = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES and p.is_file())
+            if not inside:
+                missing.append(f"{given}\0holds no *.yaml or *.yml file")
+            found = [(str(p), p) for p in inside]
+        elif path.is_file():
+            found = [(str(given), path)]
+        else:
+            missing.append(f"{given}\0no such file or folder")
+            found = []
+        for label, file in found:
+            key = file.resolve()
+            if key not in seen:
+                seen.add(key)
+                files.append((label, file))
+    return files, missing
+
+
+def validate_schedule_sets(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    settings: SchedulerSettings,
+    now: float | None = None,
+) -> ScheduleSetReport:
+    """Check the ``ScheduleSet`` documents in ``paths`` (files, and folders' ``*.yaml``/``*.yml``
+    files in name order) without a database; report every problem at once.
+
+    ``settings`` supplies the command allow-list, the registered projects and the default zone,
+    as the server's; ``now`` (default: the wall clock) judges cron expressions that never fire
+    and ``at`` instants in the past. An owner key declared by two files, and two members
+    resolving to one schedule name, are problems too.
+    """
+    when = time.time() if now is None else now
+    files, missing = _files(paths)
+    problems: list[ScheduleSetProblem] = []
+    for entry in missing:
+        given, _, message = entry.partition("\0")
+        problems.append(ScheduleSetProblem(file=given, path="", message=message))
+    members: list[ScheduleSetMember] = []
+    owners: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for label, file in files:
+        try:
+            document = read_document(file, label)
+        except ScheduleSetUnreadable as exc:
+            problems.append(
+                ScheduleSetProblem(
+                    file=label, path="", message=exc.message, line=exc.line, column=exc.column
+                )
+            )
+            continue
+        base_dir = str(file.resolve().parent)
+        doc = walk(document, source=label, base_dir=base_dir, now=when)
+        claimed = _claim_owner(doc, owners)
+        resolved = _resolve_members(doc, settings, names if claimed else {})
+        found = [*doc.problems, *(p for draft in doc.members for p in draft.problems)]
+        problems.extend(
+            ScheduleSetProblem(file=label, path=path, message=message) for path, message in found
+        )
+        members.extend(resolved)
+    return ScheduleSetReport(
+        files=tuple(label for label, _ in files),
+        members=tuple(members) if not problems else (),
+        problems=tuple(problems),
+    )
+
+
+def _claim_owner(doc: DocumentDraft, owners: dict[str, str]) -> bool:
+    """Whether ``doc`` is the first to declare its owner key (a second is a problem)."""
+    if doc.owner is None:
+        return False
+    first = owners.setdefault(doc.owner, doc.source)
+    if first != doc.source:
+        doc.problem(doc.owner_path, f"owner {doc.owner!r} is already declared by {first}")
+        return False
+    return True
+
+
+def _resolve_members(
+    doc: DocumentDraft, settings: SchedulerSettings, names: dict[str, str]
+) -> list[ScheduleSetMember]:
+    resolved = []
+    owner = doc.owner if doc.owner is not None else "?"
+    for draft in doc.members:
+        name = f"{owner}/{draft.member}"
+        fields, refused = _check(draft, name, settings)
+        if doc.owner is not None:
+            where = f"{doc.source}: {draft.prefix}"
+            first = names.setdefault(name, where)
+            if first != where:
+                draft.fail(draft.prefix, f"resolves to the name {name!r}, as {first} does")
+        if refused or draft.seen or doc.owner is None:
+            continue
+        resolved.append(
+            ScheduleSetMember(
+                owner=owner,
+                member=draft.member,
+                name=name,
+                fields=fields,
+                digest=digest(fields),
+                source=doc.source,
+            )
+        )
+    return resolved
