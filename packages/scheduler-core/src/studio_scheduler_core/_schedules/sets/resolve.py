@@ -9,6 +9,7 @@ field, so that one bad field does not hide another.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._exceptions import ScheduleValidationError
+from ..._records.vocab import MAX_INTERVAL_SEC
 from ..._settings import SchedulerSettings
 from ..trigger_rules import TRIGGER_FIELDS
 from ..validation import normalize
@@ -32,7 +34,7 @@ _TRIGGER_COLUMNS = frozenset(
     {"trigger_type", "timezone", "threshold_config"}
     | {f for fields in TRIGGER_FIELDS.values() for f in fields}
 )
-_STAND_IN_TRIGGER = {"trigger_type": "interval", "interval_sec": 3600}
+_STAND_IN_TRIGGER = {"trigger_type": "interval", "interval_sec": MAX_INTERVAL_SEC}
 _STAND_IN_ACTION = {"action_kind": "agent", "action_prompt": "-"}
 _MAX_PASSES = 50
 
@@ -56,11 +58,6 @@ def _path_of(draft: Draft, field: str) -> str:
     return f"{base}.{rest}"
 
 
-def _is_structural(field: str) -> bool:
-    head = field.partition(".")[0]
-    return head == "name" or head in _TRIGGER_COLUMNS or head.startswith("action_")
-
-
 def _check(draft: Draft, name: str, settings: SchedulerSettings) -> tuple[dict[str, Any], bool]:
     """Validate the member as create would; report refusals not already reported.
 
@@ -73,28 +70,70 @@ def _check(draft: Draft, name: str, settings: SchedulerSettings) -> tuple[dict[s
             data.pop(column, None)
         data.update(_STAND_IN_TRIGGER)
     if "action" in draft.broken:
-        for column in [c for c in data if c.startswith("action_")]:
+        for column in [c for c in data if _part(c) in ("action", "follow-up")]:
             data.pop(column)
         data.update(_STAND_IN_ACTION)
     refused = False
+    current = settings
     for _ in range(_MAX_PASSES):
         try:
-            row = normalize(data, settings=settings, now=draft.now)
+            row = normalize(data, settings=current, now=draft.now)
         except ScheduleValidationError as exc:
-            path = _path_of(draft, exc.field)
-            stand_in = "action" in draft.broken and exc.field.startswith("action_")
-            if not stand_in and not draft.reported(path):
-                draft.fail(path, exc.message)
             refused = True
-            head = exc.field.partition(".")[0]
-            if _is_structural(exc.field) or head not in data:
+            part = _part(exc.field)
+            ignored = part in draft.broken or (part == "follow-up" and "action" in draft.broken)
+            path = _path_of(draft, exc.field)
+            if not ignored and not draft.reported(path):
+                draft.fail(path, exc.message)
+            command = data.get("action_command")
+            if (
+                part == "action"
+                and isinstance(command, str)
+                and command not in current.command_allowlist
+            ):
+                # Admit the refused command for the rest of the checks: the follow-ups (which
+                # inherit it) are then judged on their own keys rather than set aside.
+                allowlist = (*current.command_allowlist, command)
+                current = dataclasses.replace(current, command_allowlist=allowlist)
+                continue
+            if not _set_aside(data, draft, part, exc.field.partition(".")[0]):
                 return data, True
-            del data[head]
             continue
         if draft.at is not None:
             row.update(trigger_type="at", at=draft.at, interval_sec=None)
         return row, refused
     return data, True
+
+
+def _part(field: str) -> str:
+    """Which part of a member a refused field belongs to."""
+    head = field.partition(".")[0]
+    if head in _TRIGGER_COLUMNS:
+        return "trigger"
+    if head.startswith("action_"):
+        return "action"
+    if head in ("on_success", "on_fail"):
+        return "follow-up"
+    return head
+
+
+def _set_aside(data: dict[str, Any], draft: Draft, part: str, head: str) -> bool:
+    """Replace the refused part by a stand-in (or drop the refused field) so that validating
+    again reaches the other fields; ``False`` when nothing can be set aside."""
+    if part in ("trigger", "action") and part not in draft.broken:
+        draft.broken.add(part)
+        stand_in = _STAND_IN_TRIGGER if part == "trigger" else _STAND_IN_ACTION
+        for column in [c for c in data if _part(c) == part]:
+            data.pop(column)
+        data.update(stand_in)
+        if part == "action":
+            data.pop("on_success", None)
+            data.pop("on_fail", None)
+        return True
+    if part in ("trigger", "action", "name") or head not in data:
+        return False
+    del data[head]
+    return True
 
 
 def _files(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[str, Path]], list[str]]:
