@@ -9,6 +9,7 @@ error.
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -46,22 +47,21 @@ class SetLoader(yaml.SafeLoader):
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         """A node; an alias (``*name``) is refused: a few of them can stand for gigabytes."""
         if self.check_event(AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in the stubs
             raise ComposerError(None, None, "aliases (*name) are not accepted", event.start_mark)
         return super().compose_node(parent, index)
 
-    def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         """A mapping whose keys are all distinct (PyYAML keeps the last silently)."""
-        if isinstance(node, MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                if isinstance(key, str | int | float | bool) or key is None:
-                    if key in seen:
-                        raise ConstructorError(
-                            None, None, f"duplicate key {key!r}", key_node.start_mark
-                        )
-                    seen.add(key)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) or key is None:
+                if key in seen:
+                    raise ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
 
