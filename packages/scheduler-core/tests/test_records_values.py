@@ -5,8 +5,9 @@ source stays where a JSON-shaped value is the honest type.
 The ``dict[str, Any]`` ceiling is a ratchet: 133 before the services and the stores they read
 through moved to records, 120 after (the fire path's mappings, the follow-up overlay, the
 action arguments and the lean due-row read on the tick, are most of what is left above the
-issue's target of fewer than 20), plus the waiting-cancel reads of ``_observe/store.py`` and
-the schedule-set loader's YAML blocks (JSON-shaped input) that landed beside it.
+issue's target of fewer than 20), plus the waiting-cancel reads ``_observe/store.py`` gained
+beside it. Modules that parse a document (JSON-shaped input by nature: the schedule-set YAML)
+are the boundary itself and are listed, not counted.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from studio_scheduler_core import (
 
 SRC = Path(studio_scheduler_core.__file__).parent
 DICT_ANY = re.compile(r"dict\[str, Any\]")
-CEILING = 128
-"""``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records)."""
+CEILING = 122
+"""``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records),
+outside :data:`DOCUMENT_MODULES`."""
+DOCUMENT_MODULES = ("_schedules/sets/",)
+"""Where the value is a parsed document (a schedule set's YAML): the JSON boundary itself."""
 
 _SCHEDULE_METHODS = ("create", "get", "resolve", "update", "enable", "disable")
 _ADHOC_METHODS = ("enqueue", "get", "cancel")
@@ -40,12 +44,12 @@ def _dict_any_sites() -> list[str]:
     sites = []
     for path in sorted(SRC.rglob("*.py")):
         for number, line in enumerate(path.read_text().splitlines(), 1):
-            sites += [f"{path.relative_to(SRC)}:{number}"] * len(DICT_ANY.findall(line))
+            sites += [f"{path.relative_to(SRC).as_posix()}:{number}"] * len(DICT_ANY.findall(line))
     return sites
 
 
 def test_dict_str_any_in_the_source_stays_under_the_ceiling() -> None:
-    sites = _dict_any_sites()
+    sites = [s for s in _dict_any_sites() if not s.startswith(DOCUMENT_MODULES)]
     # Over the ceiling: return a record where the value is a row; where it truly is a JSON
     # body (payload, trigger context, a JSON column), raise CEILING and say so here.
     assert len(sites) <= CEILING, "\n".join(sites)
