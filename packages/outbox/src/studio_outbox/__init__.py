@@ -7,6 +7,9 @@ waits for the consumer's ack, and ends every row as ``delivered``, ``acked``, ``
 or ``expired``. Every status change writes a ``status_transitions`` row in the same
 transaction. Works on any ``aiosqlite`` connection (any ``row_factory``);
 :mod:`studio_outbox.sync` offers the same functions on a standard ``sqlite3.Connection``.
+On PostgreSQL, :func:`enqueue_dispatch` and :func:`enqueue_many` also take a producer's
+asyncpg connection or psycopg 3 ``AsyncConnection`` (and ``studio_outbox.sync``'s a psycopg
+``Connection``) and join its open transaction.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ._exceptions import (
     InvalidDispatchState,
     InvalidNotifyTemplate,
     OutboxError,
+    UnsupportedConnection,
 )
 from ._operations import (
     ack_dispatch,
@@ -90,6 +94,7 @@ __all__ = [
     "SECRET_ENV_NAMES",
     "Transport",
     "TransportResult",
+    "UnsupportedConnection",
     "WebhookTransport",
     "WebhookUnavailable",
     "WebhookVerificationError",

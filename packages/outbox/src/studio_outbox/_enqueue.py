@@ -30,6 +30,7 @@ _PARAMS_PER_ROW = 14
 # Rows per multi-row INSERT: stays far below SQLite's bound-parameter limit.
 _CHUNK = 200
 _ID_RETRIES = 3
+_PRIMARY_KEY_CONFLICT = "SQLITE_CONSTRAINT_PRIMARYKEY"
 _ENQUEUE_KEYS = frozenset(
     {
         "kind",
@@ -233,7 +234,11 @@ def insert_reporting_steps(
                 inserted = {r["id"] for r in (yield Fetch(sql, flat))}
             except sqlite3.IntegrityError as exc:
                 # Only a (2**-48) id collision gets here: the dedup conflict is DO NOTHING.
-                if "dispatch_outbox.id" not in str(exc) or attempt == _ID_RETRIES - 1:
+                # Told by SQLite's error code (the id is the table's only primary key), not its
+                # message. PostgreSQL's is never retried: its failed statement has aborted the
+                # transaction, so the error goes to the transaction's owner as it is.
+                primary_key = getattr(exc, "sqlite_errorname", None) == _PRIMARY_KEY_CONFLICT
+                if not primary_key or attempt == _ID_RETRIES - 1:
                     raise
                 continue
             break
@@ -283,7 +288,7 @@ def _insert_sql(rows: int) -> str:
 
 
 async def enqueue_dispatch(
-    conn: aiosqlite.Connection,
+    conn: aiosqlite.Connection | Any,
     *,
     kind: str,
     deliver_to: str,
@@ -299,14 +304,18 @@ async def enqueue_dispatch(
 ) -> str:
     """Add a ``pending`` dispatch and return its id.
 
-    Inside a transaction the caller has open on ``conn`` (``conn.in_transaction``), the row
-    and its ``dispatch.pending.enqueued`` transition are written into that transaction and
-    commit or roll back with the producer's own change; otherwise they commit in one
-    ``BEGIN IMMEDIATE`` transaction of their own. A ``dedup_key`` that already exists returns
-    the existing row's id (whatever its status) and writes nothing, also when another process
-    enqueues the same key at the same moment. ``session_id`` and ``schedule_run_id`` are
-    stored as given (soft references). Bad arguments raise :class:`InvalidDispatch` before
-    anything is written.
+    ``conn`` is an ``aiosqlite.Connection`` (SQLite, or Studio's own PostgreSQL connection),
+    or on PostgreSQL the producer's asyncpg connection or psycopg 3 ``AsyncConnection``
+    (anything else raises :class:`UnsupportedConnection` naming ``conn``). Inside a
+    transaction the caller has open on ``conn`` (``conn.in_transaction``; asyncpg's
+    ``is_in_transaction()``; psycopg's ``info.transaction_status`` not idle), the row and its
+    ``dispatch.pending.enqueued`` transition are written into that transaction and commit or
+    roll back with the producer's own change; nothing here commits it. Otherwise they commit
+    in one transaction of their own (``BEGIN IMMEDIATE`` on SQLite). A ``dedup_key`` that
+    already exists returns the existing row's id (whatever its status) and writes nothing,
+    also when another process enqueues the same key at the same moment. ``session_id`` and
+    ``schedule_run_id`` are stored as given (soft references). Bad arguments raise
+    :class:`InvalidDispatch` before anything is written.
     """
     row = validate(
         kind=kind,
@@ -319,13 +328,12 @@ async def enqueue_dispatch(
         session_id=session_id,
         schedule_run_id=schedule_run_id,
     )
-    now = clock()
-    ids = await run_write(conn, insert_steps([row], now, actor or DEFAULT_ACTOR))
+    ids = await _insert(conn, [row], clock(), actor or DEFAULT_ACTOR)
     return ids[0]
 
 
 async def enqueue_many(
-    conn: aiosqlite.Connection,
+    conn: aiosqlite.Connection | Any,
     items: Iterable[Mapping[str, Any]],
     *,
     clock: Clock = system_clock,
@@ -333,7 +341,8 @@ async def enqueue_many(
 ) -> list[str]:
     """Enqueue several dispatches in one transaction; returns their ids in order.
 
-    Each item holds the keyword arguments of :func:`enqueue_dispatch`. Every item is
+    ``conn`` is any connection :func:`enqueue_dispatch` takes, with the same transaction
+    rule. Each item holds the keyword arguments of :func:`enqueue_dispatch`. Every item is
     validated before anything is written (an invalid one raises :class:`InvalidDispatch`
     whose field is prefixed with ``items[i].``). Dedup applies across the database and within
     the batch: a repeated key yields the first row's id.
@@ -341,8 +350,17 @@ async def enqueue_many(
     rows = validate_items(items)
     if not rows:
         return []
-    now = clock()
-    return await run_write(conn, insert_steps(rows, now, actor or DEFAULT_ACTOR))
+    return await _insert(conn, rows, clock(), actor or DEFAULT_ACTOR)
+
+
+async def _insert(conn: Any, rows: Sequence[NewRow], now: float, actor: str) -> list[str]:
+    """The one insert (:func:`insert_steps`), driven on whichever connection ``conn`` is."""
+    if isinstance(conn, aiosqlite.Connection):
+        return await run_write(conn, insert_steps(rows, now, actor))
+    # The PostgreSQL drivers' front-end: it refuses any other kind of connection.
+    from ._pg._enqueue import insert_async
+
+    return await insert_async(conn, rows, now, actor)
 
 
 def validate_items(items: Iterable[Mapping[str, Any]]) -> list[NewRow]:

@@ -7,7 +7,8 @@ OutboxError (ValueError)
  ├── InvalidDispatchState    the operation does not apply to the row's current status
  ├── InvalidDispatch         bad enqueue arguments (nothing is written)
  ├── InvalidArgument         bad arguments to the other calls (limit, status filter, …)
- │    └── InvalidNotifyTemplate   a notify_template that cannot be run
+ │    ├── InvalidNotifyTemplate   a notify_template that cannot be run
+ │    └── UnsupportedConnection   ``conn`` is not a connection kind the call takes
  └── CliError                a ``python -m studio_outbox`` error, printed as one line (exit 1)
 """
 
@@ -73,6 +74,17 @@ class InvalidNotifyTemplate(InvalidArgument):
 
     def __init__(self, message: str) -> None:
         super().__init__("notify_template", message)
+
+
+class UnsupportedConnection(InvalidArgument):
+    """``conn`` is not a connection this call takes (its ``field`` is ``conn``).
+
+    ``kind`` is the type given (``module.Class``); nothing was written.
+    """
+
+    def __init__(self, kind: str, expected: str) -> None:
+        self.kind = kind
+        super().__init__("conn", f"must be {expected}, got {kind}")
 
 
 class CliError(OutboxError):

@@ -4,7 +4,8 @@ Producers: :func:`enqueue_dispatch` / :func:`enqueue_many` take a psycopg ``Asyn
 or an asyncpg connection, :func:`enqueue_dispatch_sync` / :func:`enqueue_many_sync` a psycopg
 ``Connection``; each joins the transaction the producer has open on it, exactly as the SQLite
 functions do, and the enqueue wakes waiting deliverers (``NOTIFY``) when that transaction
-commits.
+commits. They are ``studio_outbox.enqueue_dispatch`` / ``enqueue_many`` and
+``studio_outbox.sync``'s, which take these connections too (and SQLite's).
 
 Delivery: :func:`deliver_due_dispatches` runs one pass with the SQLite outbox's statuses,
 transitions, retries, backoff and dead letters; its claims lock rows with
@@ -27,8 +28,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "studio_outbox.postgres needs psycopg 3: pip install 'studio-outbox[postgres]'"
     ) from exc
 
+from ._enqueue import enqueue_dispatch, enqueue_many
 from ._pg._delivery import deliver_due_dispatches
-from ._pg._enqueue import enqueue_dispatch, enqueue_dispatch_sync, enqueue_many, enqueue_many_sync
 from ._pg._operations import (
     ack_dispatch,
     count_dispatches,
@@ -51,6 +52,8 @@ from ._pg._schema import (
     ensure_schema_sync,
 )
 from ._pg._wake import next_due_at, run_deliverer
+from .sync import enqueue_dispatch as enqueue_dispatch_sync
+from .sync import enqueue_many as enqueue_many_sync
 
 __all__ = [
     "CHANNEL",

@@ -14,7 +14,10 @@ Each function runs the very statements of its asynchronous twin in :mod:`studio_
 the same transaction rule: when ``conn.in_transaction`` is true the write joins that
 transaction (it commits or rolls back with the producer's change, and nothing here commits);
 otherwise it runs in its own ``BEGIN IMMEDIATE … COMMIT``. Rows come back as ``dict``
-whatever the connection's ``row_factory``. Delivery stays asynchronous
+whatever the connection's ``row_factory``. On PostgreSQL, :func:`enqueue_dispatch` and
+:func:`enqueue_many` also take the producer's psycopg 3 ``Connection`` and join its open
+transaction the same way (``with conn.transaction():`` or psycopg's implicit one, until
+``conn.commit()``). Delivery stays asynchronous
 (:func:`studio_outbox.deliver_due_dispatches` or ``python -m studio_outbox deliver``).
 """
 
@@ -23,16 +26,17 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import studio_state
 from studio_state import Clock, system_clock
 
+from ._connections import ConnectionKind, connection_kind, refuse
 from ._constants import DEFAULT_ACTOR, DEFAULT_MAX_ATTEMPTS
 from ._drive import Steps, run_sync, sync_write_transaction
-from ._enqueue import insert_steps, validate, validate_items
+from ._enqueue import NewRow, insert_steps, validate, validate_items
 from ._exceptions import InvalidArgument
 from ._operations import ack_steps, check_dispatch_id, purge_steps, retry_steps
 from ._queries import backlog_steps, count_steps, get_steps, list_steps, next_due_steps
@@ -56,16 +60,26 @@ __all__ = [
 
 
 def _conn(conn: object) -> sqlite3.Connection:
-    if getattr(conn, "backend", None) == "postgresql":
-        # studio_state.connect_sync's PostgreSQL connection: it answers sqlite3's calls.
-        return conn  # type: ignore[return-value]
-    if not isinstance(conn, sqlite3.Connection):
-        raise InvalidArgument(
-            "conn",
-            f"must be a sqlite3.Connection, got {type(conn).__name__} "
-            "(use the functions of studio_outbox itself for aiosqlite)",
+    if connection_kind(conn) is not ConnectionKind.SQLITE3:
+        # Also studio_state.connect_sync's PostgreSQL connection, which answers sqlite3's calls.
+        raise refuse(
+            conn,
+            "a sqlite3.Connection (a psycopg Connection only for enqueue_dispatch and "
+            "enqueue_many; studio_outbox.postgres has the rest)",
         )
-    return conn
+    return conn  # type: ignore[return-value]
+
+
+def _insert(conn: object, rows: Sequence[NewRow], now: float, actor: str) -> list[str]:
+    """The one insert (:func:`insert_steps`) on a ``sqlite3`` or psycopg (sync) ``conn``."""
+    kind = connection_kind(conn)
+    if kind is ConnectionKind.SQLITE3:
+        ids: list[str] = _write(conn, insert_steps(rows, now, actor))
+        return ids
+    # The PostgreSQL drivers' front-end: it refuses any kind but psycopg's Connection.
+    from ._pg._enqueue import insert_sync
+
+    return insert_sync(conn, rows, now, actor)
 
 
 def _read(conn: object, steps: Steps[Any]) -> Any:
@@ -154,7 +168,7 @@ def connect(path: str | Path, *, synchronous: str = DEFAULT_SYNCHRONOUS) -> sqli
 
 
 def enqueue_dispatch(
-    conn: sqlite3.Connection,
+    conn: sqlite3.Connection | Any,
     *,
     kind: str,
     deliver_to: str,
@@ -168,7 +182,13 @@ def enqueue_dispatch(
     clock: Clock = system_clock,
     actor: str | None = None,
 ) -> str:
-    """:func:`studio_outbox.enqueue_dispatch` on a ``sqlite3`` connection; returns the id."""
+    """:func:`studio_outbox.enqueue_dispatch` on a ``sqlite3`` connection; returns the id.
+
+    On PostgreSQL ``conn`` may be the producer's psycopg 3 ``Connection``: the row and its
+    transition join the transaction open on it (``info.transaction_status`` not idle) and
+    commit or roll back with the producer's change, or else commit on their own. Any other
+    kind of connection raises :class:`UnsupportedConnection` naming ``conn``.
+    """
     row = validate(
         kind=kind,
         deliver_to=deliver_to,
@@ -180,23 +200,22 @@ def enqueue_dispatch(
         session_id=session_id,
         schedule_run_id=schedule_run_id,
     )
-    ids: list[str] = _write(conn, insert_steps([row], clock(), actor or DEFAULT_ACTOR))
-    return ids[0]
+    return _insert(conn, [row], clock(), actor or DEFAULT_ACTOR)[0]
 
 
 def enqueue_many(
-    conn: sqlite3.Connection,
+    conn: sqlite3.Connection | Any,
     items: Iterable[Mapping[str, Any]],
     *,
     clock: Clock = system_clock,
     actor: str | None = None,
 ) -> list[str]:
-    """:func:`studio_outbox.enqueue_many` on a ``sqlite3`` connection."""
+    """:func:`studio_outbox.enqueue_many` on a ``sqlite3`` or psycopg 3 ``Connection`` (the
+    transaction rule of :func:`enqueue_dispatch`)."""
     rows = validate_items(items)
     if not rows:
         return []
-    ids: list[str] = _write(conn, insert_steps(rows, clock(), actor or DEFAULT_ACTOR))
-    return ids
+    return _insert(conn, rows, clock(), actor or DEFAULT_ACTOR)
 
 
 def get_dispatch(conn: sqlite3.Connection, dispatch_id: str) -> dict[str, Any] | None:
