@@ -363,3 +363,19 @@ def test_document_level_errors(tmp_path: Path) -> None:
     assert paths_of(report) == ["apiVersion", "kind", "metadata.name", "schedules"]
     listed = check(write(tmp_path, "t.yaml", "- a\n- b\n"))
     assert "must be a mapping" in listed.problems[0].message
+
+
+def test_action_refusals_name_the_key_of_the_block(tmp_path: Path) -> None:
+    cases = {
+        "flow: {prompt: hi}": "schedules.job.flow.model",
+        "playbook: {prompt: hi}": "schedules.job.playbook.name",
+        "flow: {yaml: 'x: 1', model: m}": "schedules.job.flow.yaml",
+        "flow: {yaml: '[1, 2]'}": "schedules.job.flow.yaml",
+        "command: {argv: []}": "schedules.job.command.argv",
+        "command: {argv: [echo], shell: true}": "schedules.job.command.shell",
+        "agent: {prompt: hi, cwd: 5}": "schedules.job.agent.cwd",
+        "agent: hi": "schedules.job.agent",
+    }
+    for action, where in cases.items():
+        report = check(write(tmp_path, "s.yaml", member_doc(f"trigger: {{every: 1h}}\n{action}\n")))
+        assert paths_of(report) == [where], (action, [str(p) for p in report.problems])

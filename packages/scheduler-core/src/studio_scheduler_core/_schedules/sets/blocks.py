@@ -282,3 +282,9 @@ def action(draft: Draft, member: Mapping[str, Any]) -> None:
             _cwd(draft, item, f"{path}.cwd")
         elif key in _COLUMN:
             draft.put(_COLUMN[key], item, f"{path}.{key}")
+    # A refusal of a column the block left out (``action_model`` is required …) names the key
+    # that would set it.
+    for key in ACTION_KEYS[kind]:
+        column = "action_cwd" if key == "cwd" else _COLUMN.get(key)
+        if column is not None:
+            draft.paths.setdefault(column, f"{path}.{key}")
