@@ -379,3 +379,19 @@ def test_action_refusals_name_the_key_of_the_block(tmp_path: Path) -> None:
     for action, where in cases.items():
         report = check(write(tmp_path, "s.yaml", member_doc(f"trigger: {{every: 1h}}\n{action}\n")))
         assert paths_of(report) == [where], (action, [str(p) for p in report.problems])
+
+
+def test_limits_of_a_document(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"#" * (10 * 1024 * 1024))
+    (tmp_path / "empty").mkdir()
+    many = ", ".join(f"m{i}: {{}}" for i in range(10_001))
+    crowded = write(
+        tmp_path, "many.yaml", f"{HEADER}metadata: {{name: x}}\nschedules: {{{many}}}\n"
+    )
+    report = check(huge, tmp_path / "empty", crowded)
+    assert [str(p) for p in report.problems] == [
+        f"{tmp_path / 'empty'}: holds no *.yaml or *.yml file",
+        f"{huge}: is 10485760 bytes; a document must be smaller than 10485760",
+        f"{crowded}: schedules: holds 10001 members; at most 10000",
+    ]
