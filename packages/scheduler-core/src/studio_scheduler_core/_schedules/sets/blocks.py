@@ -195,7 +195,6 @@ def _threshold(draft: Draft, value: Any, path: str) -> None:
         except ScheduleValidationError as exc:
             draft.fail(exc.field, exc.message)
             config.pop("window_minutes")
-            draft.broken.add("threshold")
     draft.put("threshold_config", config, path)
 
 

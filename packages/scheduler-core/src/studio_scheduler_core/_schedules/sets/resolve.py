@@ -64,7 +64,6 @@ def _check(draft: Draft, name: str, settings: SchedulerSettings) -> tuple[dict[s
     Returns the normalised fields and whether the schedule validation refused anything.
     """
     data: dict[str, Any] = {**draft.fields, "name": name}
-    data.pop("at", None)
     if "trigger" in draft.broken or draft.at is not None or data.get("trigger_type") == "at":
         for column in _TRIGGER_COLUMNS:
             data.pop(column, None)
