@@ -4,25 +4,29 @@
 a second engine on the same file is refused (:class:`EngineLocked`), as it always was.
 :class:`PostgresLeadership`: ``studio_state.postgres.LeaderElection``, a session advisory
 lock on a dedicated connection; every node is a candidate, the one holding the lock leads,
-and a candidate takes a dead leader's place at its next :meth:`tick`.
+and a follower takes a dead leader's place at its next attempt (every second).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from studio_state import default_node_id, is_postgres
 
+from .._exceptions import SchedulerError
 from .._settings import SchedulerSettings
 from .lock import EngineLock
 
 if TYPE_CHECKING:
     from studio_state.postgres import LeaderElection
 
-#: A leader's own session check runs at most this often (the loop may turn many times a second).
-LEADER_CHECK_EVERY = 1.0
+#: A follower tries the lock, and a leader confirms its session, this often (seconds), whatever
+#: the engine's ``tick_seconds``: failover after a leader's death takes about this long.
+ATTEMPT_EVERY = 1.0
 
 
 class FileLockLeadership:
@@ -58,18 +62,23 @@ class FileLockLeadership:
 class PostgresLeadership:
     """Leadership on PostgreSQL: a :class:`~studio_state.postgres.LeaderElection` candidate.
 
-    ``url`` is the database's libpq URL. A leader's session is checked at most every
-    :data:`LEADER_CHECK_EVERY` seconds (a follower tries the lock at every :meth:`tick`; the
-    engine ticks a follower every ``tick_seconds``).
+    ``url`` is the database's libpq URL. The candidate's cadence is its own, independent of
+    the engine's ``tick_seconds``: while :meth:`campaign` runs (the engine's loop runs it), a
+    follower tries the lock and a leader confirms its session every ``attempt_seconds``, and
+    :meth:`tick` only reads the outcome. Without a campaign, :meth:`tick` does the round
+    itself (a leader's at most every ``attempt_seconds``).
     """
 
-    def __init__(self, url: str, *, node_id: str | None = None, tick_seconds: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, node_id: str | None = None, attempt_seconds: float = ATTEMPT_EVERY
+    ) -> None:
         from studio_state.postgres import LeaderElection
 
         self.election: LeaderElection = LeaderElection(
-            url, node_id=node_id, tick_seconds=tick_seconds
+            url, node_id=node_id, tick_seconds=attempt_seconds
         )
         self._checked_at: float | None = None
+        self._campaigning = False
 
     @property
     def node_id(self) -> str:
@@ -77,24 +86,50 @@ class PostgresLeadership:
         return self.election.node_id
 
     @property
+    def attempt_seconds(self) -> float:
+        """How often a follower tries the lock and a leader confirms its session."""
+        return self.election.tick_seconds
+
+    @property
     def is_leader(self) -> bool:
-        """Whether the last tick found this node holding the advisory lock."""
+        """Whether this node holds the advisory lock and its lease has not lapsed."""
         return self.election.is_leader
 
     async def acquire(self) -> None:
         """Nothing to take before opening: the first :meth:`tick` tries the lock."""
 
     async def tick(self) -> bool:
-        """A follower tries the lock; a leader re-checks its session (rate-limited)."""
+        """The campaign's outcome while it runs; else a follower tries the lock and a leader
+        re-checks its session (at most every ``attempt_seconds``)."""
+        if self._campaigning:
+            return self.election.is_leader
         now = time.monotonic()
         if (
             self.election.is_leader
             and self._checked_at is not None
-            and now - self._checked_at < LEADER_CHECK_EVERY
+            and now - self._checked_at < self.attempt_seconds
         ):
             return True
         self._checked_at = now
         return await self.election.tick()
+
+    async def campaign(self, on_change: Callable[[], None]) -> None:
+        """Run the election every ``attempt_seconds`` until cancelled; ``on_change()`` is
+        called when leadership was gained or lost (the engine's loop wakes and follows)."""
+        if self._campaigning:
+            raise SchedulerError("the leadership campaign already runs")
+        self._campaigning = True
+        try:
+            was = self.election.is_leader
+            while True:
+                began = time.monotonic()
+                now = await self.election.tick()
+                if now != was:
+                    on_change()
+                was = now
+                await asyncio.sleep(max(0.0, began + self.attempt_seconds - time.monotonic()))
+        finally:
+            self._campaigning = False
 
     async def release(self) -> None:
         """Unlock and close the election's connection (a follower takes over at once)."""
@@ -105,7 +140,7 @@ def default_leadership(
     db_path: str, settings: SchedulerSettings, node_id: str | None
 ) -> FileLockLeadership | PostgresLeadership:
     """The file lock on a SQLite path; an advisory-lock election (every node a candidate,
-    checked every ``tick_seconds``) on a PostgreSQL URL."""
+    trying or confirming every :data:`ATTEMPT_EVERY` seconds) on a PostgreSQL URL."""
     if is_postgres(db_path):
-        return PostgresLeadership(db_path, node_id=node_id, tick_seconds=settings.tick_seconds)
+        return PostgresLeadership(db_path, node_id=node_id)
     return FileLockLeadership(db_path, node_id=node_id)

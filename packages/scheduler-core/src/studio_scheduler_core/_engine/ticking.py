@@ -21,7 +21,8 @@ from .._recovery.orphans import OrphanReaper
 from .._settings import SchedulerSettings
 from ..abc import Leadership, WorkerPass
 from .database import EngineDatabase
-from .figures import Figures, run_concerns
+from .figures import Concern, Figures, run_concerns
+from .leadership import PostgresLeadership
 from .running import Running
 from .takeover import take_over
 from .waker import Waker
@@ -79,6 +80,7 @@ class EngineLoop:
 
     # -- the loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
+        campaign = self._campaign()
         try:
             while not self._waker.closed:
                 started = self.clock()
@@ -99,13 +101,28 @@ class EngineLoop:
                     failed = True
                 await self._waker.sleep_until(self._started().conn, target, failed=failed)
         finally:
+            if campaign is not None:  # before giving up: it must not win the lock again
+                campaign.cancel()
+                await asyncio.gather(campaign, return_exceptions=True)
             if self.backend == "postgresql" and not self._waker.closed:
                 await self._abdicate()
 
+    def _campaign(self) -> asyncio.Task[None] | None:
+        """On PostgreSQL the election runs beside the loop, every second whatever
+        ``tick_seconds`` is: a follower wins a dead leader's lock within a second, a leader
+        whose session cannot be confirmed stops leading within its lease; either change
+        wakes the loop, which takes over or steps down at once."""
+        if not isinstance(self.leadership, PostgresLeadership):
+            return None
+        return asyncio.create_task(
+            self.leadership.campaign(self._waker.wake), name="studio-leadership"
+        )
+
     async def _abdicate(self) -> None:
         """The loop died while the engine runs (its connection broke): on PostgreSQL another
-        node must lead, so give the lock up and stop being a candidate (only the loop ticks
-        the election). Health stays ``degraded`` (the loop is not running) until a restart."""
+        node must lead, so give the lock up and stop being a candidate (the loop's campaign,
+        which ticks the election, has stopped). Health stays ``degraded`` (the loop is not
+        running) until a restart."""
         self._leading = False
         logger.error(
             "studio node %s stops leading: its scheduler loop ended; restart it",
@@ -115,6 +132,17 @@ class EngineLoop:
             await self.leadership.release()
         except Exception:
             logger.exception("giving up leadership failed")
+
+    def _while_leading(self, concern: Concern) -> Concern:
+        """A leader's ``concern``, skipped (reporting ``None``) if leadership was lost since
+        the tick began: a leader whose lease lapsed mid-tick (it hung, or its session did)
+        starts no more of the leader's work, whatever the rest of the tick holds."""
+        name, step = concern
+
+        async def guarded(now: float) -> Any:
+            return await step(now) if self.leadership.is_leader else None
+
+        return name, guarded
 
     async def _next_wake(self, started: float) -> float:
         run = self._started()
@@ -143,8 +171,11 @@ class EngineLoop:
             return {"database": refusal[0]}
         leading = await self._lead(run, now)
         concerns = run.concerns(self._worker, leading=leading)
+        if leading:
+            ours = {name for name, _ in run.concerns(self._worker, leading=False)}
+            concerns = tuple(self._while_leading(c) if c[0] not in ours else c for c in concerns)
         report, errors = await run_concerns(concerns, now, self._db.storage)
-        if not leading:
+        if not leading or not self.leadership.is_leader:
             report["leader"] = False
         self._figures.ticked(now, "; ".join(errors) or None)
         await self._figures.read_backlogs(run, now)

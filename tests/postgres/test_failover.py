@@ -1,0 +1,118 @@
+"""Failover in seconds, with default settings: real ``studio serve`` nodes on one throwaway
+PostgreSQL database, the leader killed (``kill -9``) or stopped (``kill -STOP``).
+
+The nodes run with the default ``tick_seconds`` (30 s): a follower's attempts at the leader
+lock are their own (every second), not the tick. A dead leader's session ends with its
+process, and a follower leads within about a second. A stopped leader's session outlives it
+(its kernel still answers TCP) until the server's ``idle_session_timeout`` ends it, about 10 s
+after its last confirmation; the stopped leader's lease (5 s) lapsed before that, so once
+resumed it reports ``leader: false`` at once and fires nothing. Each test prints the measured
+takeover (``-s`` shows it); ``bench/failover.py`` measures it over several rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from studio_state.testing import db_rows, load_beside
+
+_nodes = load_beside(__file__, "test_nodes_pg.py", "studio_test_nodes_pg")
+nodes, wait_until, schedule = _nodes.nodes, _nodes.wait_until, _nodes.schedule
+
+#: The default tick (LIONAGI_STUDIO_TICK_SECONDS unset): takeover must not depend on it.
+DEFAULTS = {"LIONAGI_STUDIO_TICK_SECONDS": "30"}
+#: Generous liveness bounds for a loaded two-core machine (the targets are 5 s and 15 s).
+KILL_BOUND = 8.0
+STOP_BOUND = 20.0
+
+
+def _runs(dsn: str) -> list[dict[str, Any]]:
+    return db_rows(
+        dsn, "SELECT id, schedule_id, node_id, trigger_context FROM schedule_runs ORDER BY fired_at"
+    )
+
+
+def _occurrences(dsn: str) -> list[tuple[str, Any]]:
+    """``(schedule_id, due_at)`` of every scheduled run."""
+    found = []
+    for run in _runs(dsn):
+        context = json.loads(run["trigger_context"] or "{}")
+        if context.get("scheduled"):
+            found.append((run["schedule_id"], context.get("due_at")))
+    return found
+
+
+def _leaders(started: list[Any]) -> list[Any]:
+    return [n for n in started if (n.health() or {}).get("leader")]
+
+
+def _fires_by(dsn: str, node_id: str) -> set[str]:
+    return {r["id"] for r in _runs(dsn) if r["node_id"] == node_id}
+
+
+def test_kill_9_of_the_leader_a_follower_leads_within_seconds(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    with nodes(pg_dsn, tmp_path, ["node-a", "node-b", "node-c"], DEFAULTS) as started:
+        (leader,) = wait_until(lambda: _leaders(started), 30, "a leader")
+        followers = [n for n in started if n is not leader]
+        followers[0].post("/api/schedules", schedule("every-second", 1))
+        wait_until(lambda: len(_occurrences(pg_dsn)) >= 3, 30, "fires under the first leader")
+
+        os.killpg(leader.proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        (successor,) = wait_until(lambda: _leaders(followers), 30, "a new leader")
+        took = time.monotonic() - killed
+        print(f"\ntakeover after kill -9 of the leader: {took:.2f} s (tick_seconds 30)")
+        assert took <= KILL_BOUND, took
+        leader.proc.wait(timeout=10)
+
+        before = len(_occurrences(pg_dsn))
+        wait_until(lambda: len(_occurrences(pg_dsn)) >= before + 3, 30, "fires continue")
+        assert _leaders(followers) == [successor]
+        assert _fires_by(pg_dsn, successor.name), "the new leader fires"
+    occurrences = _occurrences(pg_dsn)
+    assert len(occurrences) == len(set(occurrences)), "an occurrence fired twice"
+
+
+def test_kill_stop_of_the_leader_a_follower_leads_and_the_old_one_fires_nothing(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    # The leader runs its fires itself here, so every run names the node that fired it.
+    env = {**DEFAULTS, "LIONAGI_STUDIO_SCHEDULED_ON_ANY_NODE": "0"}
+    with nodes(pg_dsn, tmp_path, ["node-a", "node-b"], env) as started:
+        (leader,) = wait_until(lambda: _leaders(started), 30, "a leader")
+        (follower,) = [n for n in started if n is not leader]
+        follower.post("/api/schedules", schedule("every-second", 1))
+        wait_until(lambda: len(_fires_by(pg_dsn, leader.name)) >= 3, 30, "the leader fires")
+
+        os.kill(leader.proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            wait_until(lambda: (follower.health() or {}).get("leader"), 60, "a new leader")
+            took = time.monotonic() - stopped
+            print(f"\ntakeover after kill -STOP of the leader: {took:.2f} s (tick_seconds 30)")
+            assert took <= STOP_BOUND, took
+            wait_until(lambda: len(_fires_by(pg_dsn, follower.name)) >= 3, 30, "it fires")
+            # Whatever the stopped leader had under way cannot commit anything after this.
+            fired_before = _fires_by(pg_dsn, leader.name)
+        finally:
+            os.kill(leader.proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
+
+        # Resumed, its lease long lapsed: a follower from its first answer on.
+        health = wait_until(leader.health, 30, "the old leader answers")
+        assert health["leader"] is False, health
+        while time.monotonic() - resumed < 5:
+            assert (leader.health() or {}).get("leader") is False
+            time.sleep(0.2)
+        assert _leaders(started) == [follower]
+        assert _fires_by(pg_dsn, leader.name) == fired_before, "the old leader fired again"
+        assert "no longer leads schedule evaluation" in leader.log.read_text()
+    occurrences = _occurrences(pg_dsn)
+    assert len(occurrences) == len(set(occurrences)), "an occurrence fired twice"
