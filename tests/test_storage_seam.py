@@ -39,6 +39,7 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
         "_schema/v02_v07_indexes.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         "_schema/v08_policies.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         "_schema/v09_v14_nodes.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
+        "_schema/v15_run_logs.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         # the one guarded terminal write of runs and invocations
         "_records/terminal.py": frozenset({STATEMENT}),
         # the database file's write probe

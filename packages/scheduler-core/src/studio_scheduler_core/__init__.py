@@ -35,6 +35,7 @@ from ._exceptions import (
     ScheduleValidationError,
 )
 from ._fire.dbfile import storage_fault
+from ._fire.logcopy import read_stored_run_log
 from ._fire.runlog import read_run_log, run_log_dir, run_log_path
 from ._github.source import GithubPollSource
 from ._notify.service import (
@@ -158,6 +159,7 @@ __all__ = [
     "read_run_status",
     "read_runs_page",
     "read_slot_holders",
+    "read_stored_run_log",
     "record_specs",
     "report_usage",
     "run_log_dir",

@@ -7,6 +7,11 @@ another node ran fetches it from that node's API (``studio_nodes.url``, from its
 one database share one token). The forwarded request carries :data:`PROXIED_HEADER`, so a node
 never forwards a request a second time (two nodes misconfigured to point at each other cannot
 loop). A node that gave no URL, or does not answer, gets a 409 that names it.
+
+A finished run's log is not asked of its node when the database holds a copy (PostgreSQL:
+the node that ran the run stores it when the run ends): any node serves that copy, so the logs
+of a dead node's finished runs stay readable. Only a running run's live output, or a finished
+run whose node died before storing its log, is fetched from the node.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ When the log is not in this machine's run-log directory and another node ran the
 ``studio schedule logs`` asks that node's API (its ``LIONAGI_STUDIO_NODE_URL``, recorded in the
 database) with this shell's ``LIONAGI_STUDIO_AUTH_TOKEN``, the way any node's API does.
 
+A finished run's log that is not in this machine's run-log directory is read from the copy the
+node that ran it stored in the database when the run ended (:func:`stored_log`), so it stays
+readable once that node is gone; only a run with no stored copy is asked of its node.
+
 A SQLite database is one machine's file, run by one node at a time: every run on it ran here,
 and a missing log file is a run that has printed nothing yet (an empty log, as the API answers).
 """
@@ -22,6 +26,30 @@ from .._errors import CliError
 from .._output import note
 
 CONNECT_TIMEOUT = 5.0
+
+
+_TERMINAL = frozenset({"completed", "failed", "timed_out", "cancelled", "skipped"})
+
+
+def stored_log(
+    db_path: Path | str, run: dict[str, Any], path: str, tail: int | None
+) -> bytes | None:
+    """The finished ``run``'s log as stored in the database, when its file is not here at
+    ``path`` (``None``: SQLite, the run not finished, the file here, or no stored copy)."""
+    from studio_state import is_postgres
+
+    if run.get("status") not in _TERMINAL or os.path.exists(path):
+        return None
+    if not is_postgres(str(db_path)):
+        return None
+
+    async def _read() -> bytes | None:
+        from studio_scheduler_core import read_stored_run_log
+
+        async with open_db(db_path) as conn:
+            return await read_stored_run_log(conn, str(run["id"]), tail=tail)
+
+    return run_async(_read)
 
 
 def node_url(db_path: Path | str, run: dict[str, Any], path: str) -> str | None:

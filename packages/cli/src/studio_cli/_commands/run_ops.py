@@ -20,7 +20,7 @@ from .._context import open_db, resolve_db_path, run_async, scheduler_settings
 from .._errors import CliError
 from .._output import emit_json, note, say
 from ._common import db_option, json_option, record_json
-from .remote_log import node_url, print_remote
+from .remote_log import node_url, print_remote, stored_log
 
 if TYPE_CHECKING:
     from studio_scheduler_core import Run
@@ -118,6 +118,12 @@ def logs(run_id: str, follow: bool, tail: int | None, db: str | None) -> None:
     db_path = resolve_db_path(db, existing=True)
     path = log_file(db_path, run_id)
     run = _status(db_path, run_id)
+    stored = stored_log(db_path, run, path, tail)
+    if stored is not None:  # a finished run's copy in the database (PostgreSQL)
+        _write(stored)
+        if follow:
+            note(f"run {run_id} {run['status']} ({run.get('status_reason_code') or '-'})")
+        return
     url = node_url(db_path, run, path)
     if url is not None:  # another node ran it and keeps its log: ask that node
         print_remote(run, url, tail=tail, follow=follow)

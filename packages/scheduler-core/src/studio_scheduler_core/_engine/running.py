@@ -28,6 +28,7 @@ from .._fire.target import child_db_value
 from .._recovery.ended_children import EndedChildren
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reapers import Reapers
+from .._recovery.run_logs import StoredLogs
 from .._schedules.service import ScheduleService
 from .._settings import SchedulerSettings
 from .._triggers.registry import TriggerRegistry
@@ -58,6 +59,8 @@ class Running:
     loop_task: asyncio.Task[None] | None = None
     cancels: WaitingCancels | None = None
     """SQLite: reports the operator's cancels of runs that never started, by any process."""
+    run_logs: StoredLogs | None = None
+    """PostgreSQL: stores the logs of this node's ended runs that their end did not."""
 
     def concerns(self, worker: WorkerPass, *, leading: bool) -> tuple[Concern, ...]:
         """A tick's concerns, in order: the leader's all of them; a follower's the outbox, the
@@ -66,6 +69,10 @@ class Running:
         schedules, reapers and scheduled slots stay with the leader."""
         pass_ = ("worker", lambda now: worker.run(self.conn, now=now))
         children = ("children", lambda now: self.children.tick(self.conn, now))
+        if self.run_logs is not None:
+            # Part of the sweep of this node's machine: the logs of its ended runs not yet
+            # stored (the sweep reports the processes it found, as before).
+            children = ("children", self._sweep_machine)
         if not leading:
             return (("dispatch", self.delivery.tick), pass_, children)
         leader: tuple[Concern, ...] = (
@@ -80,6 +87,12 @@ class Running:
         if self.cancels is not None:
             leader += (("cancels", self.cancels.report),)
         return (*leader, ("schedules", self.evaluator.evaluate))
+
+    async def _sweep_machine(self, now: float) -> int | None:
+        found = await self.children.tick(self.conn, now)
+        if self.run_logs is not None:
+            await self.run_logs.tick(self.conn, now)
+        return found
 
     async def _release_ended(self, now: float) -> dict[str, int]:
         # Slots of fires another node's worker ran free up before this tick's evaluation.
@@ -163,4 +176,11 @@ def build(
         ),
         stack=stack,
         cancels=None if is_postgres(db_path) else WaitingCancels(conn),
+        run_logs=(
+            StoredLogs(
+                db_path=db_path, settings=settings, interval=settings.reaper_interval_seconds
+            )
+            if is_postgres(db_path)
+            else None
+        ),
     )

@@ -25,6 +25,7 @@ from . import store
 from .ending import report_end
 from .env import FireEnv, Outcome, Prepared
 from .finish import finish
+from .logcopy import copy_run_log
 from .runlog import run_log_path
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -125,4 +126,8 @@ async def execute(
     )
     outcome = Outcome(status=status, reason_code=reason, exit_code=exit_code, applied=won)
     await report_end(env, fire, outcome, started)
+    # After the terminal write, never in its way: every node serves the stored copy.
+    await copy_run_log(
+        env.conn, db_path=env.db_path, settings=settings, run_id=fire.run_id, now=env.clock()
+    )
     return outcome

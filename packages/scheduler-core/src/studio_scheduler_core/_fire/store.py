@@ -321,3 +321,52 @@ async def chain_statuses(conn: aiosqlite.Connection, parent_id: str | None) -> l
         parent_id = row["chain_parent_id"]
     statuses.reverse()
     return statuses
+
+
+_ENDED = "('completed', 'failed', 'timed_out', 'cancelled', 'skipped')"
+
+
+def store_run_log_sync(
+    db: sqlite3.Connection,
+    run_id: str,
+    content: bytes,
+    *,
+    dropped: int,
+    now: float,
+) -> bool:
+    """Store a finished run's log (PostgreSQL's ``run_logs``, with the run's node); ``False``
+    when the run is gone, not finished, or its log is stored already."""
+    cursor = db.execute(
+        "INSERT INTO run_logs (run_id, content, bytes, dropped, node_id, stored_at) "
+        "SELECT id, ?, ?, ?, node_id, ? FROM schedule_runs "
+        f"WHERE id = ? AND status IN {_ENDED} "
+        "ON CONFLICT (run_id) DO NOTHING",
+        (content, len(content), dropped, now, run_id),
+    )
+    return int(cursor.rowcount) == 1
+
+
+async def stored_run_log(conn: aiosqlite.Connection, run_id: str) -> bytes | None:
+    """The stored log of a finished run (``None``: none stored)."""
+    row = await fetch_one(conn, "SELECT content FROM run_logs WHERE run_id = ?", (run_id,))
+    return None if row is None else bytes(row["content"])
+
+
+def stored_run_logs_sync(db: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str, bytes]:
+    """The stored logs of those of ``run_ids`` that have one."""
+    marks = ", ".join("?" for _ in run_ids)
+    rows = db.execute(
+        f"SELECT run_id, content FROM run_logs WHERE run_id IN ({marks})", tuple(run_ids)
+    ).fetchall()
+    return {str(row["run_id"]): bytes(row["content"]) for row in rows}
+
+
+def unstored_runs_sync(db: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str, bool]:
+    """Of ``run_ids``, the runs with no stored log: whether each has ended."""
+    marks = ", ".join("?" for _ in run_ids)
+    rows = db.execute(
+        f"SELECT id, status IN {_ENDED} AS ended FROM schedule_runs r WHERE id IN ({marks}) "
+        "AND NOT EXISTS (SELECT 1 FROM run_logs l WHERE l.run_id = r.id)",
+        tuple(run_ids),
+    ).fetchall()
+    return {str(row["id"]): bool(row["ended"]) for row in rows}

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import aiosqlite
 
-from studio_state import run_sync, run_write_transaction
+from studio_state import backend_of, run_sync, run_write_transaction
 
+from .._fire.store import stored_run_logs_sync
 from .archive import ArchiveLine, write_archive
 from .retention_rows import Snapshot, Walk
 
@@ -34,12 +35,30 @@ def log_lines(runs_dir: Path, ids: Sequence[str], limit: int) -> list[ArchiveLin
                 data = src.read(limit)
         except FileNotFoundError:
             continue
-        try:
-            content, encoding = data.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            content, encoding = base64.b64encode(data).decode("ascii"), "base64"
-        row = {"run_id": run_id, "bytes": size, "truncated": size > len(data)}
-        lines.append(ArchiveLine("run_log", {**row, "encoding": encoding, "content": content}))
+        lines.append(_log_line(run_id, data, size))
+    return lines
+
+
+def _log_line(run_id: str, data: bytes, size: int) -> ArchiveLine:
+    try:
+        content, encoding = data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        content, encoding = base64.b64encode(data).decode("ascii"), "base64"
+    row = {"run_id": run_id, "bytes": size, "truncated": size > len(data)}
+    return ArchiveLine("run_log", {**row, "encoding": encoding, "content": content})
+
+
+async def run_log_lines(
+    conn: aiosqlite.Connection, runs_dir: Path, ids: Sequence[str], limit: int
+) -> list[ArchiveLine]:
+    """Each run's log: this node's file, else (PostgreSQL) the copy stored in the database
+    when the run ended, which goes with the run when it is deleted."""
+    lines = await asyncio.to_thread(log_lines, runs_dir, ids, limit)
+    found = {line.row["run_id"] for line in lines}
+    missing = [run_id for run_id in ids if run_id not in found]
+    if missing and backend_of(conn) == "postgresql":
+        stored = await run_sync(conn, lambda db: stored_run_logs_sync(db, missing))
+        lines += [_log_line(run_id, data, len(data)) for run_id, data in stored.items()]
     return lines
 
 
@@ -100,7 +119,7 @@ async def archived_batch(
         return last, [], end, 0.0, None
     lines = [line for group in rows.values() for line in group]
     if walk.kind == "runs":
-        lines += await asyncio.to_thread(log_lines, logs, list(rows), log_bytes)
+        lines += await run_log_lines(conn, logs, list(rows), log_bytes)
     manifest = await asyncio.to_thread(write_archive, archive_dir, walk.kind, lines, now=now)
     ids, held = await run_write_transaction(
         conn, guarded_delete(walk, rows, timer), synchronous="normal"

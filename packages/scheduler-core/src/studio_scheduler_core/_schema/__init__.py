@@ -15,7 +15,8 @@ statements order and page the same way; SQLite's triggers are PL/pgSQL trigger f
 the same effect. Migration 8, a table rebuild on SQLite (which cannot alter a CHECK), is plain
 ``ALTER TABLE`` there. Migrations 12 and 13 exist only there (on SQLite they are empty steps,
 so both dialects keep one numbering). Migration 14's ad-hoc run counts are delta rows there
-(one row per status on SQLite, whose writers never run concurrently).
+(one row per status on SQLite, whose writers never run concurrently). Migration 15, the stored
+copy of a finished run's log (``run_logs``), exists only there too.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import studio_outbox
 import studio_state
 from studio_state import Migration, fetch_value, migrate
 
-from . import v01_tables, v02_v07_indexes, v08_policies, v09_v14_nodes
+from . import v01_tables, v02_v07_indexes, v08_policies, v09_v14_nodes, v15_run_logs
 from .v09_v14_nodes import WAKE_CHANNEL
 
 PACKAGE = "studio-scheduler-core"
@@ -38,6 +39,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     *v02_v07_indexes.MIGRATIONS,
     *v08_policies.MIGRATIONS,
     *v09_v14_nodes.MIGRATIONS,
+    *v15_run_logs.MIGRATIONS,
 )
 """Every migration in version order."""
 

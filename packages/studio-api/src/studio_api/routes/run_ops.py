@@ -21,6 +21,7 @@ from studio_scheduler_core import (
     SchedulerEngine,
     read_run_log,
     read_run_status,
+    read_stored_run_log,
     run_log_path,
 )
 
@@ -51,6 +52,17 @@ def _log_path(engine: SchedulerEngine, run_id: str) -> str:
         raise RunNotFound(run_id) from None
 
 
+async def _stored(engine: SchedulerEngine, row: dict[str, Any], tail: int | None) -> bytes | None:
+    """A finished run's log as stored in the database (PostgreSQL) when its file is not on
+    this node: so any node serves it, also once the node that ran it is gone."""
+    if row["status"] not in TERMINAL:
+        return None
+    path = _log_path(engine, str(row["id"]))
+    if await asyncio.to_thread(os.path.exists, path):
+        return None
+    return await read_stored_run_log(engine.conn, str(row["id"]), tail=tail)
+
+
 def _json_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     """``responses(...)`` whose error bodies are documented as JSON on a non-JSON route."""
     return {
@@ -66,12 +78,17 @@ async def run_log(
     run_id: str,
     tail: Annotated[int | None, Query(description="Only the last N bytes (1..log bound)")] = None,
 ) -> PlainTextResponse:
-    """The run's output (stdout and stderr, interleaved), as text; empty while queued. A run
-    another node ran is fetched from that node (409 naming it when it cannot be reached)."""
+    """The run's output (stdout and stderr, interleaved), as text; empty while queued. A
+    finished run's log is read from the database when this node does not have its file
+    (PostgreSQL); otherwise a run another node ran is fetched from that node (409 naming it
+    when it cannot be reached)."""
     bound = engine.settings.run_log_bytes
     if tail is not None and not 1 <= tail <= bound:
         raise HTTPException(422, detail=f"tail: must be between 1 and {bound}, got {tail}")
     row = await _run_row(engine, run_id)
+    stored = await _stored(engine, row, tail)
+    if stored is not None:
+        return PlainTextResponse(stored.decode("utf-8", errors="replace"))
     elsewhere = await node_elsewhere(engine, row, request)
     if elsewhere is not None:
         text = await fetch_log(*elsewhere, request.url.path, request, {"tail": tail})
@@ -128,6 +145,17 @@ async def follow_log(engine: SchedulerEngine, run_id: str, path: str) -> AsyncIt
         await asyncio.sleep(POLL_SECONDS)
 
 
+async def replay_log(row: dict[str, Any], content: bytes) -> AsyncIterator[str]:
+    """A finished run's stored log as the events :func:`follow_log` sends, then its end."""
+    if b"\n" in content:
+        complete, _, content = content.rpartition(b"\n")
+        yield _events(complete.decode("utf-8", errors="replace"))
+    if content:
+        yield _events(content.decode("utf-8", errors="replace"))
+    end = {"status": row["status"], "reason_code": row["status_reason_code"]}
+    yield f"event: end\ndata: {json.dumps(end)}\n\n"
+
+
 @router.get(
     "/{run_id}/log/stream",
     response_class=StreamingResponse,
@@ -135,11 +163,15 @@ async def follow_log(engine: SchedulerEngine, run_id: str, path: str) -> AsyncIt
 )
 async def run_log_stream(engine: EngineDep, request: Request, run_id: str) -> StreamingResponse:
     """The run's output as Server-Sent Events while it runs; ``event: end`` when it ends. A
-    run another node runs is streamed from that node (409 naming it when unreachable)."""
+    finished run's stored log is replayed when this node does not have its file; a run
+    another node runs is streamed from that node (409 naming it when unreachable)."""
     row = await _run_row(engine, run_id)
-    elsewhere = await node_elsewhere(engine, row, request)
+    stored = await _stored(engine, row, None)
+    elsewhere = None if stored is not None else await node_elsewhere(engine, row, request)
     events: AsyncIterator[Any]
-    if elsewhere is not None:
+    if stored is not None:
+        events = replay_log(row, stored)
+    elif elsewhere is not None:
         events = await open_stream(*elsewhere, request.url.path, request)
     else:
         events = follow_log(engine, run_id, _log_path(engine, run_id))
