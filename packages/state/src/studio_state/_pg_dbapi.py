@@ -58,6 +58,11 @@ _DEFAULTS: Final = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
 }
+# A session left idle inside a transaction this long is ended by the server (the transaction
+# rolls back): a node that hangs mid-transaction (a stopped process, a cut network) must not
+# hold its row locks past a failover, which takes about as long (the election's session).
+_IDLE_IN_TRANSACTION: Final = "idle_in_transaction_session_timeout"
+_IDLE_IN_TRANSACTION_MS: Final = 10_000
 
 
 def _sqlite_shape(exc: psycopg.Error) -> str:
@@ -376,6 +381,9 @@ def connect_postgres(
     given = _check_url(url)
     kwargs: dict[str, Any] = {"autocommit": True}
     kwargs.update({key: value for key, value in _DEFAULTS.items() if key not in given})
+    options = str(given.get("options") or "")
+    if _IDLE_IN_TRANSACTION not in options:
+        kwargs["options"] = f"{options} -c {_IDLE_IN_TRANSACTION}={_IDLE_IN_TRANSACTION_MS}".strip()
     if application_name is not None:
         kwargs["application_name"] = application_name
     try:
