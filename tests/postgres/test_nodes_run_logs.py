@@ -19,7 +19,7 @@ import pytest
 
 from studio_api import StudioSettings
 from studio_api.testing import StudioServer
-from studio_state.testing import free_port, wait_for
+from studio_state.testing import db_rows, free_port, wait_for
 
 
 def _node(pg_dsn: str, tmp_path: Path, name: str, *, with_url: bool = True) -> StudioServer:
@@ -113,16 +113,17 @@ def test_a_node_serves_the_log_of_a_run_another_node_ran(
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout == "first line\nsecond line\n" and "completed" in followed.stderr
 
+    # node-a stored the finished run's log in the database when the run ended: once node-a
+    # is gone, node-b and the CLI read it there (test_nodes_run_logs_stored.py has the rest:
+    # a kill -9, a running run's 409, retention).
+    wait_for(lambda: db_rows(pg_dsn, "SELECT 1 FROM run_logs WHERE run_id = ?", (run_id,)))
     leader.stop()
     nodes.remove(leader)
-    refused = _cli(pg_dsn, tmp_path / "elsewhere", "schedule", "logs", run_id)
-    assert refused.returncode == 1 and refused.stdout == ""
-    assert len(refused.stderr.splitlines()) == 1 and "node-a" in refused.stderr
+    stored = _cli(pg_dsn, tmp_path / "elsewhere", "schedule", "logs", run_id)
+    assert stored.returncode == 0, stored.stderr
+    assert stored.stdout == "first line\nsecond line\n"
     gone = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log")
-    assert gone.status_code == 409
-    assert "node-a" in gone.json()["detail"]
-    gone_stream = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log/stream")
-    assert gone_stream.status_code == 409 and "node-a" in gone_stream.json()["detail"]
+    assert gone.status_code == 200 and gone.text == "first line\nsecond line\n"
 
 
 def test_a_node_without_a_url_is_named_in_the_refusal(
@@ -131,8 +132,20 @@ def test_a_node_without_a_url_is_named_in_the_refusal(
     leader = _node(pg_dsn, tmp_path, "node-a", with_url=False)
     nodes.append(leader)
     wait_for(lambda: httpx.get(f"{leader.base_url}/api/health").json()["leader"])
-    run_id = _ran(leader.base_url, tmp_path)  # before node-b starts (see above)
-    other = _node(pg_dsn, tmp_path, "node-b")
+    # A run still running: its live output is on node-a only (a finished run's log would be
+    # read from the database).
+    body = {
+        "action_kind": "command",
+        "action_command": "sh",
+        "action_command_args": ["-c", "echo first line; exec sleep 600"],
+        "action_cwd": str(tmp_path),
+    }
+    started = httpx.post(f"{leader.base_url}/api/runs", json=body)
+    assert started.status_code == 202, started.text
+    run_id = str(started.json()["run_id"])
+    log_file = tmp_path / "node-a" / f"{run_id}.log"
+    wait_for(lambda: log_file.is_file() and log_file.read_bytes() == b"first line\n")
+    other = _node(pg_dsn, tmp_path, "node-b")  # after node-a claimed it (see above)
     nodes.append(other)
     answer = httpx.get(f"{other.base_url}/api/schedules/runs/{run_id}/log")
     assert answer.status_code == 409
