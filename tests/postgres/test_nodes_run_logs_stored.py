@@ -6,7 +6,8 @@ the run-log bound) and starts a third that keeps running; then node A is killed 
 and its run-log directory removed. Node B serves the finished runs' logs (whole, tail, and
 the event stream with ``event: end``) from the database, the CLI prints them from the
 database alone, the running run answers 409 naming node A, and a retention pass archives the
-stored log with its run and deletes both.
+stored log with its run and deletes both. A copy that did not land at the run's end is made by
+the node's periodic sweep of its run-log directory.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
+from studio_api import StudioSettings
+from studio_api.testing import StudioServer
 from studio_scheduler_core._recovery.archive import manifests_in, read_archive
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_state import connect
@@ -224,3 +228,40 @@ def test_a_dead_nodes_finished_runs_logs_are_served_from_the_database(
     }
     assert archived[small]["content"] == "first line\nsecond line\n"
     assert archived[big]["content"].encode() == content
+
+
+def test_a_log_whose_copy_did_not_land_is_stored_by_the_nodes_sweep(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    settings = StudioSettings.from_env(
+        {},
+        db=pg_dsn,
+        port=port,
+        node_id="node-a",
+        run_log_dir=tmp_path / "runs",
+        tick_seconds=0.2,
+        reaper_interval_seconds=0.5,
+        command_allowlist=("sh",),
+    )
+    server = StudioServer(settings)
+    server.start()
+    try:
+        body = {
+            "action_kind": "command",
+            "action_command": "sh",
+            "action_command_args": ["-c", "echo kept"],
+            "action_cwd": str(tmp_path),
+        }
+        answer = httpx.post(f"{server.base_url}/api/runs", json=body)
+        assert answer.status_code == 202, answer.text
+        run_id = str(answer.json()["run_id"])
+        wait_for(lambda: _stored(pg_dsn, run_id))
+        # As if the copy at the run's end had failed (the database unreachable a moment).
+        with psycopg.connect(pg_dsn, autocommit=True) as db:
+            db.execute("DELETE FROM run_logs WHERE run_id = %s", (run_id,))
+        assert not _stored(pg_dsn, run_id)
+        (row,) = wait_for(lambda: _stored(pg_dsn, run_id), timeout=30)
+        assert bytes(row["content"]) == b"kept\n" and row["node_id"] == "node-a"
+    finally:
+        server.stop()

@@ -140,7 +140,7 @@ async def test_the_migration_counts_the_adhoc_runs_already_there(
                 conn, "SELECT max(version) FROM schema_migrations WHERE package = ?", (PACKAGE,)
             )
             == len(MIGRATIONS)
-            == 14
+            == 15
         )
         runs = AdhocRunService(conn, settings=settings, clock=clock)
         assert await _check(conn, runs) == {
