@@ -12,6 +12,7 @@ takeover (``-s`` shows it); ``bench/failover.py`` measures it over several round
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,6 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from studio_state import InvalidSetting, connect, fetch_one
+from studio_state.postgres import LeaderElection
 from studio_state.testing import db_rows, load_beside
 
 _nodes = load_beside(__file__, "test_nodes_pg.py", "studio_test_nodes_pg")
@@ -116,3 +121,58 @@ def test_kill_stop_of_the_leader_a_follower_leads_and_the_old_one_fires_nothing(
         assert "no longer leads schedule evaluation" in log or "stops leading" in log, log
     occurrences = _occurrences(pg_dsn)
     assert len(occurrences) == len(set(occurrences)), "an occurrence fired twice"
+
+
+async def test_a_hung_leader_lapses_before_the_server_frees_its_lock(pg_cluster_dsn: str) -> None:
+    """The two clocks of a hang, shortened: a leader that stops ticking stops leading when its
+    lease lapses (no query needed); the server ends its silent session afterwards, and only
+    then can another candidate win."""
+    timings = {"tick_seconds": 0.2, "lease_seconds": 1.0, "session_timeout_seconds": 3}
+    hung = LeaderElection(pg_cluster_dsn, node_id="hung", **timings)
+    other = LeaderElection(pg_cluster_dsn, node_id="other", **timings)
+    try:
+        assert await hung.tick() and hung.is_leader
+        froze = time.monotonic()  # from here `hung` neither ticks nor queries: it hangs
+        while hung.is_leader:
+            assert not await other.tick()
+            await asyncio.sleep(0.05)
+        lapsed = time.monotonic() - froze
+        while not await other.tick():
+            assert time.monotonic() - froze < 10, "the server never ended the hung session"
+            await asyncio.sleep(0.2)
+        won = time.monotonic() - froze
+        # The order is the guarantee: the lease lapsed well before the server let go.
+        assert lapsed < 2.0 < won, (lapsed, won)
+        # Resumed, the old leader knows it lost without asking, and cannot win it back.
+        assert not hung.is_leader
+        assert not await hung.tick() and not await hung.tick()
+        assert other.is_leader
+    finally:
+        await hung.close()
+        await other.close()
+
+
+async def test_studio_sessions_end_a_transaction_left_idle(pg_dsn: str) -> None:
+    """A node stopped mid-transaction must not hold its row locks past a failover."""
+    async with connect(pg_dsn) as conn:
+        row = await fetch_one(conn, "SHOW idle_in_transaction_session_timeout")
+        assert row is not None and list(row.values()) == ["10s"]
+    own = pg_dsn + "?options=-c%20idle_in_transaction_session_timeout%3D60000"
+    async with connect(own) as conn:  # the URL's own setting wins
+        row = await fetch_one(conn, "SHOW idle_in_transaction_session_timeout")
+        assert row is not None and list(row.values()) == ["1min"]
+
+
+@pytest.mark.parametrize(
+    "timings",
+    [
+        {"tick_seconds": 5.0},
+        {"lease_seconds": 10.0},
+        {"lease_seconds": 0.5, "tick_seconds": 1.0},
+        {"session_timeout_seconds": 2.5},
+        {"lease_seconds": float("inf")},
+    ],
+)
+def test_timings_that_could_overlap_two_leaders_are_refused(timings: dict[str, Any]) -> None:
+    with pytest.raises(InvalidSetting, match="seconds"):
+        LeaderElection("postgresql://postgres@127.0.0.1:1/postgres", **timings)
