@@ -124,7 +124,7 @@ def _start(url: str, work: Path, count: int, extra: dict[str, str]) -> list[Node
 
 
 def _leader(nodes: list[Node]) -> Node:
-    leaders = _until(lambda: [n for n in nodes if n.leads()], 30, "a leader")
+    leaders: list[Node] = _until(lambda: [n for n in nodes if n.leads()], 30, "a leader")
     assert len(leaders) == 1, [n.name for n in leaders]
     return leaders[0]
 

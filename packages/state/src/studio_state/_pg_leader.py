@@ -161,15 +161,11 @@ class LeaderElection:
             "keepalives_interval": 1,
             "keepalives_count": max(1, timeout - idle),
             # The server's end: a peer that stops acknowledging is dropped after `timeout`.
-            "options": " ".join(
-                part
-                for part in (
-                    conninfo_to_dict(self._conninfo).get("options"),
-                    f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval=1",
-                    f"-c tcp_keepalives_count={max(1, timeout - idle)}",
-                )
-                if part
-            ),
+            "options": (
+                f"{conninfo_to_dict(self._conninfo).get('options') or ''} "
+                f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval=1 "
+                f"-c tcp_keepalives_count={max(1, timeout - idle)}"
+            ).strip(),
         }
         if psycopg.pq.version() >= 120000:  # libpq knows tcp_user_timeout from 12 on
             options["tcp_user_timeout"] = timeout * 1000
