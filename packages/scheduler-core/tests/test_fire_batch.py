@@ -119,7 +119,7 @@ async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no
     now = clock()
     staged = []
     for schedule in schedules:
-        decision = await run.admission.admit(schedule.to_row(), now=now, path="scheduled")
+        decision = await run.admission.admit(schedule, now=now, path="scheduled")
         assert decision.outcome == "fire"
 
         def claim(s: Schedule = schedule) -> ScheduleClaim:
@@ -130,7 +130,7 @@ async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no
         staged.append(
             stage_fire(
                 run.env,
-                schedule.to_row(),
+                schedule,
                 {"scheduled": True, "due_at": schedule.next_fire_at},
                 kind="scheduled",
                 claim=claim,
@@ -174,7 +174,7 @@ async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no
 
 async def _committed(env: FireEnv, created: Schedule) -> Prepared:
     """A scheduled fire of ``created`` committed ``running`` (no child started)."""
-    fire = prepare(env, created.to_row(), {"scheduled": True}, kind="scheduled")
+    fire = prepare(env, created, {"scheduled": True}, kind="scheduled")
     claim = ScheduleClaim(
         "occurrence",
         created.id,

@@ -69,7 +69,7 @@ async def _running_fire(
     """A scheduled fire committed ``running`` (no child started)."""
     created = await service.create(h.command_schedule(h.script("ok.py", "pass\n"), **fields))
     env = FireEnv(conn=conn, settings=settings, clock=clock, db_path=str(db_path))
-    fire = prepare(env, created.to_row(), {"scheduled": True}, kind="scheduled")
+    fire = prepare(env, created, {"scheduled": True}, kind="scheduled")
     claim = ScheduleClaim(
         "occurrence",
         created.id,

@@ -262,7 +262,7 @@ async def test_occurrence_guard_two_connections_fire_once(
             next_fire_at=created.next_fire_at + 60,
         )
         fires = [
-            prepare(env, created.to_row(), {"scheduled": True}, kind="scheduled") for env in envs
+            prepare(env, created, {"scheduled": True}, kind="scheduled") for env in envs
         ]
         results = await asyncio.gather(
             *(commit(e, f, claim) for e, f in zip(envs, fires, strict=True))

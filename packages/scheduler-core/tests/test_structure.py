@@ -22,8 +22,8 @@ LAYERS: tuple[str, ...] = (
     "__about__",
     "_exceptions",
     "_settings",
-    "abc",
     "_records",  # the records, their row codec, the one guarded status write
+    "abc",  # the seams' protocols: they take and return the records
     "_schema",  # migrations, SQLite and PostgreSQL side by side
     "_triggers",  # cron/interval/threshold cadence and the trigger registry
     "_notify",  # notification validation and the enqueue beside an outcome

@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from studio_outbox import enqueue_dispatch
+from studio_scheduler_core._records.codec import schedule_record
 from studio_scheduler_core._triggers.metrics import measure
 from studio_scheduler_core._triggers.store import SQL
 from studio_scheduler_core._triggers.threshold import MetricThreshold
@@ -273,7 +274,7 @@ async def test_each_op(conn, service, op, value, fires):
     alert = await service.create(_alert(threshold_config=_threshold(op=op, value=value)))
     for _ in range(3):
         await _run(conn, other, status="failed", ended_at=T0 - 1)
-    decision = await MetricThreshold().evaluate(conn, alert.to_row(), now=T0)
+    decision = await MetricThreshold().evaluate(conn, alert, now=T0)
     assert decision.fire is fires
     if fires:
         assert decision.context == {
@@ -293,15 +294,13 @@ async def test_reservation_race_only_one_evaluation_fires(conn, service):
     alert = await service.create(_alert())
     await _run(conn, other, status="failed", ended_at=T0 - 1)
     gate = MetricThreshold()
-    decisions = await asyncio.gather(
-        *(gate.evaluate(conn, alert.to_row(), now=T0) for _ in range(4))
-    )
+    decisions = await asyncio.gather(*(gate.evaluate(conn, alert, now=T0) for _ in range(4)))
     winners = [d for d in decisions if d.fire]
     assert len(winners) == 1 and gate.pending() == {alert.id}
     assert all("in flight" in d.reason for d in decisions if not d.fire)
     winners[0].release()
     assert gate.pending() == frozenset()
-    assert (await gate.evaluate(conn, alert.to_row(), now=T0)).fire  # no alert was committed
+    assert (await gate.evaluate(conn, alert, now=T0)).fire  # no alert was committed
 
 
 async def test_invalid_stored_config_never_fires_and_logs_once(conn, service, caplog):
@@ -315,9 +314,10 @@ async def test_invalid_stored_config_never_fires_and_logs_once(conn, service, ca
             ),
         )
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (alert.id,))
-    row["threshold_config"] = json.loads(row["threshold_config"])
+    assert row is not None
+    stored = schedule_record(row)
     gate = MetricThreshold()
     caplog.set_level(logging.ERROR, logger="studio_scheduler_core")
     for _ in range(3):
-        assert not (await gate.evaluate(conn, row, now=T0)).fire
+        assert not (await gate.evaluate(conn, stored, now=T0)).fire
     assert len([r for r in caplog.records if "invalid threshold_config" in r.getMessage()]) == 1

@@ -19,6 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import aiosqlite
 
+from ._records.run import Run
+from ._records.schedule import Schedule
+
 
 @dataclass(frozen=True, slots=True)
 class Occurrence:
@@ -97,7 +100,7 @@ class ThresholdGate(Protocol):
     """The first admission gate: evaluates ``threshold_config`` and its cooldown."""
 
     async def evaluate(
-        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float
+        self, conn: aiosqlite.Connection, schedule: Schedule, *, now: float
     ) -> ThresholdDecision:
         """Whether the occurrence of ``schedule`` may fire now."""
         ...
@@ -135,9 +138,7 @@ class WorkerPass(Protocol):
 class RunTerminalHook(Protocol):
     """Called once a schedule run's terminal status has committed (notifications seam)."""
 
-    async def __call__(
-        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], run: Mapping[str, Any]
-    ) -> None:
+    async def __call__(self, conn: aiosqlite.Connection, schedule: Schedule, run: Run) -> None:
         """React to the terminal run (e.g. enqueue a dispatch); errors are logged, not raised."""
         ...
 

@@ -21,6 +21,7 @@ from .._fire.commit import invocation_row
 from .._fire.env import Prepared
 from .._notify.service import notify_run
 from .._records.codec import dumps
+from .._records.schedule import Action
 from .._records.terminal import StatusChange, apply, clip
 from .lease import CLAIMED, lease_transition
 
@@ -38,12 +39,25 @@ class Slot:
         self.released = True
 
 
-def action_of(run: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any]]:
-    """The stored action (with its kind) and trigger context of a queued row."""
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """What a queued ad-hoc row runs: its stored :class:`Action` (the launcher checks it
+    again as it prepares), its own ``timeout_sec`` and its trigger context (JSON)."""
+
+    action: Action
+    timeout_sec: int | None
+    context: Mapping[str, Any]
+
+
+def action_of(run: Mapping[str, Any]) -> Queued:
+    """The stored action (with its kind), deadline and trigger context of a queued row."""
     stored = run["action_args"] if isinstance(run["action_args"], Mapping) else {}
-    action = {**stored, "action_kind": stored.get("action_kind", run["action_kind"])}
+    action = Action.from_row(
+        {**stored, "action_kind": stored.get("action_kind", run["action_kind"])}
+    )
+    timeout = stored.get("timeout_sec")
     context = run["trigger_context"] if isinstance(run["trigger_context"], Mapping) else {}
-    return action, context
+    return Queued(action, timeout if isinstance(timeout, int) else None, context)
 
 
 async def commit_claim(

@@ -13,7 +13,7 @@ from typing import Any
 
 from .._fire.env import FireEnv, Prepared
 from .._fire.waiting import prepare_row
-from .._schedules.store import load_schedule
+from .._schedules.store import get_schedule
 
 
 def kind_of(run: Mapping[str, Any]) -> str:
@@ -34,7 +34,7 @@ def kind_of(run: Mapping[str, Any]) -> str:
 async def prepare_scheduled(env: FireEnv, run: Mapping[str, Any]) -> Prepared | None:
     """Prepare a queued scheduled row for its claim; ``None`` when its schedule is gone (its
     runs are deleted with it)."""
-    schedule = await load_schedule(env.conn, str(run["schedule_id"]))
+    schedule = await get_schedule(env.conn, str(run["schedule_id"]))
     if schedule is None:
         return None
     return await prepare_row(env, schedule, run, kind=kind_of(run))

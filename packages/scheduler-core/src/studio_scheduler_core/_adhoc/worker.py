@@ -262,12 +262,19 @@ class AdhocWorker:
             scheduled = await prepare_scheduled(env, run)
             if scheduled is None:
                 return None  # its schedule is gone, and its runs with it
-        action, context = action_of(run)
+        queued = action_of(run)
 
         def prepare_step() -> Prepared:
             if scheduled is not None:
                 return scheduled
-            return prepare(env, action, context, kind="adhoc", run_id=str(run["id"]))
+            return prepare(
+                env,
+                queued.action,
+                queued.context,
+                kind="adhoc",
+                run_id=str(run["id"]),
+                timeout_sec=queued.timeout_sec,
+            )
 
         async def claim_and_track(fire: Prepared) -> bool:
             won = await commit_claim(

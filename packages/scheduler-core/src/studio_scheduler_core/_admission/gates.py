@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import aiosqlite
 
+from .._records.schedule import Schedule
 from .._settings import SchedulerSettings
 from ..abc import ThresholdDecision, ThresholdGate
 from .store import admitted_run_count, fired_run_count, schedule_spend
@@ -201,13 +202,13 @@ class Admission:
         return self._capacity_cache
 
     async def admit(
-        self, schedule: Mapping[str, Any], *, now: float, manual: bool = False, path: str = ""
+        self, schedule: Schedule, *, now: float, manual: bool = False, path: str = ""
     ) -> Decision:
         """Run the gates in order for one occurrence (or a manual fire) of ``schedule``."""
-        sid = str(schedule["id"])
+        sid = schedule.id
         async with self._lock(sid):
             verdict: ThresholdDecision | None = None
-            if not manual and schedule.get("threshold_config"):
+            if not manual and schedule.threshold_config:
                 verdict = await self._threshold.evaluate(self._conn, schedule, now=now)
                 if not verdict.fire:
                     return Decision("advance", THRESHOLD, verdict.reason)
@@ -224,13 +225,11 @@ class Admission:
                 verdict.release()  # a later gate refused: no alert, no cooldown
             return decision
 
-    async def _gates(
-        self, schedule: Mapping[str, Any], *, now: float, manual: bool, path: str
-    ) -> Decision:
-        sid = str(schedule["id"])
+    async def _gates(self, schedule: Schedule, *, now: float, manual: bool, path: str) -> Decision:
+        sid = schedule.id
         context: Mapping[str, Any] = {}
-        if not manual and schedule.get("overlap_policy") == "skip" and self.in_flight(sid):
-            if schedule.get("trigger_type") == "github_poll":
+        if not manual and schedule.overlap_policy == "skip" and self.in_flight(sid):
+            if schedule.trigger_type == "github_poll":
                 # A PR event does not recur like a cron slot: skipping it would lose it, so
                 # overlap=skip makes a github schedule's events wait their turn instead.
                 return Decision(
@@ -246,7 +245,7 @@ class Admission:
                 metadata={"overlap_policy": "skip"},
             )
 
-        budget_usd, budget_tokens = schedule.get("budget_usd"), schedule.get("budget_tokens")
+        budget_usd, budget_tokens = schedule.budget_usd, schedule.budget_tokens
         if budget_usd is not None or budget_tokens is not None:
             if self.in_flight(sid):
                 # Usage lands when a run ends: admitting a second fire before then could
@@ -271,7 +270,7 @@ class Admission:
                     },
                 )
 
-        max_runs = schedule.get("max_runs")
+        max_runs = schedule.max_runs
         if max_runs is not None:
             # Fires queued for any node's worker count in the database as soon as they commit.
             count = admitted_run_count if self._settings.scheduled_on_any_node else fired_run_count

@@ -41,6 +41,7 @@ from .._fire.retry import next_retry_at
 from .._observe.summary import coalesced_event
 from .._policies.overlap import OverlapPolicies, Revoke
 from .._records.codec import decode_schedule
+from .._records.schedule import Schedule
 from .._schedules.jitter import jitter_until
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
@@ -281,8 +282,9 @@ class Evaluator:
         With ``batch`` an admitted fire is staged for the pass's shared commit (its outcome
         becomes ``lost`` there if its claim is lost) instead of committed here.
         """
-        schedule = occ.schedule
-        sid = str(schedule["id"])
+        # The trigger sources read the row as a mapping; the gates and the fire take its record.
+        schedule = Schedule.from_row(occ.schedule)
+        sid = schedule.id
         decided = await self._overlap.intercept(
             occ, lambda: self.schedule_claim(source, occ, now, advance=True), now
         )
@@ -292,9 +294,9 @@ class Evaluator:
         if decision.outcome != "defer":
             self._records.admitted(sid)
         if decision.outcome == "fire":
-            return await self._fire(source, occ, decision, now, kind, batch=batch)
+            return await self._fire(source, occ, schedule, decision, now, kind, batch=batch)
         if decision.outcome == "defer":
-            self._defer(schedule, decision)
+            self._defer(occ.schedule, decision)
             return "defer"
         if decision.outcome == "advance":
             claim = self.schedule_claim(source, occ, now, advance=True)
@@ -303,7 +305,7 @@ class Evaluator:
             return "advance" if won else "lost"
         run, transition = skipped_run(
             schedule_id=sid,
-            action_kind=str(schedule["action_kind"]),
+            action_kind=schedule.action_kind,
             reason_code=decision.reason_code,
             summary=decision.message,
             context={**occ.trigger_context, "skipped": decision.reason_code},
@@ -334,6 +336,7 @@ class Evaluator:
         self,
         source: TriggerSource,
         occ: Occurrence,
+        schedule: Schedule,
         decision: Decision,
         now: float,
         kind: str,
@@ -350,7 +353,7 @@ class Evaluator:
 
         staged = stage_fire(
             self._env,
-            occ.schedule,
+            schedule,
             {**occ.trigger_context, **decision.context},
             kind=kind,
             claim=claim,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .._exceptions import FireRefused, ScheduleNotFound
 from .._fire.occurrence import ScheduleClaim
 from .._fire.pipeline import fire
-from .._schedules.store import load_schedule
+from .._schedules.store import get_schedule
 from .running import Running
 
 NOT_LEADER = "schedule.refused.not_leader"
@@ -29,7 +29,7 @@ async def fire_manually(run: Running, schedule_id: str, *, now: float) -> str:
     Budget, max_runs and the global slot apply (overlap and threshold do not); a refusal
     raises :class:`FireRefused` with the gate's reason code and nothing is written.
     """
-    schedule = await load_schedule(run.conn, schedule_id)
+    schedule = await get_schedule(run.conn, schedule_id)
     if schedule is None:
         raise ScheduleNotFound(schedule_id)
     decision = await run.admission.admit(schedule, now=now, manual=True, path="manual")

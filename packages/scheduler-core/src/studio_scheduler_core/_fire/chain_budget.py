@@ -23,10 +23,10 @@ async def follow_up_refused(
 ) -> bool:
     """Whether the budget refuses the follow-up of ``parent``; a refusal is recorded."""
     schedule = parent.schedule
-    budget_usd, budget_tokens = schedule.get("budget_usd"), schedule.get("budget_tokens")
+    budget_usd, budget_tokens = schedule.budget_usd, schedule.budget_tokens
     if budget_usd is None and budget_tokens is None:
         return False
-    sid = str(schedule["id"])
+    sid = schedule.id
     cost, tokens = await schedule_spend(env.conn, sid)
     over_usd = budget_usd is not None and cost >= float(budget_usd)
     over_tokens = budget_tokens is not None and tokens >= int(budget_tokens)
@@ -39,7 +39,7 @@ async def follow_up_refused(
     )
     run, transition = skipped_run(
         schedule_id=sid,
-        action_kind=str(apply_overlay(schedule, overlay).get("action_kind")),
+        action_kind=apply_overlay(schedule, overlay).action_kind,
         reason_code=FOLLOW_UP_BUDGET,
         summary=summary,
         context={**context, "skipped": FOLLOW_UP_BUDGET},

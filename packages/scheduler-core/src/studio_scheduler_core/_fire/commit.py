@@ -69,7 +69,7 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
     """The rows a prepared fire writes: a ``running`` run and invocation (``failed`` when its
     setup was refused) and their transition rows."""
     schedule = fire.schedule
-    sid = str(schedule["id"])
+    sid = schedule.id
     failed = fire.setup_error is not None
     run_status = "failed" if failed else "running"
     fired_reason = FIRED_REASON[fire.kind]
@@ -83,7 +83,7 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
         "schedule_id": sid,
         "invocation_id": fire.invocation_id,
         "trigger_context": fire.trigger_context,
-        "action_kind": schedule.get("action_kind"),
+        "action_kind": schedule.action_kind,
         "action_args": fire.argv,
         "status": run_status,
         "chain_parent_id": fire.chain_parent_id,
@@ -148,7 +148,7 @@ def invocation_row(fire: Prepared, now: float, *, skill: str | None = None) -> d
     return {
         "id": fire.invocation_id,
         "schedule_run_id": fire.run_id,
-        "skill": skill or f"scheduled:{fire.schedule.get('name')}",
+        "skill": skill or f"scheduled:{fire.schedule.name}",
         "status": "failed" if failed else "running",
         "prompt": fire.prompt,
         "started_at": now,
@@ -163,7 +163,7 @@ def invocation_row(fire: Prepared, now: float, *, skill: str | None = None) -> d
 def queued_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
     """The rows of a fire committed for any node's worker: a ``queued`` run (no invocation
     yet: the claim adds it) and its transition row."""
-    sid = str(fire.schedule["id"])
+    sid = fire.schedule.id
     fired_reason = FIRED_REASON[fire.kind]
     summary = f"{FIRED_SUMMARY[fire.kind]}; queued for a worker"
     refs = [{"kind": "schedule", "id": sid}]
@@ -171,7 +171,7 @@ def queued_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
         "id": fire.run_id,
         "schedule_id": sid,
         "trigger_context": fire.trigger_context,
-        "action_kind": fire.schedule.get("action_kind"),
+        "action_kind": fire.schedule.action_kind,
         "action_args": fire.argv,
         "status": "queued",
         "chain_parent_id": fire.chain_parent_id,

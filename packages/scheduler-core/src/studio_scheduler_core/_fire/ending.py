@@ -58,8 +58,7 @@ def outcome_event(
 
 def fire_schedule_id(fire: Prepared) -> str | None:
     """The schedule a fire belongs to (``None`` for an ad-hoc run)."""
-    sid = fire.schedule.get("id")
-    return None if sid is None else str(sid)
+    return fire.schedule_id
 
 
 async def report_end(env: FireEnv, fire: Prepared, outcome: Outcome, started: float) -> None:

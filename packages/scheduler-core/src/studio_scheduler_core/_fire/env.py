@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +12,7 @@ import aiosqlite
 
 from studio_state import Clock
 
+from .._records.schedule import Action, Schedule
 from .._settings import SchedulerSettings
 from .dbfile import StorageHealth
 from .grouped import WriteGroup
@@ -68,12 +68,15 @@ class FireEnv:
 
 @dataclass
 class Prepared:
-    """A fire ready to commit: ids, the action row, argv (or the setup refusal)."""
+    """A fire ready to commit: ids, the action, argv (or the setup refusal)."""
 
     run_id: str
     invocation_id: str
-    schedule: Mapping[str, Any]
+    action: Action
+    """What runs: the schedule (a :class:`Schedule` is an :class:`Action`; a follow-up's has
+    its overlay applied), or an ad-hoc run's own :class:`Action`."""
     trigger_context: dict[str, Any]
+    """The run's trigger context: JSON, stored as it is."""
     kind: str
     chain_depth: int = 0
     chain_parent_id: str | None = None
@@ -86,6 +89,21 @@ class Prepared:
     """Further ``column = value`` guards of the terminal run write (an ad-hoc run's lease)."""
     queued: bool = False
     """Committed ``queued`` for a worker to claim: this process does not run it."""
+    timeout_sec: int | None = None
+    """The run's own deadline (the schedule's ``timeout_sec``, or an ad-hoc run's)."""
+
+    @property
+    def schedule(self) -> Schedule:
+        """The schedule this fire belongs to (its follow-up overlay applied);
+        ``TypeError`` for an ad-hoc run, which has none."""
+        if isinstance(self.action, Schedule):
+            return self.action
+        raise TypeError(f"run {self.run_id} is an ad-hoc run: it has no schedule")
+
+    @property
+    def schedule_id(self) -> str | None:
+        """The schedule's id (``None`` for an ad-hoc run)."""
+        return self.action.id if isinstance(self.action, Schedule) else None
 
     def discard(self) -> None:
         """Remove the flow_yaml temp file of a fire that will not spawn."""

@@ -9,8 +9,7 @@ import logging
 import os
 import signal
 import sqlite3
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from studio_launcher import (
     CwdUnavailable,
@@ -47,9 +46,9 @@ async def _record_child(env: FireEnv, fire: Prepared, pid: int) -> None:
             os.killpg(pid, signal.SIGTERM)
 
 
-def run_deadline(schedule: Mapping[str, Any], settings: SchedulerSettings) -> float:
-    """The schedule's own ``timeout_sec``, else the invocation deadline setting."""
-    own = schedule.get("timeout_sec")
+def run_deadline(fire: Prepared, settings: SchedulerSettings) -> float:
+    """The run's own ``timeout_sec``, else the invocation deadline setting."""
+    own = fire.timeout_sec
     return float(own) if own else settings.invocation_deadline_seconds
 
 
@@ -73,7 +72,7 @@ async def execute(
                 tmp_path=fire.tmp_path,
                 cwd=fire.cwd,
                 env=env.child_env(fire.invocation_id),
-                deadline_seconds=run_deadline(fire.schedule, settings),
+                deadline_seconds=run_deadline(fire, settings),
                 on_spawn=lambda pid: _record_child(env, fire, pid),
                 kill_descendants=True,
                 log_path=run_log_path(env.db_path, settings, fire.run_id),
@@ -109,7 +108,7 @@ async def execute(
             await report_end(env, fire, shutdown, started)
             raise
         except Exception as exc:
-            logger.exception("fire %s of schedule %s failed", fire.run_id, fire.schedule.get("id"))
+            logger.exception("fire %s of schedule %s failed", fire.run_id, fire.schedule_id)
             summary = detail = f"{type(exc).__name__}: {exc}"
     finally:
         env.live.pop(fire.run_id, None)

@@ -172,7 +172,7 @@ async def _finish_once(
         if on_commit is not None:
             on_commit()
 
-    retry = next_attempt(fire.schedule, fire.trigger_context, status) is not None
+    retry = next_attempt(fire.action, fire.trigger_context, status) is not None
     if not retry and not in_owned_transaction(env.conn):
         # The common end (no retry to plan, nothing to notify): the writes in a single trip,
         # in one transaction with the other fires that end in this loop turn.
@@ -187,7 +187,7 @@ async def _finish_once(
             await plan_retry(
                 env.conn,
                 run_id=fire.run_id,
-                schedule=fire.schedule,
+                action=fire.action,
                 context=fire.trigger_context,
                 status=status,
                 chain_depth=fire.chain_depth,

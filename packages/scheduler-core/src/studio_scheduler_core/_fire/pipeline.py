@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .._admission.gates import Reservation
 from .._observe.events import emit
+from .._records.schedule import Schedule
 from .commit import commit_batch
 from .env import FireEnv, Prepared
 from .occurrence import ScheduleClaim
@@ -117,7 +118,7 @@ async def run_steps(
 
 def stage_fire(
     env: FireEnv,
-    schedule: Mapping[str, Any],
+    schedule: Schedule,
     context: Mapping[str, Any],
     *,
     kind: str,
@@ -167,7 +168,7 @@ async def commit_fires(
 
 async def fire(
     env: FireEnv,
-    schedule: Mapping[str, Any],
+    schedule: Schedule,
     context: Mapping[str, Any],
     *,
     kind: str,
@@ -207,7 +208,7 @@ class Waiting:
 
 async def fire_waiting(
     env: FireEnv,
-    schedule: Mapping[str, Any],
+    schedule: Schedule,
     waiting: Waiting,
     reservation: Reservation,
     start: StartFire,
@@ -244,7 +245,7 @@ def claim_due(env: FireEnv, context: Mapping[str, Any], kind: str) -> float:
 
 def fire_event(prepared: Prepared, lag: float) -> None:
     """The log event of a committed fire."""
-    sid = str(prepared.schedule["id"])
+    sid = prepared.schedule.id
     emit(
         "fire",
         f"fired schedule {sid} as run {prepared.run_id} ({prepared.kind}, lag {lag:.3f}s)",

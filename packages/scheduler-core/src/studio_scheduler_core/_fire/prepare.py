@@ -22,6 +22,7 @@ from studio_launcher import (
 )
 from studio_state import new_id
 
+from .._records.schedule import Action, Schedule
 from .env import FireEnv, Prepared
 
 _PROMPT_KINDS = frozenset({"agent", "flow", "fanout", "play"})
@@ -29,27 +30,35 @@ _PROMPT_KINDS = frozenset({"agent", "flow", "fanout", "play"})
 
 def prepare(
     env: FireEnv,
-    schedule: Mapping[str, Any],
+    action: Action,
     trigger_context: Mapping[str, Any],
     *,
     kind: str,
     run_id: str | None = None,
     chain_depth: int = 0,
     chain_parent_id: str | None = None,
+    timeout_sec: int | None = None,
 ) -> Prepared:
-    """Build the argv and resolve executable and cwd; a refusal becomes ``setup_error``."""
+    """Build the argv and resolve executable and cwd; a refusal becomes ``setup_error``.
+
+    ``action`` is the :class:`Schedule` that fires (its follow-up overlay applied), or an
+    ad-hoc run's :class:`Action` (its own ``timeout_sec`` beside it)."""
+    if isinstance(action, Schedule):
+        timeout_sec = action.timeout_sec
     fire = Prepared(
         run_id=run_id or new_id(),
         invocation_id=new_id(),
-        schedule=schedule,
+        action=action,
         trigger_context=dict(trigger_context),
         kind=kind,
         chain_depth=chain_depth,
         chain_parent_id=chain_parent_id,
+        timeout_sec=timeout_sec,
     )
     settings = env.settings
+    fields = action.launch_fields()
     try:
-        action_kind = schedule.get("action_kind")
+        action_kind = action.action_kind
         prefix = None
         if action_kind != "command":
             prefix = require_li_executable(
@@ -57,19 +66,19 @@ def prepare(
                 environ=os.environ if settings.child_env is None else settings.child_env,
             )
         fire.argv, fire.tmp_path = build_argv(
-            schedule,
+            fields,
             fire.trigger_context,
             executable_prefix=prefix,
             command_allowlist=settings.command_allowlist,
         )
         fire.cwd = resolve_cwd(
-            schedule, project_paths=settings.project_paths, fallback=settings.default_cwd
+            fields, project_paths=settings.project_paths, fallback=settings.default_cwd
         )
-        prompt = schedule.get("action_prompt")
+        prompt = action.action_prompt
         if action_kind in _PROMPT_KINDS and isinstance(prompt, str) and prompt:
             fire.prompt = render_template(prompt, fire.trigger_context)
         elif action_kind == "play":
-            fire.prompt = schedule.get("action_playbook")
+            fire.prompt = action.action_playbook
     except CwdUnavailable as exc:
         fire.setup_error = ("run.failed.missing_cwd", str(exc))
     except (ExecutableNotFound, SpawnFailed) as exc:

@@ -18,8 +18,9 @@ import aiosqlite
 from studio_state import Transition, new_id, record_transitions
 
 from .._records.codec import decode_run
+from .._records.schedule import Action, Schedule
 from .._records.terminal import clip
-from .._schedules.store import insert_run_row, load_schedule, set_enabled
+from .._schedules.store import get_schedule, insert_run_row, set_enabled
 from . import store
 
 RETRY_SCHEDULED = "run.retry.scheduled"
@@ -35,17 +36,15 @@ def attempt_of(context: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
-def next_attempt(
-    schedule: Mapping[str, Any], context: Mapping[str, Any], status: str
-) -> int | None:
+def next_attempt(action: Action, context: Mapping[str, Any], status: str) -> int | None:
     """The attempt that follows a run ending ``status``, or ``None`` (no retry).
 
-    ``schedule`` is the action the run ran: for a follow-up, its overlay applied, which has a
-    ``retry`` only when the overlay set one."""
-    retry = schedule.get("retry")
-    if not isinstance(retry, Mapping) or status not in RETRYABLE:
+    ``action`` is what the run ran: its schedule (for a follow-up, its overlay applied, which
+    has a ``retry`` only when the overlay set one); an ad-hoc run's action is never retried."""
+    if not isinstance(action, Schedule) or status not in RETRYABLE:
         return None
-    if schedule.get("id") is None:
+    retry = action.retry
+    if not isinstance(retry, Mapping):
         return None
     attempt = attempt_of(context)
     return attempt + 1 if attempt < int(retry.get("max_attempts", 1)) else None
@@ -63,7 +62,7 @@ async def plan_retry(
     conn: aiosqlite.Connection,
     *,
     run_id: str,
-    schedule: Mapping[str, Any],
+    action: Action,
     context: Mapping[str, Any],
     status: str,
     chain_depth: int,
@@ -72,13 +71,13 @@ async def plan_retry(
 ) -> str | None:
     """Write the next attempt's ``retry_wait`` row (in the caller's transaction, the one that
     ended ``run_id``); return its id, or ``None`` when no retry is due."""
-    attempt = next_attempt(schedule, context, status)
-    if attempt is None:
+    attempt = next_attempt(action, context, status)
+    if attempt is None or not isinstance(action, Schedule) or action.retry is None:
         return None
-    due = now + backoff(schedule["retry"], attempt - 1)
+    due = now + backoff(action.retry, attempt - 1)
     retry_id = new_id()
-    sid = str(schedule["id"])
-    limit = schedule["retry"]["max_attempts"]
+    sid = action.id
+    limit = action.retry["max_attempts"]
     summary = f"attempt {attempt} of {limit} after run {run_id} {status}"
     trigger = {**context, "attempt": attempt, "retry_of": run_id, "retry_at": due}
     await insert_run_row(
@@ -87,7 +86,7 @@ async def plan_retry(
             "id": retry_id,
             "schedule_id": sid,
             "trigger_context": trigger,
-            "action_kind": schedule.get("action_kind"),
+            "action_kind": action.action_kind,
             "action_args": [],
             "status": "retry_wait",
             "chain_depth": chain_depth,
@@ -147,8 +146,8 @@ async def pause_after_last_attempt(
     run = await store.retry_lineage(conn, run_id)
     if run is None or run["chain_depth"] != 0 or run["status"] not in RETRYABLE:
         return False
-    schedule = await load_schedule(conn, schedule_id)
-    if schedule is None or not schedule.get("pause_on_failure") or not schedule["enabled"]:
+    schedule = await get_schedule(conn, schedule_id)
+    if schedule is None or not schedule.pause_on_failure or not schedule.enabled:
         return False
     if await retry_planned(conn, run_id):
         return False

@@ -16,9 +16,9 @@ from typing import Any
 
 from .._admission.gates import MAX_RUNS, Reservation
 from .._admission.store import fired_run_count
-from .._records.codec import decode_run
+from .._records.codec import run_record
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
-from .._schedules.store import load_schedule, set_enabled
+from .._schedules.store import get_schedule, set_enabled
 from ..abc import RunTerminalHook
 from . import store
 from .chain_budget import follow_up_refused
@@ -160,10 +160,10 @@ class FireRunner:
         attempt and the notification hook (``status``: what this fire's terminal write set)."""
         sid = child_sid(fire)
         try:
-            if fire.chain_depth == 0 and fire.schedule.get("max_runs") is not None:
-                schedule = await load_schedule(self._env.conn, sid)
-                max_runs = None if schedule is None else schedule.get("max_runs")
-                if schedule is not None and schedule["enabled"] and max_runs is not None:
+            if fire.chain_depth == 0 and fire.schedule.max_runs is not None:
+                schedule = await get_schedule(self._env.conn, sid)
+                max_runs = None if schedule is None else schedule.max_runs
+                if schedule is not None and schedule.enabled and max_runs is not None:
                     fired = await fired_run_count(self._env.conn, sid)
                     if fired >= int(max_runs):
                         await set_enabled(
@@ -182,14 +182,14 @@ class FireRunner:
             if self._on_terminal is not None:
                 row = await store.load_run(self._env.conn, fire.run_id)
                 if row is not None:
-                    await self._on_terminal(self._env.conn, fire.schedule, decode_run(row))
+                    await self._on_terminal(self._env.conn, fire.schedule, run_record(row))
         except Exception:
             logger.exception("terminal bookkeeping of run %s failed", fire.run_id)
 
 
 def child_sid(fire: Prepared) -> str:
     """The schedule id a fire belongs to."""
-    return str(fire.schedule["id"])
+    return fire.schedule.id
 
 
 async def fire_follow_up(

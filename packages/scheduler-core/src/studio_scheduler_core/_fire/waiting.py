@@ -26,6 +26,7 @@ from studio_state import (
 
 from .._notify.service import notify_run
 from .._records.codec import dumps
+from .._records.schedule import Schedule
 from .._records.terminal import StatusChange, apply, clip
 from .._schedules.followups import follow_up_action
 from . import store
@@ -35,7 +36,7 @@ from .prepare import prepare
 
 
 async def prepare_row(
-    env: FireEnv, schedule: Mapping[str, Any], row: Mapping[str, Any], *, kind: str
+    env: FireEnv, schedule: Schedule, row: Mapping[str, Any], *, kind: str
 ) -> Prepared:
     """Prepare a stored run row (a due attempt, a buffered occurrence, a claimed queued fire):
     the schedule's action, or a follow-up's (its chain replayed from its ancestors'
@@ -95,7 +96,7 @@ async def _start(
     transition row: ``failed`` (a setup refusal) is a terminal status and goes through the
     one terminal write; ``running`` and ``queued`` are one ``studio_state.transition``."""
     reason, summary = fired
-    refs = [{"kind": "schedule", "id": str(fire.schedule["id"])}]
+    refs = [{"kind": "schedule", "id": fire.schedule.id}]
     columns = {
         **sets,
         "action_args": dumps(fire.argv),

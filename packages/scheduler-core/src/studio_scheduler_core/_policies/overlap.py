@@ -34,7 +34,7 @@ from .._schedules.buffer import (
     buffer_bound,
     buffered_count,
 )
-from .._schedules.store import drop_buffered, load_schedule, set_enabled
+from .._schedules.store import drop_buffered, get_schedule, set_enabled
 from ..abc import Occurrence
 from .retry_fire import fire_due_retries
 
@@ -182,10 +182,10 @@ class OverlapPolicies:
 
     async def _start_one(self, sid: str, row: dict[str, Any], now: float) -> bool:
         conn = self._env.conn
-        schedule = await load_schedule(conn, sid)
+        schedule = await get_schedule(conn, sid)
         if schedule is None:
             return False
-        if not schedule["enabled"]:
+        if not schedule.enabled:
             async with write_transaction(conn):
                 await drop_buffered(conn, sid, now=now)
             return False

@@ -15,7 +15,7 @@ from .._admission.gates import Admission
 from .._fire.env import FireEnv
 from .._fire.pipeline import StartFire, Waiting, fire_waiting
 from .._fire.retry import RETRY_FIRED, due_retries
-from .._schedules.store import load_schedule
+from .._schedules.store import get_schedule
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -26,10 +26,10 @@ async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire,
     how many started."""
     started = 0
     for row in await due_retries(env.conn, now):
-        schedule = await load_schedule(env.conn, str(row["schedule_id"]))
+        schedule = await get_schedule(env.conn, str(row["schedule_id"]))
         if schedule is None:
             continue  # deleted meanwhile: its runs go with it
-        reservation = admission.reserve_retry(str(schedule["id"]), now=now)
+        reservation = admission.reserve_retry(schedule.id, now=now)
         if reservation is None:
             break  # the global cap is reached: the retry waits for a slot
         waiting = Waiting(

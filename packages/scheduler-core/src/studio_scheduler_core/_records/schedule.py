@@ -7,7 +7,7 @@ update field sets, the follow-up overlay keys and the API's models follow from t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .column import column, from_row, to_row
@@ -97,6 +97,20 @@ class Action:
         default=(),
         metadata=column(create=True, json=True, overlay=("command_args",), kinds=("command",)),
     )
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Action:
+        """The action of a decoded row (an ad-hoc run's stored action; other keys ignored)."""
+        return from_row(cls, row)
+
+    def launch_fields(self) -> Mapping[str, Any]:
+        """The ``action_*`` columns as the launcher reads them (``build_argv``,
+        ``resolve_cwd``): the one place a fire's action becomes a mapping again."""
+        return {name: getattr(self, name) for name in ACTION_COLUMNS}
+
+
+ACTION_COLUMNS = tuple(f.name for f in fields(Action))
+"""The ``action_*`` columns, in order."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from .followups import (
     CONTINUATION_KEYS,
     MAX_CHAIN_DEPTH,
     OVERLAY_KEYS,
-    apply_overlay,
+    overlay_input,
     unusable_keys,
 )
 from .policy_fields import check_retry
@@ -94,7 +94,7 @@ def check_overlay(
         raise err(field, f"follow-ups nest deeper than {MAX_CHAIN_DEPTH} levels")
     out = dict(overlay)
     _check_overlay_values(out, field)
-    child = apply_overlay(parent, out)
+    child = overlay_input(parent, out)
     kind = str(child.get("action_kind"))
     for key in unusable_keys(out, kind):
         raise err(f"{field}.{key}", f"a follow-up of kind {kind!r} cannot use {key!r}")

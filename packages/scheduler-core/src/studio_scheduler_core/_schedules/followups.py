@@ -40,8 +40,9 @@ SUCCESS_STATUSES = frozenset({"completed"})
 FAILURE_STATUSES = frozenset({"failed", "timed_out"})
 
 
-def apply_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    """The child's action row: ``parent`` with the overlay's columns replaced.
+def overlay_input(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """The child's input row (the checks of a schedule's input, before it is stored):
+    ``parent`` with the overlay's columns replaced, as :func:`apply_overlay` does a record.
 
     Only the allowed keys are applied (anything else was refused at creation); ``kind`` and
     ``action_kind`` set the kind (``playbook`` is normalised to ``play``). The parent's own
@@ -61,9 +62,25 @@ def apply_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict
     return child
 
 
-def select_follow_up(
-    schedule: Mapping[str, Any], run_status: str, depth: int
-) -> Mapping[str, Any] | None:
+def apply_overlay(parent: Schedule, overlay: Mapping[str, Any]) -> Schedule:
+    """The child's action: ``parent`` with the overlay's columns replaced (the overlay is JSON,
+    checked at creation: its lists become the record's tuples).
+
+    Only the allowed keys are applied; ``kind``/``action_kind`` set the kind (``playbook`` is
+    normalised to ``play``). The parent's own ``on_success``/``on_fail`` and ``retry`` are
+    never inherited: the child has them only when its overlay sets them.
+    """
+    child: dict[str, object] = {**vars(parent), **dict.fromkeys(OWN_KEYS)}
+    for key, column in OVERLAY_KEYS.items():
+        if key in overlay:
+            child[column] = overlay[key]
+    kind = child["action_kind"]
+    if isinstance(kind, str) and kind in ACTION_KIND_ALIASES:
+        child["action_kind"] = ACTION_KIND_ALIASES[kind]
+    return Schedule.from_row(child)
+
+
+def select_follow_up(schedule: Schedule, run_status: str, depth: int) -> Mapping[str, Any] | None:
     """The overlay to run after a run at ``depth`` ended in ``run_status``, if any.
 
     ``on_success`` after ``completed``; ``on_fail`` after ``failed`` or ``timed_out``; nothing
@@ -72,9 +89,9 @@ def select_follow_up(
     if depth >= MAX_CHAIN_DEPTH:
         return None
     if run_status in SUCCESS_STATUSES:
-        overlay = schedule.get("on_success")
+        overlay = schedule.on_success
     elif run_status in FAILURE_STATUSES:
-        overlay = schedule.get("on_fail")
+        overlay = schedule.on_fail
     else:
         return None
     return overlay if isinstance(overlay, Mapping) and overlay else None
@@ -92,10 +109,10 @@ def child_context(
     }
 
 
-def follow_up_action(schedule: Mapping[str, Any], statuses: list[str]) -> dict[str, Any] | None:
+def follow_up_action(schedule: Schedule, statuses: list[str]) -> Schedule | None:
     """The action of the follow-up reached from ``schedule`` through runs that ended in
     ``statuses`` (top-level first), or ``None`` when the schedule no longer has that chain."""
-    action = dict(schedule)
+    action = schedule
     for depth, status in enumerate(statuses):
         overlay = select_follow_up(action, status, depth)
         if overlay is None:

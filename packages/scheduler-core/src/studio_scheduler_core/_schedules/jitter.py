@@ -13,7 +13,7 @@ import aiosqlite
 
 from .._triggers.cadence import schedule_zone
 from .._triggers.cron import CronError, next_after
-from .store import load_schedule
+from .store import get_schedule
 
 
 def _next_occurrence(schedule: Mapping[str, Any], due: float, timezone: str) -> float | None:
@@ -61,11 +61,12 @@ async def jitter_until(
 ) -> float | None:
     """When the jittered start of a due row (one with ``jitter_sec``) is still ahead: that
     instant; else ``None`` (it may fire now)."""
-    found = await load_schedule(conn, str(row["id"]))
+    found = await get_schedule(conn, str(row["id"]))
     due = row["next_fire_at"]
     if found is None or due is None:
         return None
-    start = float(due) + jitter_delay(found, float(due), timezone=timezone)
+    # The jitter helpers read a mapping: the tick hands them its due rows.
+    start = float(due) + jitter_delay(found.to_row(), float(due), timezone=timezone)
     return start if start > now else None
 
 

@@ -29,7 +29,6 @@ from .._notify.service import notify_schedule_disabled
 from .._observe.events import emit
 from .._records.codec import (
     SCHEDULE_COLUMNS,
-    decode_schedule,
     dumps,
     run_record,
     schedule_record,
@@ -58,14 +57,6 @@ async def get_schedule_named(conn: aiosqlite.Connection, name: str) -> Schedule 
     """The :class:`Schedule` called ``name``, or ``None``."""
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE name = ?", (name,))
     return None if row is None else schedule_record(row)
-
-
-async def load_schedule(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any] | None:
-    """The decoded schedule row as a mapping, or ``None``: the fire path's lean read (it
-    overlays follow-up keys and builds the action arguments from it); every other reader
-    takes :func:`get_schedule`'s record."""
-    row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
-    return None if row is None else decode_schedule(row)
 
 
 async def name_taken(

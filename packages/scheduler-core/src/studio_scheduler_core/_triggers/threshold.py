@@ -21,6 +21,7 @@ from typing import Any
 
 import aiosqlite
 
+from .._records.schedule import Schedule
 from ..abc import ThresholdDecision
 from . import store
 from .metrics import MEASURES, measure
@@ -76,12 +77,12 @@ class MetricThreshold:
         self._pending.discard(schedule_id)
 
     async def evaluate(
-        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float
+        self, conn: aiosqlite.Connection, schedule: Schedule, *, now: float
     ) -> ThresholdDecision:
         """Measure, compare, check the cooldown and the reservation (see the module doc)."""
-        sid = str(schedule["id"])
+        sid = schedule.id
         await store.stamp_evaluated(conn, sid, now)
-        raw = schedule.get("threshold_config")
+        raw = schedule.threshold_config
         try:
             metric, op, threshold, window = parse_config(raw)
         except (ValueError, TypeError) as exc:
