@@ -161,7 +161,8 @@ _STALE = re.compile(
 
 
 def user_documents() -> list[Path]:
-    pages = [ROOT / "README.md", ROOT / "RELIABILITY.md", *sorted(ROOT.glob("docs/*.md"))]
+    pages = [ROOT / "README.md", ROOT / "RELIABILITY.md", ROOT / "bench" / "README.md"]
+    pages += sorted(ROOT.glob("docs/*.md"))
     return pages + sorted(ROOT.glob("packages/*/README.md"))
 
 
