@@ -272,7 +272,7 @@ class AdhocRunService:
                 status="cancelled",
                 reason_code=CANCELLED,
                 exit_code=None,
-                kind=waiting_kind(row),
+                kind=waiting_kind(row["schedule_id"], row["chain_depth"]),
                 duration=None,
             )
         if status == "running":

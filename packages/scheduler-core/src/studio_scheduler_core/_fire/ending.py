@@ -99,11 +99,11 @@ def ended_by_operator(row: Mapping[str, Any] | None) -> bool:
     )
 
 
-def waiting_kind(row: Mapping[str, Any]) -> str:
-    """The kind of a run cancelled before it started, from its row."""
-    if row.get("schedule_id") is None:
+def waiting_kind(schedule_id: str | None, chain_depth: int | None) -> str:
+    """The kind of a run cancelled before it started, from its schedule and depth."""
+    if schedule_id is None:
         return "adhoc"
-    return "follow_up" if int(row.get("chain_depth") or 0) > 0 else "scheduled"
+    return "follow_up" if int(chain_depth or 0) > 0 else "scheduled"
 
 
 class WaitingCancels:
@@ -131,14 +131,14 @@ class WaitingCancels:
                 self._conn, after=self._seen, reason_code=OPERATOR_CANCELLED, limit=self.BATCH
             )
             for row in rows:
-                self._seen = int(row["seq"])
+                self._seen = int(row.seq)
                 outcome_event(
-                    run_id=str(row["entity_id"]),
-                    schedule_id=row["schedule_id"],
+                    run_id=row.entity_id,
+                    schedule_id=row.schedule_id,
                     status="cancelled",
                     reason_code=OPERATOR_CANCELLED,
                     exit_code=None,
-                    kind=waiting_kind(row),
+                    kind=waiting_kind(row.schedule_id, row.chain_depth),
                     duration=None,
                 )
             emitted += len(rows)

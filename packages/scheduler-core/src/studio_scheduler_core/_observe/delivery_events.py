@@ -11,14 +11,13 @@ an outcome that did not commit.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import aiosqlite
 
 from studio_outbox import DispatchReason, is_webhook_url
 
 from .events import emit
-from .store import read_delivery_outcomes, transition_position
+from .store import DeliveryOutcome, read_delivery_outcomes, transition_position
 
 OUTCOME_OF = {
     DispatchReason.TRANSPORT_OK: "delivered",
@@ -65,29 +64,29 @@ class DeliveryEvents:
                 self._conn, after=self._seen, reason_codes=tuple(OUTCOME_OF), limit=BATCH
             )
             for row in rows:
-                self._seen = int(row["seq"])
+                self._seen = row.seq
                 _emit(row)
                 emitted += 1
             if len(rows) < BATCH:
                 return emitted
 
 
-def _emit(row: Any) -> None:
-    outcome = OUTCOME_OF[str(row["reason_code"])]
-    transport = transport_of(row["deliver_to"])
-    dispatch_id = str(row["entity_id"])
-    detail = row["reason_summary"]
+def _emit(row: DeliveryOutcome) -> None:
+    outcome = OUTCOME_OF[row.reason_code]
+    transport = transport_of(row.deliver_to)
+    dispatch_id = row.entity_id
+    detail = row.reason_summary
     emit(
         "delivery",
-        f"dispatch {dispatch_id} ({row['kind']}) {outcome} via {transport} "
-        f"[{row['reason_code']}]" + (f": {detail}" if detail else ""),
+        f"dispatch {dispatch_id} ({row.kind}) {outcome} via {transport} "
+        f"[{row.reason_code}]" + (f": {detail}" if detail else ""),
         level=logging.WARNING if outcome == "dead_letter" else logging.INFO,
         dispatch_id=dispatch_id,
-        kind=row["kind"],
-        schedule_run_id=row["schedule_run_id"],
+        kind=row.kind,
+        schedule_run_id=row.schedule_run_id,
         outcome=outcome,
-        status=row["status"],
-        reason_code=row["reason_code"],
+        status=row.status,
+        reason_code=row.reason_code,
         transport=transport,
-        attempt=row["attempt"],
+        attempt=row.attempt,
     )

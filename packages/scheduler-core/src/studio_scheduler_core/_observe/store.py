@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
@@ -184,13 +185,40 @@ async def transition_position(conn: aiosqlite.Connection) -> int:
     return int(value or 0)
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingCancel:
+    """A cancel of a run that never started: its transition's position, the run's id, its
+    ``schedule_id`` and ``chain_depth`` (``None`` once the run row is deleted)."""
+
+    seq: int
+    entity_id: str
+    schedule_id: str | None
+    chain_depth: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryOutcome:
+    """A dispatch transition: its position, the dispatch's id, the transition's status and
+    reason, and the dispatch's ``kind``, ``deliver_to``, ``schedule_run_id`` and ``attempt``
+    (``None`` once the dispatch is purged)."""
+
+    seq: int
+    entity_id: str
+    status: str
+    reason_code: str
+    reason_summary: str | None
+    kind: str | None
+    deliver_to: str | None
+    schedule_run_id: str | None
+    attempt: int | None
+
+
 async def read_waiting_cancels(
     conn: aiosqlite.Connection, *, after: int, reason_code: str, limit: int
-) -> list[dict[str, Any]]:
+) -> list[WaitingCancel]:
     """Up to ``limit`` cancels (``reason_code``) of runs that never started, recorded after
-    position ``after``, in order: ``seq``, ``entity_id``, the run's ``schedule_id`` and
-    ``chain_depth`` (``None`` once the run row is deleted)."""
-    return await fetch_all(
+    position ``after``, in order."""
+    rows = await fetch_all(
         conn,
         "SELECT t.rowid AS seq, t.entity_id, r.schedule_id, r.chain_depth "
         "FROM status_transitions t LEFT JOIN schedule_runs r ON r.id = t.entity_id "
@@ -199,16 +227,16 @@ async def read_waiting_cancels(
         "AND t.previous_status <> 'running' ORDER BY t.rowid LIMIT ?",
         (after, reason_code, limit),
     )
+    return [WaitingCancel(**row) for row in rows]
 
 
 async def read_delivery_outcomes(
     conn: aiosqlite.Connection, *, after: int, reason_codes: Sequence[str], limit: int
-) -> list[dict[str, Any]]:
+) -> list[DeliveryOutcome]:
     """Up to ``limit`` dispatch transitions with one of ``reason_codes`` recorded after
-    position ``after``, in order, with the dispatch's ``kind``, ``deliver_to``,
-    ``schedule_run_id`` and ``attempt`` (``None`` once the dispatch is purged)."""
+    position ``after``, in order."""
     marks = ", ".join("?" * len(reason_codes))
-    return await fetch_all(
+    rows = await fetch_all(
         conn,
         "SELECT t.rowid AS seq, t.entity_id, t.status, t.reason_code, "
         "t.reason_summary, d.kind, d.deliver_to, d.schedule_run_id, d.attempt "
@@ -217,6 +245,7 @@ async def read_delivery_outcomes(
         f"AND t.reason_code IN ({marks}) ORDER BY t.rowid LIMIT ?",
         (after, *reason_codes, limit),
     )
+    return [DeliveryOutcome(**row) for row in rows]
 
 
 _WEBHOOK_ROW = "(deliver_to LIKE 'http://%' OR deliver_to LIKE 'https://%')"

@@ -42,8 +42,8 @@ STALE_GRACE_SECONDS = 60.0
 deadline (SIGTERM, grace, SIGKILL) and its terminal write."""
 
 
-def _alive(row: dict[str, Any]) -> bool:
-    pid, started = row.get("child_pid"), row.get("child_started_at")
+def _alive(run: store.RunningRun) -> bool:
+    pid, started = run.child_pid, run.child_started_at
     if not pid or started is None:
         return False
     return is_same_process(int(pid), float(started))
@@ -51,7 +51,7 @@ def _alive(row: dict[str, Any]) -> bool:
 
 async def _terminalize(
     conn: aiosqlite.Connection,
-    runs: list[dict[str, Any]],
+    runs: list[store.RunningRun],
     invocation_ids: Collection[str],
     *,
     status: str,
@@ -64,7 +64,7 @@ async def _terminalize(
     changes = [
         StatusChange(
             "schedule_runs",
-            run["id"],
+            run.id,
             status,
             reason_code,
             summary,
@@ -72,8 +72,8 @@ async def _terminalize(
             now,
             sets={"ended_at": now, "error_detail": summary},
             keep=("error_detail",),
-            evidence_refs=[{"kind": "schedule_run", "id": run["id"]}],
-            metadata={"child_pid": run.get("child_pid")},
+            evidence_refs=[{"kind": "schedule_run", "id": run.id}],
+            metadata={"child_pid": run.child_pid},
         )
         for run in runs
     ]
@@ -95,7 +95,7 @@ async def _terminalize(
         applied = await apply(conn, changes)
         for run, won in zip(runs, applied[: len(runs)], strict=True):
             if won:
-                await notify_run(conn, str(run["id"]), now=now)
+                await notify_run(conn, run.id, now=now)
     return sum(applied[: len(runs)])
 
 
@@ -163,17 +163,15 @@ async def reconcile_startup(
     Must only run while this engine holds the lock (no other engine can own those runs).
     """
     owned = set(owned_runs)
-    runs = [r for r in await store.unleased_running_runs(conn) if r["id"] not in owned]
+    runs = [r for r in await store.unleased_running_runs(conn) if r.id not in owned]
     pids: set[int] = set()
     for run in runs:
-        if _alive(run):
-            logger.warning(
-                "terminating orphaned process group %s of run %s", run["child_pid"], run["id"]
-            )
-            pids.add(int(run["child_pid"]))
+        if _alive(run) and run.child_pid:
+            logger.warning("terminating orphaned process group %s of run %s", run.child_pid, run.id)
+            pids.add(int(run.child_pid))
     orphans = await store.unleased_running_invocations(conn)
-    invocation_ids = {r["invocation_id"] for r in runs if r["invocation_id"]}
-    invocation_ids.update(o["id"] for o in orphans)
+    invocation_ids = {r.invocation_id for r in runs if r.invocation_id}
+    invocation_ids.update(orphans)
     invocation_ids -= set(owned_invocations)
     if not runs and not invocation_ids:
         return 0
@@ -226,19 +224,19 @@ async def reap_stale(
     stale = [
         r
         for r in runs
-        if r["id"] not in owned_runs
-        and now - float(r["fired_at"]) > stale_after(r["timeout_sec"], deadline_seconds)
+        if r.id not in owned_runs
+        and now - float(r.fired_at) > stale_after(r.timeout_sec, deadline_seconds)
         and not _alive(r)
     ]
     invocations = await store.invocations_started_before(conn, cutoff)
-    stale_ids = {r["id"] for r in stale}
-    live_ids = {r["id"] for r in runs} - stale_ids
+    stale_ids = {r.id for r in stale}
+    live_ids = {r.id for r in runs} - stale_ids
     invocation_ids = {
-        i["id"]
+        i.id
         for i in invocations
-        if i["schedule_run_id"] not in live_ids and i["schedule_run_id"] not in owned_runs
+        if i.schedule_run_id not in live_ids and i.schedule_run_id not in owned_runs
     }
-    invocation_ids.update(r["invocation_id"] for r in stale if r["invocation_id"])
+    invocation_ids.update(r.invocation_id for r in stale if r.invocation_id)
     if not stale and not invocation_ids:
         return 0
     return await _terminalize(

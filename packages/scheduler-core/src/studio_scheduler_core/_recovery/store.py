@@ -7,6 +7,7 @@ backend implements these reads (and replaces the checkpoint with its own mainten
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
@@ -14,47 +15,72 @@ import aiosqlite
 from studio_state import backend_of, connect, fetch_all, fetch_ids_in
 
 
-async def unleased_running_runs(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class RunningRun:
+    """A scheduled run (no lease) still ``running``, with its recorded child."""
+
+    id: str
+    invocation_id: str | None
+    child_pid: int | None
+    child_started_at: float | None
+    fired_at: float = 0.0
+    timeout_sec: int | None = None
+    """Its schedule's own ``timeout_sec`` (``None``: none, or the schedule is gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningInvocation:
+    """A ``running`` invocation and the run it belongs to (``None``: no run)."""
+
+    id: str
+    schedule_run_id: str | None
+
+
+async def unleased_running_runs(conn: aiosqlite.Connection) -> list[RunningRun]:
     """Scheduled runs (no lease) still ``running``, with their recorded child."""
-    return await fetch_all(
+    rows = await fetch_all(
         conn,
         "SELECT id, invocation_id, child_pid, child_started_at FROM schedule_runs "
         "WHERE status = 'running' AND leased_by IS NULL",
     )
+    return [RunningRun(**row) for row in rows]
 
 
-async def unleased_running_invocations(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
+async def unleased_running_invocations(conn: aiosqlite.Connection) -> list[str]:
     """Ids of ``running`` invocations whose run is gone or not leased."""
-    return await fetch_all(
+    rows = await fetch_all(
         conn,
         "SELECT i.id FROM invocations i LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
         "WHERE i.status = 'running' AND (r.id IS NULL OR r.leased_by IS NULL)",
     )
+    return [str(row["id"]) for row in rows]
 
 
-async def runs_fired_before(conn: aiosqlite.Connection, cutoff: float) -> list[dict[str, Any]]:
+async def runs_fired_before(conn: aiosqlite.Connection, cutoff: float) -> list[RunningRun]:
     """Scheduled runs still ``running`` that fired before ``cutoff``, with their child and
-    their schedule's own ``timeout_sec`` (NULL when it has none, or the schedule is gone)."""
-    return await fetch_all(
+    their schedule's own ``timeout_sec``."""
+    rows = await fetch_all(
         conn,
         "SELECT r.id, r.invocation_id, r.child_pid, r.child_started_at, r.fired_at, "
         "s.timeout_sec FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id "
         "WHERE r.status = 'running' AND r.leased_by IS NULL AND r.fired_at < ?",
         (cutoff,),
     )
+    return [RunningRun(**row) for row in rows]
 
 
 async def invocations_started_before(
     conn: aiosqlite.Connection, cutoff: float
-) -> list[dict[str, Any]]:
+) -> list[RunningInvocation]:
     """``running`` invocations (of no run, or of an unleased one) started before ``cutoff``."""
-    return await fetch_all(
+    rows = await fetch_all(
         conn,
         "SELECT i.id, i.schedule_run_id FROM invocations i "
         "LEFT JOIN schedule_runs r ON r.id = i.schedule_run_id "
         "WHERE i.status = 'running' AND i.started_at < ? AND (r.id IS NULL OR r.leased_by IS NULL)",
         (cutoff,),
     )
+    return [RunningInvocation(**row) for row in rows]
 
 
 async def ended_run_invocations(conn: aiosqlite.Connection, ids: list[str]) -> set[str]:
