@@ -269,6 +269,10 @@ class _Traced:
         setattr(self._real, name, value)
 
     def execute(self, sql: str, params: Any = ()) -> Any:
+        if sql == "COMMIT":
+            # studio-state ends a transaction with a cached SQL COMMIT, not commit()
+            self.commit()
+            return None
         begun = time.perf_counter()
         cursor = self._real.execute(sql, params)
         ended = time.perf_counter()
@@ -286,7 +290,8 @@ class _Traced:
 
     def commit(self) -> None:
         begun = time.perf_counter()
-        self._real.commit()
+        if self._real.in_transaction:
+            self._real.execute("COMMIT")
         ended = time.perf_counter()
         cpu = time.thread_time() - self._cpu
         if self._open is None:
