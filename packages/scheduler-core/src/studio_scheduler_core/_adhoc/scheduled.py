@@ -13,6 +13,7 @@ from typing import Any
 
 from .._fire.env import FireEnv, Prepared
 from .._fire.waiting import prepare_row
+from .._records.run import Run
 from .._schedules.store import get_schedule
 
 
@@ -37,4 +38,4 @@ async def prepare_scheduled(env: FireEnv, run: Mapping[str, Any]) -> Prepared | 
     schedule = await get_schedule(env.conn, str(run["schedule_id"]))
     if schedule is None:
         return None
-    return await prepare_row(env, schedule, run, kind=kind_of(run))
+    return await prepare_row(env, schedule, Run.from_row(run), kind=kind_of(run))

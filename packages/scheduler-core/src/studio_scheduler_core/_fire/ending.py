@@ -14,13 +14,12 @@ server too; on PostgreSQL the canceller reports it (:func:`outcome_event` with n
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import aiosqlite
 
 from .._observe.events import emit
 from .._observe.store import read_waiting_cancels, transition_position
+from .._records.run import Run
 from . import store
 from .env import FireEnv, Outcome, Prepared
 
@@ -71,14 +70,14 @@ async def report_end(env: FireEnv, fire: Prepared, outcome: Outcome, started: fl
     status, reason_code, exit_code = outcome.status, outcome.reason_code, outcome.exit_code
     if not outcome.applied:
         try:
-            row = await store.load_run(env.conn, fire.run_id)
+            row = await store.read_run(env.conn, fire.run_id)
         except Exception as exc:  # the event must never break the run's end
             logger.warning("reading the end of run %s failed: %s", fire.run_id, exc)
             return
         if not ended_by_operator(row):
             return
         assert row is not None
-        status, reason_code, exit_code = str(row["status"]), OPERATOR_CANCELLED, None
+        status, reason_code, exit_code = row.status, OPERATOR_CANCELLED, None
     outcome_event(
         run_id=fire.run_id,
         schedule_id=fire_schedule_id(fire),
@@ -90,12 +89,12 @@ async def report_end(env: FireEnv, fire: Prepared, outcome: Outcome, started: fl
     )
 
 
-def ended_by_operator(row: Mapping[str, Any] | None) -> bool:
-    """Whether the run row was ended by an operator's cancel."""
+def ended_by_operator(run: Run | None) -> bool:
+    """Whether the run was ended by an operator's cancel."""
     return (
-        row is not None
-        and row["status"] == "cancelled"
-        and row["status_reason_code"] == OPERATOR_CANCELLED
+        run is not None
+        and run.status == "cancelled"
+        and run.status_reason_code == OPERATOR_CANCELLED
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .._admission.gates import Reservation
 from .._observe.events import emit
+from .._records.run import Run
 from .._records.schedule import Schedule
 from .commit import commit_batch
 from .env import FireEnv, Prepared
@@ -199,7 +200,7 @@ class Waiting:
     buffered occurrence (``waiting_dependency``); ``fired`` is the (reason code, summary) of
     its start and ``lag`` the seconds its fire event reports."""
 
-    row: Mapping[str, Any]
+    row: Run
     kind: str
     previous: str
     fired: tuple[str, str]

@@ -17,7 +17,7 @@ import aiosqlite
 
 from studio_state import Transition, new_id, record_transitions
 
-from .._records.codec import decode_run
+from .._records.run import Run
 from .._records.schedule import Action, Schedule
 from .._records.terminal import clip
 from .._schedules.store import get_schedule, insert_run_row, set_enabled
@@ -126,10 +126,9 @@ async def retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
     return await store.retry_planned(conn, run_id)
 
 
-async def due_retries(conn: aiosqlite.Connection, now: float) -> list[dict[str, Any]]:
-    """``retry_wait`` rows whose backoff has passed, oldest first."""
-    rows = await store.due_retries(conn, now, DUE_BATCH)
-    return [decode_run(row) for row in rows]
+async def due_retries(conn: aiosqlite.Connection, now: float) -> list[Run]:
+    """``retry_wait`` runs whose backoff has passed, oldest first."""
+    return await store.due_retries(conn, now, DUE_BATCH)
 
 
 async def next_retry_at(conn: aiosqlite.Connection) -> float | None:
@@ -144,20 +143,20 @@ async def pause_after_last_attempt(
     top-level run ``run_id`` failed or timed out with no attempt left and the schedule pauses
     on failure. Returns whether it was disabled."""
     run = await store.retry_lineage(conn, run_id)
-    if run is None or run["chain_depth"] != 0 or run["status"] not in RETRYABLE:
+    if run is None or run.chain_depth != 0 or run.status not in RETRYABLE:
         return False
     schedule = await get_schedule(conn, schedule_id)
     if schedule is None or not schedule.pause_on_failure or not schedule.enabled:
         return False
     if await retry_planned(conn, run_id):
         return False
-    attempts = run["attempt"] or 1
+    attempts = run.attempt or 1
     return await set_enabled(
         conn,
         schedule_id,
         enabled=False,
         reason_code=DISABLED_FAILURE,
-        reason_summary=clip(f"run {run_id} ended {run['status']} after {attempts} attempt(s)"),
+        reason_summary=clip(f"run {run_id} ended {run.status} after {attempts} attempt(s)"),
         now=now,
-        metadata={"run_id": run_id, "status": run["status"], "attempts": attempts},
+        metadata={"run_id": run_id, "status": run.status, "attempts": attempts},
     )

@@ -16,7 +16,6 @@ from typing import Any
 
 from .._admission.gates import MAX_RUNS, Reservation
 from .._admission.store import fired_run_count
-from .._records.codec import run_record
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
 from .._schedules.store import get_schedule, set_enabled
 from ..abc import RunTerminalHook
@@ -180,9 +179,9 @@ class FireRunner:
                     self._env.conn, fire.run_id, sid, now=self._env.clock()
                 )
             if self._on_terminal is not None:
-                row = await store.load_run(self._env.conn, fire.run_id)
+                row = await store.read_run(self._env.conn, fire.run_id)
                 if row is not None:
-                    await self._on_terminal(self._env.conn, fire.schedule, run_record(row))
+                    await self._on_terminal(self._env.conn, fire.schedule, row)
         except Exception:
             logger.exception("terminal bookkeeping of run %s failed", fire.run_id)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
@@ -18,7 +19,8 @@ import aiosqlite
 from studio_state import fetch_one, run_sync, run_write_transaction
 
 from .._notify.store import retry_planned as retry_planned
-from .._records.codec import dumps
+from .._records.codec import dumps, run_record
+from .._records.run import Run
 from .._schedules.store import (
     INSERTED_JSON_COLUMNS,
 )
@@ -219,8 +221,15 @@ def notify_configured_sync(db: sqlite3.Connection, run_id: str) -> bool:
 
 
 async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
-    """The raw ``schedule_runs`` row, or ``None``."""
+    """The raw ``schedule_runs`` row, or ``None`` (the cancel's guarded read; the fire path
+    reads :func:`read_run`'s record)."""
     return await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
+
+
+async def read_run(conn: aiosqlite.Connection, run_id: str) -> Run | None:
+    """The run's record, or ``None``."""
+    row = await load_run(conn, run_id)
+    return None if row is None else run_record(row)
 
 
 async def record_child(
@@ -273,14 +282,14 @@ async def run_invocation(conn: aiosqlite.Connection, run_id: str) -> str | None:
 # for the fire path).
 
 
-async def due_retries(conn: aiosqlite.Connection, now: float, limit: int) -> list[dict[str, Any]]:
-    """Raw ``retry_wait`` rows whose backoff has passed, oldest first."""
+async def due_retries(conn: aiosqlite.Connection, now: float, limit: int) -> list[Run]:
+    """``retry_wait`` runs whose backoff has passed, oldest first."""
     rows = await conn.execute_fetchall(
         "SELECT * FROM schedule_runs WHERE status = 'retry_wait' AND queued_at <= ? "
         "ORDER BY queued_at, id LIMIT ?",
         (now, limit),
     )
-    return [dict(row) for row in rows]
+    return [run_record(dict(row)) for row in rows]
 
 
 async def next_retry_at(conn: aiosqlite.Connection) -> float | None:
@@ -291,21 +300,31 @@ async def next_retry_at(conn: aiosqlite.Connection) -> float | None:
     return None if row is None or row["at"] is None else float(row["at"])
 
 
-async def waiting_runs(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
-    """Raw buffered (``waiting_dependency``) rows, oldest first."""
+async def waiting_runs(conn: aiosqlite.Connection, limit: int) -> list[Run]:
+    """Buffered (``waiting_dependency``) runs, oldest first."""
     rows = await conn.execute_fetchall(
         "SELECT * FROM schedule_runs WHERE status = 'waiting_dependency' "
         "ORDER BY created_at, rowid LIMIT ?",
         (limit,),
     )
-    return [dict(row) for row in rows]
+    return [run_record(dict(row)) for row in rows]
 
 
-async def retry_lineage(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """A run's status, chain depth and attempt (``None``: its first)."""
+
+    status: str
+    chain_depth: int
+    attempt: int | None
+
+
+async def retry_lineage(conn: aiosqlite.Connection, run_id: str) -> Lineage | None:
     """A run's status, chain depth and attempt, or ``None``."""
-    return await fetch_one(
+    row = await fetch_one(
         conn, "SELECT status, chain_depth, attempt FROM schedule_runs WHERE id = ?", (run_id,)
     )
+    return None if row is None else Lineage(**row)
 
 
 async def chain_statuses(conn: aiosqlite.Connection, parent_id: str | None) -> list[str]:

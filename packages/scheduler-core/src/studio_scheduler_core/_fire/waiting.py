@@ -26,6 +26,7 @@ from studio_state import (
 
 from .._notify.service import notify_run
 from .._records.codec import dumps
+from .._records.run import Run
 from .._records.schedule import Schedule
 from .._records.terminal import StatusChange, apply, clip
 from .._schedules.followups import follow_up_action
@@ -35,17 +36,15 @@ from .env import FireEnv, Prepared
 from .prepare import prepare
 
 
-async def prepare_row(
-    env: FireEnv, schedule: Schedule, row: Mapping[str, Any], *, kind: str
-) -> Prepared:
+async def prepare_row(env: FireEnv, schedule: Schedule, row: Run, *, kind: str) -> Prepared:
     """Prepare a stored run row (a due attempt, a buffered occurrence, a claimed queued fire):
     the schedule's action, or a follow-up's (its chain replayed from its ancestors'
     statuses)."""
-    context = row["trigger_context"] or {}
-    depth = int(row["chain_depth"] or 0)
+    context = row.trigger_context if isinstance(row.trigger_context, Mapping) else {}
+    depth = row.chain_depth or 0
     if depth == 0:
-        return prepare(env, schedule, context, kind=kind, run_id=str(row["id"]))
-    parent = row["chain_parent_id"]
+        return prepare(env, schedule, context, kind=kind, run_id=row.id)
+    parent = row.chain_parent_id
     statuses = await store.chain_statuses(env.conn, parent)
     action = follow_up_action(schedule, statuses) if len(statuses) == depth else None
     fire = prepare(
@@ -53,7 +52,7 @@ async def prepare_row(
         action or schedule,
         context,
         kind=kind,
-        run_id=str(row["id"]),
+        run_id=row.id,
         chain_depth=depth,
         chain_parent_id=parent,
     )

@@ -11,9 +11,8 @@ with nothing in flight, through the gates (budget, max_runs, the global slot).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from studio_state import write_transaction
 
@@ -23,7 +22,7 @@ from .._fire.env import FireEnv
 from .._fire.occurrence import ScheduleClaim, skipped_run, write_skip
 from .._fire.pipeline import StartFire, Waiting, fire_waiting
 from .._notify.service import notify_run
-from .._records.codec import decode_run
+from .._records.run import Run
 from .._records.terminal import StatusChange, apply
 from .._schedules.buffer import (
     BUFFER_FULL,
@@ -170,9 +169,8 @@ class OverlapPolicies:
         rows = await store.waiting_runs(self._env.conn, 1000)
         seen: set[str] = set()
         started = 0
-        for raw in rows:
-            row = decode_run(raw)
-            sid = str(row["schedule_id"])
+        for row in rows:
+            sid = str(row.schedule_id)
             if sid in seen or self._admission.in_flight(sid):
                 continue
             seen.add(sid)
@@ -180,7 +178,7 @@ class OverlapPolicies:
                 started += 1
         return started
 
-    async def _start_one(self, sid: str, row: dict[str, Any], now: float) -> bool:
+    async def _start_one(self, sid: str, row: Run, now: float) -> bool:
         conn = self._env.conn
         schedule = await get_schedule(conn, sid)
         if schedule is None:
@@ -199,7 +197,7 @@ class OverlapPolicies:
                     [
                         StatusChange(
                             "schedule_runs",
-                            str(row["id"]),
+                            row.id,
                             "skipped",
                             decision.reason_code,
                             decision.message,
@@ -221,7 +219,8 @@ class OverlapPolicies:
                     metadata=decision.metadata,
                 )
             return False
-        backfill = bool((row["trigger_context"] or {}).get("backfill"))
+        context = row.trigger_context if isinstance(row.trigger_context, Mapping) else {}
+        backfill = bool(context.get("backfill"))
         waiting = Waiting(
             row,
             kind="scheduled",

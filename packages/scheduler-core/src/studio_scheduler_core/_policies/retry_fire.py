@@ -26,7 +26,7 @@ async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire,
     how many started."""
     started = 0
     for row in await due_retries(env.conn, now):
-        schedule = await get_schedule(env.conn, str(row["schedule_id"]))
+        schedule = await get_schedule(env.conn, str(row.schedule_id))
         if schedule is None:
             continue  # deleted meanwhile: its runs go with it
         reservation = admission.reserve_retry(schedule.id, now=now)
@@ -37,7 +37,7 @@ async def fire_due_retries(env: FireEnv, admission: Admission, start: StartFire,
             kind="retry",
             previous="retry_wait",
             fired=(RETRY_FIRED, "the retry's backoff has passed"),
-            lag=max(0.0, now - float(row["queued_at"] or now)),
+            lag=max(0.0, now - float(row.queued_at or now)),
         )
         if await fire_waiting(env, schedule, waiting, reservation, start) is not None:
             started += 1
