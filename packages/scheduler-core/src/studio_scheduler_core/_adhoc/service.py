@@ -148,8 +148,11 @@ class AdhocRunService:
         """The validated ``{"action", "concurrency_key"}`` ``enqueue`` would store."""
         return normalize_adhoc(data, settings=self._settings, now=self._clock())
 
-    async def enqueue(self, data: Mapping[str, Any]) -> Run:
+    async def enqueue(self, data: Mapping[str, Any], *, actor: str | None = None) -> Run:
         """Validate and insert a ``queued`` run; return the run.
+
+        ``actor``: the operator who queued it, named on its transition row (default: the
+        service's own name).
 
         ``data`` holds the schedule action fields (``action_kind``, ``action_model``, …) and
         optionally ``concurrency_key``. Raises :class:`ScheduleValidationError` (nothing
@@ -181,7 +184,7 @@ class AdhocRunService:
                 status="queued",
                 reason_code=ENQUEUED,
                 reason_summary=summary,
-                actor="adhoc_service",
+                actor=actor or "adhoc_service",
                 metadata={"concurrency_key": accepted["concurrency_key"]},
                 now=now,
             )
@@ -219,9 +222,10 @@ class AdhocRunService:
             counted_adhoc=True,
         )
 
-    async def cancel(self, run_id: str) -> Run:
+    async def cancel(self, run_id: str, *, actor: str | None = None) -> Run:
         """Cancel a queued, waiting or running run of any kind; return the run (now
-        ``cancelled``).
+        ``cancelled``). ``actor``: the operator who cancelled it, named on the transition
+        rows (default ``operator``).
 
         Ad-hoc, scheduled and follow-up runs alike: a running run's child process group (and
         every descendant) is terminated before this returns when this process can reach it
@@ -236,6 +240,7 @@ class AdhocRunService:
         its own terminal write finds the cancel (wherever the cancel was made).
         """
         now = self._clock()
+        who = actor or "operator"
         async with write_transaction(self._conn):
             row = await fire_store.load_run(self._conn, run_id)
             if row is None:
@@ -249,7 +254,7 @@ class AdhocRunService:
                 guards = {"leased_by": row["leased_by"], "lease_attempts": row["lease_attempts"]}
             changes = [
                 StatusChange(
-                    "schedule_runs", run_id, "cancelled", CANCELLED, summary, "operator", now,
+                    "schedule_runs", run_id, "cancelled", CANCELLED, summary, who, now,
                     previous=status, sets={"ended_at": now}, guards=guards,
                     metadata={"leased_by": row["leased_by"], "child_pid": row["child_pid"]},
                 )
@@ -258,7 +263,7 @@ class AdhocRunService:
                 changes.append(
                     StatusChange(
                         "invocations", row["invocation_id"], "cancelled", CANCELLED, summary,
-                        "operator", now, sets={"ended_at": now},
+                        who, now, sets={"ended_at": now},
                         evidence_refs=[{"kind": "schedule_run", "id": run_id}],
                     )
                 )  # fmt: skip

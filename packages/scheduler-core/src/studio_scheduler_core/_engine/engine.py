@@ -232,8 +232,9 @@ class SchedulerEngine(EngineLoop):
         self._waker.wake()
 
     # -- manual fire ------------------------------------------------------------------------
-    async def fire_now(self, schedule_id: str) -> str:
+    async def fire_now(self, schedule_id: str, *, actor: str | None = None) -> str:
         """Fire the schedule now; return the run id (the run row exists when this returns).
+        ``actor``: the operator who fired it (the run's transition rows name them).
 
         Budget, max_runs and the global slot apply (overlap and threshold do not); a refusal
         raises :class:`FireRefused` with the gate's reason code and nothing is written. An
@@ -242,7 +243,7 @@ class SchedulerEngine(EngineLoop):
         run = self._started()
         if not self._leading:
             raise refuse_on_follower(self.node_id)
-        run_id = await fire_manually(run, schedule_id, now=self.clock())
+        run_id = await fire_manually(run, schedule_id, now=self.clock(), actor=actor)
         self.wake()
         return run_id
 

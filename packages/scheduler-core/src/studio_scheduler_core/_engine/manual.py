@@ -23,8 +23,13 @@ def refuse_on_follower(node_id: str) -> FireRefused:
     )
 
 
-async def fire_manually(run: Running, schedule_id: str, *, now: float) -> str:
+async def fire_manually(
+    run: Running, schedule_id: str, *, now: float, actor: str | None = None
+) -> str:
     """Fire the schedule now on the leading engine's ``run``; return the run id.
+
+    ``actor``, the operator who fired it, goes in the trigger context; the run's transition
+    rows name them.
 
     Budget, max_runs and the global slot apply (overlap and threshold do not); a refusal
     raises :class:`FireRefused` with the gate's reason code and nothing is written.
@@ -38,7 +43,7 @@ async def fire_manually(run: Running, schedule_id: str, *, now: float) -> str:
     fired = await fire(
         run.env,
         schedule,
-        {"manual": True, "fired_at": now},
+        {"manual": True, "fired_at": now} | ({"actor": actor} if actor else {}),
         kind="manual",
         claim=lambda: ScheduleClaim("manual", schedule_id),
         reservation=decision.reservation,

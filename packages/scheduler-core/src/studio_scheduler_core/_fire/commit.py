@@ -65,6 +65,13 @@ async def commit_batch(env: FireEnv, fires: Sequence[tuple[Prepared, ScheduleCla
     return await run_to_completion(commit_and_track())
 
 
+def fire_actor(fire: Prepared) -> str:
+    """Who a fire's transition rows name: the operator of a manual fire (its trigger
+    context's ``actor``), otherwise the engine (``scheduler``)."""
+    actor = fire.trigger_context.get("actor") if fire.kind == "manual" else None
+    return str(actor) if actor else "scheduler"
+
+
 def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
     """The rows a prepared fire writes: a ``running`` run and invocation (``failed`` when its
     setup was refused) and their transition rows."""
@@ -73,6 +80,7 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
     failed = fire.setup_error is not None
     run_status = "failed" if failed else "running"
     fired_reason = FIRED_REASON[fire.kind]
+    who = fire_actor(fire)
     reason_code, summary = (
         fire.setup_error
         if fire.setup_error is not None
@@ -107,7 +115,7 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
             reason_code=fired_reason,
             reason_summary=FIRED_SUMMARY[fire.kind],
             evidence_refs=[{"kind": "schedule", "id": sid}],
-            actor="scheduler",
+            actor=who,
             metadata=meta,
             created_at=now,
         ),
@@ -117,7 +125,7 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
             status="running",
             reason_code="run.started.ok",
             evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
-            actor="scheduler",
+            actor=who,
             created_at=now,
         ),
     ]
@@ -130,7 +138,7 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
                 status="failed",
                 reason_code=reason_code,
                 reason_summary=clip(summary),
-                actor="scheduler",
+                actor=who,
                 created_at=now,
             )
             for t in transitions
@@ -191,7 +199,7 @@ def queued_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
         reason_code=fired_reason,
         reason_summary=summary,
         evidence_refs=refs,
-        actor="scheduler",
+        actor=fire_actor(fire),
         metadata={"trigger_context": fire.trigger_context, "chain_depth": fire.chain_depth},
         created_at=now,
     )

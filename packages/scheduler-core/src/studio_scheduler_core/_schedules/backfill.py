@@ -95,9 +95,11 @@ async def backfill(
     *,
     now: float,
     timezone: str,
+    actor: str | None = None,
 ) -> int:
     """Queue the schedule's occurrences in [start, end) (``start < end <= now``); returns how
-    many runs were queued. :class:`FireRefused` (409) for a disabled schedule."""
+    many runs were queued. :class:`FireRefused` (409) for a disabled schedule. ``actor``: the
+    operator who asked (each queued run's transition row names them)."""
     tz = schedule_zone(schedule, timezone)
     first = parse_instant("start", start, tz)
     last = parse_instant("end", end, tz)
@@ -146,7 +148,7 @@ async def backfill(
                     reason_code=BACKFILL_QUEUED,
                     reason_summary=summary,
                     evidence_refs=[{"kind": "schedule", "id": sid}],
-                    actor="schedule_service",
+                    actor=actor or "schedule_service",
                     metadata={"due_at": due},
                     created_at=now,
                 )

@@ -46,6 +46,11 @@ Schedules = list[Schedule]
 Runs = list[Run]
 """A page of runs."""
 
+SERVICE_ACTOR = "schedule_service"
+"""The actor of a change made without naming an operator (one of Studio's own names)."""
+UPDATED = "schedule.updated.operator"
+"""A schedule's stored fields changed (``metadata.fields`` names them)."""
+
 _CADENCE_FIELDS = frozenset(
     {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone"}
 )
@@ -78,11 +83,13 @@ class ScheduleService:
         row["next_fire_at"] = first_fire_at(row, now=now, timezone=self._settings.timezone)
         return row
 
-    async def create(self, data: Mapping[str, Any]) -> Schedule:
+    async def create(self, data: Mapping[str, Any], *, actor: str | None = None) -> Schedule:
         """Validate and store a new schedule (``data``: its input fields); return it as stored.
 
-        Raises :class:`ScheduleValidationError` (naming the field) or
-        :class:`ScheduleNameTaken`; nothing is written then.
+        ``actor`` (here and in every write below): the operator making the change, named on
+        its transition row (default: the service's own name). Raises
+        :class:`ScheduleValidationError` (naming the field) or :class:`ScheduleNameTaken`;
+        nothing is written then.
         """
         now = self._clock()
         row = normalize(data, settings=self._settings, now=now)
@@ -104,7 +111,7 @@ class ScheduleService:
                 status="enabled" if row["enabled"] else "disabled",
                 reason_code="schedule.created",
                 reason_summary=f"schedule {row['name']!r} created",
-                actor="schedule_service",
+                actor=actor or SERVICE_ACTOR,
                 now=now,
             )
         self._changed()
@@ -140,8 +147,14 @@ class ScheduleService:
             self._conn, enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
         )
 
-    async def update(self, schedule_id: str, changes: Mapping[str, Any]) -> Schedule:
-        """Apply ``changes`` (create-model fields) after validating the merged row."""
+    async def update(
+        self, schedule_id: str, changes: Mapping[str, Any], *, actor: str | None = None
+    ) -> Schedule:
+        """Apply ``changes`` (create-model fields) after validating the merged row.
+
+        A change of any stored field writes a ``schedule.updated.operator`` transition row
+        naming the changed fields (``metadata.fields``); enabling or disabling writes its own
+        ``schedule.enabled.manual``/``schedule.disabled.manual`` row instead."""
         if not isinstance(changes, Mapping):
             raise ScheduleValidationError("changes", "must be an object")
         for key in changes:
@@ -170,8 +183,23 @@ class ScheduleService:
             if "github_repo" in diff or "github_filter" in diff:
                 diff["github_etag"] = None  # the stored ETag answered another listing
             if diff:
+                fields = sorted(k for k in diff if k != "github_etag")
                 diff["updated_at"] = now
                 await store.update_schedule(self._conn, schedule_id, diff)
+                if row["enabled"] == was_enabled:
+                    state = "enabled" if was_enabled else "disabled"
+                    await record_transition(
+                        self._conn,
+                        entity_type="schedule",
+                        entity_id=schedule_id,
+                        previous_status=state,
+                        status=state,
+                        reason_code=UPDATED,
+                        reason_summary=f"changed: {', '.join(fields)}",
+                        actor=actor or SERVICE_ACTOR,
+                        metadata={"fields": fields},
+                        now=now,
+                    )
             if row["enabled"] != was_enabled:
                 if not row["enabled"]:
                     await drop_buffered(self._conn, schedule_id, now=now)
@@ -184,7 +212,8 @@ class ScheduleService:
                     reason_code="schedule.enabled.manual"
                     if row["enabled"]
                     else "schedule.disabled.manual",
-                    actor="schedule_service",
+                    actor=actor or SERVICE_ACTOR,
+                    metadata={"fields": sorted(k for k in diff if k != "updated_at")},
                     now=now,
                 )
         self._changed()
@@ -211,7 +240,7 @@ class ScheduleService:
                     "budget_tokens", f"exhausted (used {tokens} of {budget_tokens}); raise it first"
                 )
 
-    async def enable(self, schedule_id: str) -> Schedule:
+    async def enable(self, schedule_id: str, *, actor: str | None = None) -> Schedule:
         """Enable the schedule (re-validated; refused when max_runs or the budget is used up).
 
         ``next_fire_at`` is re-armed from now for every trigger type.
@@ -230,13 +259,15 @@ class ScheduleService:
             enabled=True,
             reason_code="schedule.enabled.manual",
             next_fire_at=first_fire_at(schedule, now=now, timezone=self._settings.timezone),
-            actor="schedule_service",
+            actor=actor or SERVICE_ACTOR,
             now=now,
         )
         self._changed()
         return await self.get(schedule_id)
 
-    async def disable(self, schedule_id: str, reason: str | None = None) -> Schedule:
+    async def disable(
+        self, schedule_id: str, reason: str | None = None, *, actor: str | None = None
+    ) -> Schedule:
         """Disable the schedule (idempotent). In-flight runs are not interrupted."""
         text = check_disable_reason(reason)
         schedule = await self.get(schedule_id)
@@ -248,7 +279,7 @@ class ScheduleService:
                 reason_code="schedule.disabled.manual",
                 reason_summary=text,
                 disabled_reason=text or "manual",
-                actor="schedule_service",
+                actor=actor or SERVICE_ACTOR,
                 now=self._clock(),
             )
         return await self.get(schedule_id)
@@ -257,7 +288,9 @@ class ScheduleService:
         """Ids of the schedule's runs (follow-ups included) that are ``running`` now."""
         return await store.running_run_ids(self._conn, schedule_id)
 
-    async def delete(self, schedule_id: str, *, refuse_running: bool = False) -> None:
+    async def delete(
+        self, schedule_id: str, *, refuse_running: bool = False, actor: str | None = None
+    ) -> None:
         """Delete the schedule and its runs (their invocations and sessions stay).
 
         With ``refuse_running`` a schedule that has running runs is kept and
@@ -279,7 +312,7 @@ class ScheduleService:
                 status="deleted",
                 reason_code="schedule.deleted.manual",
                 reason_summary=f"schedule {schedule.name!r} deleted",
-                actor="schedule_service",
+                actor=actor or SERVICE_ACTOR,
                 now=now,
             )
         self._changed()
@@ -318,7 +351,9 @@ class ScheduleService:
         values = {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
         return RunWithChain(**values, chain_children=children)
 
-    async def backfill(self, schedule_id: str, start: Any, end: Any) -> int:
+    async def backfill(
+        self, schedule_id: str, start: Any, end: Any, *, actor: str | None = None
+    ) -> int:
         """Queue every occurrence in [start, end) (ISO 8601 or epoch; ``start < end <= now``,
         at most 1000) to run through the gates with ``trigger_context.backfill``; returns how
         many runs were queued. :class:`FireRefused` when the schedule is disabled."""
@@ -330,6 +365,7 @@ class ScheduleService:
             end,
             now=self._clock(),
             timezone=self._settings.timezone,
+            actor=actor,
         )
         self._changed()
         return queued

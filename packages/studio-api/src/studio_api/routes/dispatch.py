@@ -75,7 +75,7 @@ _DEDUP_HIT: dict[int | str, dict[str, Any]] = {
     responses={**responses(), **_DEDUP_HIT},
 )
 async def enqueue_dispatch(
-    engine: EngineDep, body: DispatchCreate, response: Response
+    engine: EngineDep, request: Request, body: DispatchCreate, response: Response
 ) -> DispatchCreated:
     """Enqueue a dispatch (the arguments of ``studio_outbox.enqueue_dispatch``): 201 with its
     id, or 200 with ``created: false`` and the existing row's id when ``dedup_key`` is taken;
@@ -86,7 +86,7 @@ async def enqueue_dispatch(
         if body.dedup_key is not None:
             existing = await studio_outbox.dispatch_id_for_dedup_key(conn, body.dedup_key)
         dispatch_id = await studio_outbox.enqueue_dispatch(
-            conn, **body.model_dump(), clock=engine.clock, actor="api"
+            conn, **body.model_dump(), clock=engine.clock, actor=actor_of(request)
         )
     engine.wake()
     if existing is not None:
@@ -119,9 +119,9 @@ async def ack_dispatch(
 
 
 @router.post("/{dispatch_id}/retry", response_model=DispatchOut, responses=responses(404, 409))
-async def retry_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
+async def retry_dispatch(engine: EngineDep, request: Request, dispatch_id: str) -> DispatchOut:
     """Send a ``dead_letter`` or ``expired`` row again (409 from any other status)."""
-    await studio_outbox.retry_dispatch(engine.conn, dispatch_id)
+    await studio_outbox.retry_dispatch(engine.conn, dispatch_id, actor=actor_of(request))
     engine.wake()
     return await _get(engine.conn, dispatch_id)
 

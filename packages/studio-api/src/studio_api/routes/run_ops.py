@@ -25,6 +25,7 @@ from studio_scheduler_core import (
     run_log_path,
 )
 
+from .._auth_context import actor_of
 from .._deps import EngineDep, responses
 from .._models import RunOut
 from .._node_proxy import fetch_log, node_elsewhere, open_stream
@@ -185,9 +186,9 @@ async def run_log_stream(engine: EngineDep, request: Request, run_id: str) -> St
 @router.post(
     "/{run_id}/cancel", status_code=202, response_model=RunOut, responses=responses(404, 409)
 )
-async def cancel_run(engine: EngineDep, run_id: str) -> RunOut:
+async def cancel_run(engine: EngineDep, request: Request, run_id: str) -> RunOut:
     """Cancel a queued, running or waiting (``retry_wait``, ``waiting_dependency``) run of any
     kind: a running run's process group gets SIGTERM, 5 s, then SIGKILL (descendants too); a
     waiting one never starts. The run is ``cancelled`` (``run.cancelled.operator``). 409 with
     ``reason_code`` once it has ended."""
-    return RunOut.of_record(await engine.runs.cancel(run_id))
+    return RunOut.of_record(await engine.runs.cancel(run_id, actor=actor_of(request)))

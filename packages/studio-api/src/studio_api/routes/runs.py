@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from studio_scheduler_core import ADHOC_PAGE_KEY
 
+from .._auth_context import actor_of
 from .._cursor import decode_cursor, next_cursor
 from .._deps import EngineDep, ReadsDep, responses
 from .._models import SQLITE_INT_MAX, RunCreate, RunList, RunOut, RunStatus, TriggerOut
@@ -23,12 +24,12 @@ class AdhocRunCreate(RunCreate):
 
 
 @router.post("", status_code=202, response_model=TriggerOut, responses=responses())
-async def enqueue_run(engine: EngineDep, body: AdhocRunCreate) -> TriggerOut:
+async def enqueue_run(engine: EngineDep, request: Request, body: AdhocRunCreate) -> TriggerOut:
     """Queue an ad-hoc run (same action fields as a schedule, no trigger): 202 with its id.
 
     The host task worker claims it on the next tick; 422 names an invalid field.
     """
-    run = await engine.runs.enqueue(body.model_dump(exclude_none=True))
+    run = await engine.runs.enqueue(body.model_dump(exclude_none=True), actor=actor_of(request))
     return TriggerOut(run_id=run.id)
 
 
@@ -60,14 +61,14 @@ async def get_run(reads: ReadsDep, run_id: str) -> RunOut:
 
 
 @router.delete("/{run_id}", response_model=RunOut, responses=responses(404, 409))
-async def delete_run(engine: EngineDep, run_id: str) -> RunOut:
+async def delete_run(engine: EngineDep, request: Request, run_id: str) -> RunOut:
     """Cancel a queued or running ad-hoc run (a running one's process group is terminated);
     the run, ``cancelled``; 409 once it has ended."""
-    return RunOut.of_record(await engine.runs.cancel(run_id))
+    return RunOut.of_record(await engine.runs.cancel(run_id, actor=actor_of(request)))
 
 
 @router.post("/{run_id}/cancel", response_model=RunOut, responses=responses(404, 409))
-async def cancel_run(engine: EngineDep, run_id: str) -> RunOut:
+async def cancel_run(engine: EngineDep, request: Request, run_id: str) -> RunOut:
     """Cancel a queued or running run (its child is stopped; a waiting ``retry_wait`` or
     ``waiting_dependency`` run never starts); 409 once it has ended."""
-    return RunOut.of_record(await engine.runs.cancel(run_id))
+    return RunOut.of_record(await engine.runs.cancel(run_id, actor=actor_of(request)))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Request
 
 from studio_scheduler_core import RUN_PAGE_KEY, RunNotCancellable, RunNotFound
 
+from .._auth_context import actor_of
 from .._cursor import decode_cursor, next_cursor
 from .._deps import EngineDep, ReadsDep, ServiceDep, SettingsDep, responses
 from .._models import (
@@ -62,10 +63,13 @@ async def list_schedules(
 @router.post("", status_code=201, response_model=ScheduleOut, responses=responses(409))
 async def create_schedule(
     service: ServiceDep,
+    request: Request,
     body: Annotated[ScheduleCreate, Body(openapi_examples=SCHEDULE_CREATE_EXAMPLES)],
 ) -> ScheduleOut:
     """Create a schedule; 422 names the invalid field, 409 when the name is taken."""
-    return ScheduleOut.of_record(await service.create(body.model_dump(exclude_none=True)))
+    return ScheduleOut.of_record(
+        await service.create(body.model_dump(exclude_none=True), actor=actor_of(request))
+    )
 
 
 @router.get("/limits", response_model=LimitsOut, responses=responses())
@@ -89,10 +93,11 @@ async def get_schedule(reads: ReadsDep, schedule_id: str) -> ScheduleOut:
 
 @router.patch("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
 async def update_schedule(
-    service: ServiceDep, schedule_id: str, body: ScheduleUpdate
+    service: ServiceDep, request: Request, schedule_id: str, body: ScheduleUpdate
 ) -> ScheduleOut:
     """Change the fields sent (``null`` clears an optional field); the rest is kept."""
-    row = await service.update(schedule_id, body.model_dump(exclude_unset=True))
+    changes = body.model_dump(exclude_unset=True)
+    row = await service.update(schedule_id, changes, actor=actor_of(request))
     return ScheduleOut.of_record(row)
 
 
@@ -100,6 +105,7 @@ async def update_schedule(
 async def delete_schedule(
     engine: EngineDep,
     service: ServiceDep,
+    request: Request,
     schedule_id: str,
     force: Annotated[bool, Query(description="Cancel its running runs first")] = False,
 ) -> ScheduleOut:
@@ -108,30 +114,34 @@ async def delete_schedule(
     409 (``schedule.delete.running``) while it has running runs, unless ``force=true``:
     then those runs are cancelled (``run.cancelled.operator``) and the schedule deleted.
     """
+    actor = actor_of(request)
     row = await service.get(schedule_id)
     if force:
         for run_id in await service.running_run_ids(schedule_id):
             with contextlib.suppress(RunNotCancellable, RunNotFound):
-                await engine.runs.cancel(run_id)
-    await service.delete(schedule_id, refuse_running=True)
+                await engine.runs.cancel(run_id, actor=actor)
+    await service.delete(schedule_id, refuse_running=True, actor=actor)
     return ScheduleOut.of_record(row)
 
 
 @router.post("/{schedule_id}/enable", response_model=ScheduleOut, responses=responses(404, 409))
-async def enable_schedule(service: ServiceDep, schedule_id: str) -> ScheduleOut:
+async def enable_schedule(service: ServiceDep, request: Request, schedule_id: str) -> ScheduleOut:
     """Enable a schedule (its next fire time is recomputed)."""
-    return ScheduleOut.of_record(await service.enable(schedule_id))
+    return ScheduleOut.of_record(await service.enable(schedule_id, actor=actor_of(request)))
 
 
 @router.post("/{schedule_id}/disable", response_model=ScheduleOut, responses=responses(404, 409))
 async def disable_schedule(
     service: ServiceDep,
+    request: Request,
     schedule_id: str,
     body: Annotated[DisableRequest | None, Body()] = None,
 ) -> ScheduleOut:
     """Disable a schedule, optionally recording why (``{"reason": "..."}``)."""
     reason = body.reason if body is not None else None
-    return ScheduleOut.of_record(await service.disable(schedule_id, reason))
+    return ScheduleOut.of_record(
+        await service.disable(schedule_id, reason, actor=actor_of(request))
+    )
 
 
 @router.post(
@@ -140,9 +150,9 @@ async def disable_schedule(
     response_model=TriggerOut,
     responses=responses(404, 409),
 )
-async def trigger_schedule(engine: EngineDep, schedule_id: str) -> TriggerOut:
+async def trigger_schedule(engine: EngineDep, request: Request, schedule_id: str) -> TriggerOut:
     """Fire a schedule now: 202 with the run id, or 409 with the refusal's ``reason_code``."""
-    run_id = await engine.fire_now(schedule_id)
+    run_id = await engine.fire_now(schedule_id, actor=actor_of(request))
     engine.wake()
     return TriggerOut(run_id=run_id)
 
@@ -154,13 +164,14 @@ async def trigger_schedule(engine: EngineDep, schedule_id: str) -> TriggerOut:
     responses=responses(404, 409),
 )
 async def backfill_schedule(
-    service: ServiceDep, schedule_id: str, body: BackfillRequest
+    service: ServiceDep, request: Request, schedule_id: str, body: BackfillRequest
 ) -> BackfillOut:
     """Queue every occurrence in [start, end) (ISO 8601 or epoch; ``start < end <= now``, at
     most 1000): the engine runs them one at a time through the gates with
     ``trigger_context.backfill``. 409 (``schedule.backfill.disabled``) for a disabled
     schedule."""
-    return BackfillOut(runs=await service.backfill(schedule_id, body.start, body.end))
+    queued = await service.backfill(schedule_id, body.start, body.end, actor=actor_of(request))
+    return BackfillOut(runs=queued)
 
 
 @router.get("/{schedule_id}/runs", response_model=RunList, responses=responses(404))
