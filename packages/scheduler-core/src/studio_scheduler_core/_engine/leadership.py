@@ -10,6 +10,7 @@ and a follower takes a dead leader's place at its next attempt (every second).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,8 @@ from .lock import EngineLock
 
 if TYPE_CHECKING:
     from studio_state.postgres import LeaderElection
+
+logger = logging.getLogger("studio_scheduler_core")
 
 #: A follower tries the lock, and a leader confirms its session, this often (seconds), whatever
 #: the engine's ``tick_seconds``: failover after a leader's death takes about this long.
@@ -123,7 +126,11 @@ class PostgresLeadership:
             was = self.election.is_leader
             while True:
                 began = time.monotonic()
-                now = await self.election.tick()
+                try:
+                    now = await self.election.tick()
+                except Exception:  # never expected: the election reports failures as lost
+                    logger.exception("the leadership election failed; trying again")
+                    now = self.election.is_leader
                 if now != was:
                     on_change()
                 was = now
