@@ -11,7 +11,9 @@ beside it; 119 once a fire carries its ``Schedule`` (``Prepared.action``, an ad-
 (``load_schedule``) is gone; 111 once recovery's and the event reporters' partial-row reads
 are small frozen records (``RunningRun``, ``RunningInvocation``, ``WaitingCancel``,
 ``DeliveryOutcome``); 106 once the waiting rows a retry or a buffered occurrence starts from
-are ``Run`` records (``Waiting.row``, ``prepare_row``). Modules that parse a document (JSON-shaped input by nature: the
+are ``Run`` records (``Waiting.row``, ``prepare_row``); 102 once the github-health metric
+reads, the held fires a new leader restores and an invocation's start are typed too.
+Modules that parse a document (JSON-shaped input by nature: the
 schedule-set YAML) are the boundary itself and are listed, not counted.
 """
 
@@ -35,7 +37,7 @@ from studio_scheduler_core import (
 
 SRC = Path(studio_scheduler_core.__file__).parent
 DICT_ANY = re.compile(r"dict\[str, Any\]")
-CEILING = 106
+CEILING = 102
 """``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records),
 outside :data:`DOCUMENT_MODULES`."""
 DOCUMENT_MODULES = ("_schedules/sets/",)

@@ -37,10 +37,9 @@ async def restore_holds(admission: Admission, conn: aiosqlite.Connection) -> int
     hold yet (a new leader, or a restart); how many."""
     held = {r.run_id for fires in admission.running.values() for r in fires.values()}
     restored = 0
-    for row in await top_level_in_flight(conn):
-        run_id = str(row["id"])
-        if run_id in held:
+    for fire in await top_level_in_flight(conn):
+        if fire.run_id in held:
             continue
-        admission.restore(str(row["schedule_id"]), run_id, since=float(row["fired_at"]))
+        admission.restore(fire.schedule_id, fire.run_id, since=fire.fired_at)
         restored += 1
     return restored

@@ -6,7 +6,7 @@ invocation a report names, the ``sessions`` row it writes, the spend the budget 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiosqlite
 
@@ -32,15 +32,24 @@ async def unfinished(conn: aiosqlite.Connection, run_ids: Sequence[str]) -> set[
     )
 
 
-async def top_level_in_flight(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
+class HeldFire(NamedTuple):
+    """A top-level scheduled run that holds its slot: its id, schedule and fire time."""
+
+    run_id: str
+    schedule_id: str
+    fired_at: float
+
+
+async def top_level_in_flight(conn: aiosqlite.Connection) -> list[HeldFire]:
     """Top-level scheduled runs queued or running under a worker's lease: the fires a
     previous leader admitted that still hold their slot."""
-    return await fetch_all(
+    rows = await fetch_all(
         conn,
         "SELECT id, schedule_id, fired_at FROM schedule_runs "
         f"WHERE {_IN_FLIGHT} AND schedule_id IS NOT NULL AND chain_depth = 0 "
         "AND (status = 'queued' OR leased_by IS NOT NULL) ORDER BY fired_at, id",
     )
+    return [HeldFire(str(r["id"]), str(r["schedule_id"]), float(r["fired_at"])) for r in rows]
 
 
 async def fired_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
@@ -89,11 +98,12 @@ async def compact_counts(conn: aiosqlite.Connection) -> None:
         await fetch_value(conn, "SELECT adhoc_run_counts_compact()")
 
 
-async def invocation_start(conn: aiosqlite.Connection, invocation_id: str) -> dict[str, Any] | None:
-    """The invocation's ``id`` and ``started_at`` (``None``: no such invocation)."""
-    return await fetch_one(
+async def invocation_start(conn: aiosqlite.Connection, invocation_id: str) -> float | None:
+    """When the invocation started (``None``: no such invocation)."""
+    row = await fetch_one(
         conn, "SELECT id, started_at FROM invocations WHERE id = ?", (invocation_id,)
     )
+    return None if row is None else float(row["started_at"])
 
 
 async def insert_session(

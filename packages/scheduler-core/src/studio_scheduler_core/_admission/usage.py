@@ -55,8 +55,8 @@ async def report_usage(
     now = clock()
     session_id = new_id()
     async with write_transaction(conn):
-        invocation = await store.invocation_start(conn, invocation_id)
-        if invocation is None:
+        started_at = await store.invocation_start(conn, invocation_id)
+        if started_at is None:
             raise ScheduleValidationError(
                 "invocation_id", f"no invocation {invocation_id!r} in this database"
             )
@@ -68,7 +68,7 @@ async def report_usage(
             input_tokens=tokens_in,
             output_tokens=tokens_out,
             cost_usd=None if cost_usd is None else float(cost_usd),
-            started_at=invocation["started_at"],
+            started_at=started_at,
             ended_at=None if status == "running" else now,
             now=now,
         )

@@ -87,23 +87,20 @@ async def _pending_dispatch(
 async def _healthy_age(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    row = await store.stalest_github_poll(conn)
-    if row is None or row["since"] is None:
+    poll = await store.stalest_github_poll(conn)
+    if poll is None or poll.figure is None:
         return 0.0, {}
-    age = max(0.0, (now - float(row["since"])) / 60.0)
-    return age, {"github_schedule_id": row["id"], "github_repo": row["github_repo"]}
+    age = max(0.0, (now - poll.figure) / 60.0)
+    return age, {"github_schedule_id": poll.id, "github_repo": poll.github_repo}
 
 
 async def _consecutive_401(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
-    row = await store.most_401_github_poll(conn)
-    if row is None:
+    poll = await store.most_401_github_poll(conn)
+    if poll is None:
         return 0.0, {}
-    return float(row["n"] or 0), {
-        "github_schedule_id": row["id"],
-        "github_repo": row["github_repo"],
-    }
+    return poll.figure or 0.0, {"github_schedule_id": poll.id, "github_repo": poll.github_repo}
 
 
 MEASURES: dict[str, Measure] = {

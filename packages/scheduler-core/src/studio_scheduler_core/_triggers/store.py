@@ -9,7 +9,7 @@ test checks :data:`SQL` against SQLite's planner).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiosqlite
 
@@ -97,15 +97,32 @@ async def latency_at_rank(conn: aiosqlite.Connection, start: float, own: str, ra
     return float(value or 0.0)
 
 
-async def stalest_github_poll(conn: aiosqlite.Connection) -> dict[str, Any] | None:
-    """The watched github_poll schedule healthy longest ago: ``id``, ``github_repo``, ``since``."""
-    return await fetch_one(conn, SQL["github_poll_healthy_age_minutes"])
+class GithubPoll(NamedTuple):
+    """A watched github_poll schedule and the figure a metric reads of it."""
+
+    id: str
+    github_repo: str | None
+    figure: float | None
+    """Its last healthy poll (or creation) time, or its consecutive 401s."""
 
 
-async def most_401_github_poll(conn: aiosqlite.Connection) -> dict[str, Any] | None:
-    """The watched github_poll schedule with the most consecutive 401s: ``id``,
-    ``github_repo``, ``n``."""
-    return await fetch_one(conn, SQL["github_poll_consecutive_401"])
+async def _github_poll(conn: aiosqlite.Connection, statement: str) -> GithubPoll | None:
+    row = await fetch_one(conn, SQL[statement])
+    if row is None:
+        return None
+    figure = row.get("since", row.get("n"))
+    return GithubPoll(str(row["id"]), row["github_repo"], None if figure is None else float(figure))
+
+
+async def stalest_github_poll(conn: aiosqlite.Connection) -> GithubPoll | None:
+    """The watched github_poll schedule healthy longest ago (``figure``: since when)."""
+    return await _github_poll(conn, "github_poll_healthy_age_minutes")
+
+
+async def most_401_github_poll(conn: aiosqlite.Connection) -> GithubPoll | None:
+    """The watched github_poll schedule with the most consecutive 401s (``figure``: how
+    many)."""
+    return await _github_poll(conn, "github_poll_consecutive_401")
 
 
 async def stamp_evaluated(conn: aiosqlite.Connection, schedule_id: str, now: float) -> None:
