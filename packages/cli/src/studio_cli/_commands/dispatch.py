@@ -16,6 +16,7 @@ from .._context import open_db, resolve_db_path, run_async
 from .._errors import CliError
 from .._output import emit_json, fmt_time, print_record, print_rows, say, shorten
 from .._types import VocabularyChoice, parse_json_flag
+from ._actor import cli_actor
 from ._common import confirm_or_abort, db_option, json_option, limit_option, offset_option
 
 _COLUMNS = (
@@ -89,7 +90,7 @@ def enqueue(
                 body=decoded,
                 dedup_key=dedup_key,
                 ack_required=ack,
-                actor="cli",
+                actor=cli_actor(),
             )
             return dispatch_id, existing is None
 
@@ -222,7 +223,7 @@ def retry(dispatch_id: str, db: str | None, as_json: bool) -> None:
         from studio_outbox import get_dispatch, retry_dispatch
 
         async with open_db(db_path, outbox_only=True) as conn:
-            await retry_dispatch(conn, dispatch_id)
+            await retry_dispatch(conn, dispatch_id, actor=cli_actor())
             return await get_dispatch(conn, dispatch_id)
 
     row = run_async(_retry)
@@ -294,8 +295,6 @@ def _purge_many(
     status: str, before: str | None, dry_run: bool, yes: bool, db: str | None, as_json: bool
 ) -> None:
     """``purge --status``: count, confirm, then delete in batches (each row audited)."""
-    from ._actor import cli_actor
-
     cutoff = _instant("--before", before)
     db_path = resolve_db_path(db, existing=True)
     actor = cli_actor()

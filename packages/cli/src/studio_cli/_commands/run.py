@@ -29,6 +29,7 @@ from .._output import (
     shorten,
 )
 from .._types import VocabularyChoice, duration_option, read_text
+from ._actor import cli_actor
 from ._common import (
     db_option,
     is_final_status,
@@ -159,7 +160,7 @@ def _enqueue(data: dict[str, Any], opts: dict[str, Any]) -> None:
         from studio_scheduler_core import AdhocRunService
 
         async with open_db(db_path) as conn:
-            return await AdhocRunService(conn, settings=settings).enqueue(fields)
+            return await AdhocRunService(conn, settings=settings).enqueue(fields, actor=cli_actor())
 
     run = run_async(_queue)
     if opts.get("wait"):
@@ -353,7 +354,7 @@ def cancel(run_id: str, db: str | None, as_json: bool) -> None:
             found = await read_run_status(conn, run_id)
             if found is None:
                 raise RunNotFound(run_id)
-            return str(found["status"]), await service.cancel(run_id)
+            return str(found["status"]), await service.cancel(run_id, actor=cli_actor())
 
     before, row = run_async(_cancel)
     if as_json:

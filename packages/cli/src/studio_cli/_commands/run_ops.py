@@ -19,6 +19,7 @@ import click
 from .._context import open_db, resolve_db_path, run_async, scheduler_settings
 from .._errors import CliError
 from .._output import emit_json, note, say
+from ._actor import cli_actor
 from ._common import db_option, json_option, record_json
 from .remote_log import node_url, print_remote, stored_log
 
@@ -148,7 +149,7 @@ def cancel_runs(db_path: Path | str, run_ids: list[str]) -> list[Run]:
             service = AdhocRunService(conn, settings=scheduler_settings())
             for run_id in run_ids:
                 try:
-                    done.append(await service.cancel(run_id))
+                    done.append(await service.cancel(run_id, actor=cli_actor()))
                 except RunNotCancellable:
                     continue  # it ended meanwhile
         return done
@@ -164,7 +165,7 @@ def cancel_runs_strict(db_path: Path | str, run_id: str) -> tuple[Run]:
 
         async with open_db(db_path) as conn:
             service = AdhocRunService(conn, settings=scheduler_settings())
-            return (await service.cancel(run_id),)
+            return (await service.cancel(run_id, actor=cli_actor()),)
 
     return run_async(_cancel)
 

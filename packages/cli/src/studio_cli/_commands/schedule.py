@@ -16,6 +16,7 @@ from .._context import open_db, open_service, resolve_db_path, run_async, schedu
 from .._errors import CliError
 from .._output import emit_json, fmt_time, print_record, print_rows, say
 from .._types import VocabularyChoice
+from ._actor import cli_actor
 from ._common import (
     RUN_COLUMNS,
     SCHEDULE_COLUMNS,
@@ -140,7 +141,7 @@ def enable(schedule: str, db: str | None, as_json: bool) -> None:
     async def _enable() -> Schedule:
         async with open_service(db_path) as service:
             row = await service.resolve(schedule)
-            return await service.enable(row.id)
+            return await service.enable(row.id, actor=cli_actor())
 
     show_schedule_result("Enabled", run_async(_enable), as_json=as_json)
 
@@ -157,7 +158,7 @@ def disable(schedule: str, reason: str | None, db: str | None, as_json: bool) ->
     async def _disable() -> Schedule:
         async with open_service(db_path, validating=False) as service:
             row = await service.resolve(schedule)
-            return await service.disable(row.id, reason)
+            return await service.disable(row.id, reason, actor=cli_actor())
 
     show_schedule_result("Disabled", run_async(_disable), as_json=as_json)
 
@@ -184,7 +185,7 @@ def delete(schedule: str, yes: bool, force: bool, db: str | None, as_json: bool)
 
     async def _delete() -> Schedule:
         async with open_service(db_path, validating=False) as service:
-            await service.delete(row.id, refuse_running=True)
+            await service.delete(row.id, refuse_running=True, actor=cli_actor())
             return row
 
     run_async(_delete)

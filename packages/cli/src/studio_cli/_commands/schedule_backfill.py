@@ -8,6 +8,7 @@ import click
 
 from .._context import open_service, resolve_db_path, run_async
 from .._output import emit_json, say
+from ._actor import cli_actor
 from ._common import db_option, json_option
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def backfill(schedule: str, start: str, end: str, db: str | None, as_json: bool)
     async def _backfill() -> tuple[Schedule, int]:
         async with open_service(db_path) as service:
             row = await service.resolve(schedule)
-            return row, await service.backfill(row.id, start, end)
+            return row, await service.backfill(row.id, start, end, actor=cli_actor())
 
     row, runs = run_async(_backfill)
     if as_json:

@@ -16,6 +16,7 @@ import click
 from .._context import open_service, resolve_db_path, run_async, scheduler_settings
 from .._errors import FIELD_FLAGS, CliError
 from .._types import VocabularyChoice, duration_option, parse_json_flag, read_text
+from ._actor import cli_actor
 from ._common import db_option, json_option, show_schedule_result
 from ._notify_flags import NOTIFY_OPTIONS, new_notify, notify_changes
 from ._policy_flags import POLICY_CLEARABLE, POLICY_OPTIONS, merge_retry, policy_values
@@ -263,7 +264,7 @@ def create(name: str, disabled: bool, db: str | None, as_json: bool, **opts: Any
         async with open_service(db_path) as service:
             if "action_cwd" not in data and not _project_has_root(data):
                 data["action_cwd"] = str(Path.cwd().resolve())
-            return await service.create(data)
+            return await service.create(data, actor=cli_actor())
 
     schedule = run_async(_create)
     show_schedule_result("Created", schedule, as_json=as_json)
@@ -328,7 +329,7 @@ def update(
             merge_retry(changes, current.retry)
             if notify:  # the flags change those keys of the stored notify object
                 changes["notify"] = {**(current.notify or {}), **notify}
-            return await service.update(current.id, changes)
+            return await service.update(current.id, changes, actor=cli_actor())
 
     result = run_async(_update)
     show_schedule_result("Updated", result, as_json=as_json, fields=sorted(changes))
