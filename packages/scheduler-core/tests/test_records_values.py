@@ -12,8 +12,8 @@ beside it; 119 once a fire carries its ``Schedule`` (``Prepared.action``, an ad-
 are small frozen records (``RunningRun``, ``RunningInvocation``, ``WaitingCancel``,
 ``DeliveryOutcome``); 106 once the waiting rows a retry or a buffered occurrence starts from
 are ``Run`` records (``Waiting.row``, ``prepare_row``); 102 once the github-health metric
-reads, the held fires a new leader restores and an invocation's start are typed too.
-Modules that parse a document (JSON-shaped input by nature: the
+reads, the held fires a new leader restores and an invocation's start are typed too; 100
+once a run's notification reads its ``Run`` record (the body it builds stays JSON). Modules that parse a document (JSON-shaped input by nature: the
 schedule-set YAML) are the boundary itself and are listed, not counted.
 """
 
@@ -37,7 +37,7 @@ from studio_scheduler_core import (
 
 SRC = Path(studio_scheduler_core.__file__).parent
 DICT_ANY = re.compile(r"dict\[str, Any\]")
-CEILING = 102
+CEILING = 100
 """``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records),
 outside :data:`DOCUMENT_MODULES`."""
 DOCUMENT_MODULES = ("_schedules/sets/",)

@@ -27,6 +27,7 @@ from studio_outbox import enqueue_dispatch
 
 from .._exceptions import ScheduleValidationError
 from .._records.codec import _loads
+from .._records.run import Run
 from . import store
 
 NOTIFY_KEYS = ("deliver_to", "on", "ack_required", "max_attempts")
@@ -125,10 +126,12 @@ def _config(raw: Any) -> dict[str, Any] | None:
     return dict(value) if isinstance(value, Mapping) and value.get("deliver_to") else None
 
 
-async def _recovered(conn: aiosqlite.Connection, run: Mapping[str, Any]) -> bool:
+async def _recovered(conn: aiosqlite.Connection, run: Run) -> bool:
     """True when the latest earlier ended top-level run of the schedule failed or timed out
     (an attempt followed by a planned retry does not count: its series had not ended)."""
-    previous = await store.previous_series_status(conn, run["schedule_id"], run["id"])
+    if run.schedule_id is None:
+        return False
+    previous = await store.previous_series_status(conn, run.schedule_id, run.id)
     return previous in ("failed", "timed_out")
 
 
@@ -136,30 +139,30 @@ def _finite(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def run_body(run: Mapping[str, Any], schedule_name: str | None) -> dict[str, Any]:
-    """The notification body of a terminal run row (also what the recipes document)."""
-    fired, ended = _finite(run.get("fired_at")), _finite(run.get("ended_at"))
+def run_body(run: Run, schedule_name: str | None) -> dict[str, Any]:
+    """The notification body (JSON) of a terminal run (also what the recipes document)."""
+    fired, ended = _finite(run.fired_at), _finite(run.ended_at)
     # From the fire, as everywhere else: the child's recorded start is only good enough to
     # tell a process apart (its boot-time base has whole-second precision).
     duration = None if ended is None or fired is None else round(max(0.0, ended - fired), 3)
-    detail = run.get("error_detail")
+    detail = run.error_detail
     return {
-        "run_id": run["id"],
-        "schedule_id": run.get("schedule_id"),
+        "run_id": run.id,
+        "schedule_id": run.schedule_id,
         "schedule_name": schedule_name,
-        "status": run["status"],
-        "reason_code": run.get("status_reason_code"),
-        "reason_summary": run.get("status_reason_summary"),
-        "exit_code": run.get("exit_code"),
+        "status": run.status,
+        "reason_code": run.status_reason_code,
+        "reason_summary": run.status_reason_summary,
+        "exit_code": run.exit_code,
         "stderr_tail": detail[-_TAIL:] if isinstance(detail, str) else None,
         "fired_at": fired,
         "ended_at": ended,
         "duration_seconds": duration,
-        "chain_depth": run.get("chain_depth"),
-        "chain_parent_id": run.get("chain_parent_id"),
-        "run_attempt": run.get("attempt") or 1,
-        "trigger_context": _loads(run.get("trigger_context")),
-        "log_url": f"/api/schedules/runs/{run['id']}/log",
+        "chain_depth": run.chain_depth,
+        "chain_parent_id": run.chain_parent_id,
+        "run_attempt": run.attempt or 1,
+        "trigger_context": _loads(run.trigger_context),
+        "log_url": f"/api/schedules/runs/{run.id}/log",
     }
 
 
@@ -172,22 +175,23 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
     failed or timed out with a later attempt already planned (only the last attempt's failure
     is notified; its body's ``run_attempt`` says which attempt that was).
     """
-    run = await store.run_with_schedule(conn, run_id)
-    if run is None or run["status"] not in _RUN_EVENTS:
+    found = await store.run_with_schedule(conn, run_id)
+    if found is None or found.run.status not in _RUN_EVENTS:
         return None
-    if run["status"] in ("failed", "timed_out") and await store.retry_planned(conn, run_id):
+    run = found.run
+    if run.status in ("failed", "timed_out") and await store.retry_planned(conn, run_id):
         return None
-    config = _config(run["notify"]) or _config(run["_schedule_notify"])
+    config = _config(run.notify) or _config(found.schedule_notify)
     if config is None:
         return None
     wanted = set(config.get("on") or DEFAULT_NOTIFY_ON)
-    status = str(run["status"])
+    status = run.status
     event = status
     if (
         status == "completed"
         and "recovered" in wanted
-        and run["schedule_id"] is not None
-        and int(run["chain_depth"] or 0) == 0
+        and run.schedule_id is not None
+        and int(run.chain_depth or 0) == 0
         and await _recovered(conn, run)
     ):
         event = "recovered"
@@ -198,7 +202,7 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
         conn,
         kind=kind,
         deliver_to=str(config["deliver_to"]),
-        body=run_body(run, run["_schedule_name"]),
+        body=run_body(run, found.schedule_name),
         dedup_key=f"run:{run_id}:{kind}",
         ack_required=bool(config.get("ack_required", False)),
         max_attempts=int(config.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
@@ -224,7 +228,7 @@ async def notify_schedule_disabled(
     if reason_code not in GATE_DISABLES:
         return None
     row = await store.schedule_notify(conn, schedule_id)
-    config = None if row is None else _config(row["notify"])
+    config = None if row is None else _config(row.notify)
     if row is None or config is None:
         return None
     if "disabled" not in set(config.get("on") or DEFAULT_NOTIFY_ON):
@@ -236,7 +240,7 @@ async def notify_schedule_disabled(
         deliver_to=str(config["deliver_to"]),
         body={
             "schedule_id": schedule_id,
-            "schedule_name": row["name"],
+            "schedule_name": row.name,
             "reason_code": reason_code,
             "reason_summary": reason_summary,
             "disabled_at": now,

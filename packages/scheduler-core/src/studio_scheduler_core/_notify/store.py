@@ -8,21 +8,43 @@ these reads; the enqueue itself is the outbox's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiosqlite
 
 from studio_state import fetch_one, fetch_value
 
+from .._records.codec import run_record
+from .._records.run import Run
 
-async def run_with_schedule(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
-    """The run row plus ``_schedule_name`` and ``_schedule_notify`` (NULL: no schedule)."""
-    return await fetch_one(
+
+class RunToNotify(NamedTuple):
+    """A run with its schedule's ``name`` and stored ``notify`` (``None``: no schedule)."""
+
+    run: Run
+    schedule_name: str | None
+    schedule_notify: Any
+    """The schedule's ``notify`` column as stored (JSON text)."""
+
+
+class ScheduleNotify(NamedTuple):
+    """A schedule's ``name`` and stored ``notify`` (JSON text, or ``None``)."""
+
+    name: str
+    notify: Any
+
+
+async def run_with_schedule(conn: aiosqlite.Connection, run_id: str) -> RunToNotify | None:
+    """The run with its schedule's name and ``notify``, or ``None`` (no such run)."""
+    row = await fetch_one(
         conn,
         "SELECT r.*, s.name AS _schedule_name, s.notify AS _schedule_notify "
         "FROM schedule_runs r LEFT JOIN schedules s ON s.id = r.schedule_id WHERE r.id = ?",
         (run_id,),
     )
+    if row is None:
+        return None
+    return RunToNotify(run_record(row), row["_schedule_name"], row["_schedule_notify"])
 
 
 async def retry_planned(conn: aiosqlite.Connection, run_id: str) -> bool:
@@ -48,9 +70,10 @@ async def previous_series_status(
     return None if value is None else str(value)
 
 
-async def schedule_notify(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any] | None:
+async def schedule_notify(conn: aiosqlite.Connection, schedule_id: str) -> ScheduleNotify | None:
     """The schedule's ``name`` and stored ``notify`` (``None``: no such schedule)."""
-    return await fetch_one(conn, "SELECT name, notify FROM schedules WHERE id = ?", (schedule_id,))
+    row = await fetch_one(conn, "SELECT name, notify FROM schedules WHERE id = ?", (schedule_id,))
+    return None if row is None else ScheduleNotify(str(row["name"]), row["notify"])
 
 
 async def latest_disable_transition(conn: aiosqlite.Connection, schedule_id: str) -> Any:
