@@ -3,17 +3,17 @@ records (not dicts), the stores read rows straight into them, and ``dict[str, An
 source stays where a JSON-shaped value is the honest type.
 
 The ``dict[str, Any]`` ceiling is a ratchet: 133 before the services and the stores they read
-through moved to records, 120 after (the fire path's mappings, the follow-up overlay, the
-action arguments and the lean due-row read on the tick, are most of what is left above the
-issue's target of fewer than 20), plus the waiting-cancel reads ``_observe/store.py`` gained
-beside it; 119 once a fire carries its ``Schedule`` (``Prepared.action``, an ad-hoc run's own
-``Action``), the follow-up overlay applies to the record and the fire path's mapping read
-(``load_schedule``) is gone; 111 once recovery's and the event reporters' partial-row reads
-are small frozen records (``RunningRun``, ``RunningInvocation``, ``WaitingCancel``,
-``DeliveryOutcome``); 106 once the waiting rows a retry or a buffered occurrence starts from
-are ``Run`` records (``Waiting.row``, ``prepare_row``); 102 once the github-health metric
-reads, the held fires a new leader restores and an invocation's start are typed too; 100
-once a run's notification reads its ``Run`` record (the body it builds stays JSON). Modules that parse a document (JSON-shaped input by nature: the
+through moved to records, 120 after (the fire path's mappings, the follow-up overlay, the action
+arguments and the lean due-row read on the tick, are most of what is left above the issue's
+target of fewer than 20), plus the waiting-cancel reads ``_observe/store.py`` gained beside it;
+119 once a fire carries its ``Schedule`` (``Prepared.action``, an ad-hoc run's own ``Action``),
+the follow-up overlay applies to the record and the fire path's mapping read (``load_schedule``)
+is gone; 111 once recovery's and the event reporters' partial-row reads are small frozen records
+(``RunningRun``, ``RunningInvocation``, ``WaitingCancel``, ``DeliveryOutcome``); 106 once the
+waiting rows a retry or a buffered occurrence starts from are ``Run`` records (``Waiting.row``,
+``prepare_row``); 102 once the github-health metric reads, the held fires a new leader restores
+and an invocation's start are typed too; 100 once a run's notification reads its ``Run`` record
+(the body it builds stays JSON). Modules that parse a document (JSON-shaped input by nature: the
 schedule-set YAML) are the boundary itself and are listed, not counted.
 """
 
