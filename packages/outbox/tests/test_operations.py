@@ -98,8 +98,11 @@ async def test_purge_refuses_a_live_delivering_lease(
     await studio_outbox.purge_dispatch(conn, dispatch_id, clock=clock)
     assert await probe.count() == 0
     assert await studio_outbox.get_dispatch(conn, dispatch_id) is None
-    # History survives the purge.
-    assert await probe.reasons(dispatch_id) == ["dispatch.pending.enqueued"]
+    # History survives the purge, which adds its own (audit) row.
+    assert await probe.reasons(dispatch_id) == [
+        "dispatch.pending.enqueued",
+        "dispatch.purged.operator",
+    ]
     with pytest.raises(studio_outbox.DispatchNotFound):
         await studio_outbox.purge_dispatch(conn, dispatch_id, clock=clock)
 

@@ -8,6 +8,7 @@ one with its entity and reason code.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -133,3 +134,44 @@ def test_every_api_change_names_its_token_in_the_audit_trail(
     assert all(e["actor"] == "ops" for e in mine)
     assert all(e["actor"] == "boss" for e in theirs)
     assert not {r for r in ops_rows if r[2] in ("schedule.created", "schedule.deleted.manual")}
+
+
+def test_dispatch_enqueue_retry_and_purge_name_their_token(
+    serve: StudioServers, wait: Callable[..., Any]
+) -> None:
+    studio = serve()
+    tokens = _tokens(studio.settings.db)
+    wait(lambda: studio.client.get("/api/schedules").status_code == 401, timeout=15)
+    ops = httpx.Client(
+        base_url=studio.base_url, headers={"Authorization": f"Bearer {tokens['ops']}"}, timeout=30
+    )
+    try:
+        made = []
+        for key in ("first", "second"):
+            answer = ops.post(
+                "/api/dispatch", json={"kind": "alert", "deliver_to": "ops", "dedup_key": key}
+            )
+            assert answer.status_code == 201, answer.text
+            made.append(answer.json()["id"])
+        # both dead-lettered by hand: no delivery can claim them meanwhile
+        conn = sqlite3.connect(studio.settings.db)
+        try:
+            with conn:
+                conn.execute("UPDATE dispatch_outbox SET status = 'dead_letter'")
+        finally:
+            conn.close()
+        retried = ops.post(f"/api/dispatch/{made[0]}/retry")
+        assert retried.status_code == 200, retried.text
+        purged = ops.delete(f"/api/dispatch/{made[1]}")
+        assert purged.status_code == 200, purged.text
+        assert ops.get(f"/api/dispatch/{made[1]}").status_code == 404
+        mine = _audit(ops, "ops")
+    finally:
+        ops.close()
+    rows = {(e["entity_type"], e["entity_id"], e["reason_code"]) for e in mine}
+    assert ("dispatch", made[0], "dispatch.pending.enqueued") in rows
+    assert ("dispatch", made[1], "dispatch.pending.enqueued") in rows
+    assert ("dispatch", made[0], "dispatch.pending.operator_retry") in rows
+    assert ("dispatch", made[1], "dispatch.purged.operator") in rows
+    purge = next(e for e in mine if e["reason_code"] == "dispatch.purged.operator")
+    assert (purge["previous_status"], purge["status"]) == ("dead_letter", "purged")

@@ -152,16 +152,33 @@ def retry_steps(dispatch_id: str, clock: Clock, actor: str | None) -> Steps[None
         raise InvalidDispatchState(dispatch_id, status, "the row changed during the retry")
 
 
-def purge_steps(dispatch_id: str, clock: Clock) -> Steps[None]:
-    """The body of :func:`purge_dispatch` (inside its write transaction)."""
+def purge_steps(dispatch_id: str, clock: Clock, actor: str | None = None) -> Steps[None]:
+    """The body of :func:`purge_dispatch` (inside its write transaction): the delete and its
+    ``dispatch.purged.operator`` row naming ``actor`` (default ``operator``)."""
+    from ._operator_ops import PURGED
+
     dispatch_id = check_dispatch_id(dispatch_id)
     now = clock()
     deleted = yield Fetch(
         "DELETE FROM dispatch_outbox WHERE id = ? "
-        "AND NOT (status = 'delivering' AND next_attempt_at > ?) RETURNING id",
+        "AND NOT (status = 'delivering' AND next_attempt_at > ?) RETURNING id, status",
         (dispatch_id, now),
     )
     if deleted:
+        who = actor or "operator"
+        yield from record(
+            [
+                TransitionRow(
+                    entity_id=dispatch_id,
+                    previous_status=str(deleted[0]["status"]),
+                    status="purged",
+                    reason_code=PURGED,
+                    reason_summary=f"purged by {who}",
+                    created_at=now,
+                    actor=who,
+                )
+            ]
+        )
         return
     row = yield from _fetch(dispatch_id, "status, next_attempt_at")
     raise InvalidDispatchState(
@@ -216,15 +233,17 @@ async def purge_dispatch(
     dispatch_id: str,
     *,
     clock: Clock = system_clock,
+    actor: str | None = None,
 ) -> None:
-    """Delete one dispatch row in one guarded transaction.
+    """Delete one dispatch row in one guarded transaction, with a ``dispatch.purged.operator``
+    transition row naming ``actor`` (the operator; default ``operator``).
 
     Refused (:class:`InvalidDispatchState`) while the row is ``delivering`` with a live claim
     lease, because a send may be in flight. Its ``status_transitions`` history is kept.
     Raises :class:`DispatchNotFound` for an unknown id.
     """
     dispatch_id = check_dispatch_id(dispatch_id)
-    await run_write(conn, purge_steps(dispatch_id, clock))
+    await run_write(conn, purge_steps(dispatch_id, clock, actor))
 
 
 async def operator_ack_dispatch(

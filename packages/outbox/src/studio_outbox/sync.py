@@ -284,11 +284,15 @@ def retry_dispatch(
 
 
 def purge_dispatch(
-    conn: sqlite3.Connection, dispatch_id: str, *, clock: Clock = system_clock
+    conn: sqlite3.Connection,
+    dispatch_id: str,
+    *,
+    clock: Clock = system_clock,
+    actor: str | None = None,
 ) -> None:
     """:func:`studio_outbox.purge_dispatch` on a ``sqlite3`` connection."""
     dispatch_id = check_dispatch_id(dispatch_id)
-    _write(conn, purge_steps(dispatch_id, clock))
+    _write(conn, purge_steps(dispatch_id, clock, actor))
 
 
 def operator_ack_dispatch(

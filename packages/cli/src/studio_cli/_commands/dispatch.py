@@ -281,7 +281,7 @@ def purge(
             if row is None:
                 raise CliError(f"dispatch not found: {dispatch_id}")
             confirm_or_abort(f"purge dispatch {dispatch_id} ({row.get('status')})", yes)
-            await purge_dispatch(conn, dispatch_id)
+            await purge_dispatch(conn, dispatch_id, actor=cli_actor())
             return str(row.get("status"))
 
     status_was = run_async(_purge)

@@ -44,10 +44,12 @@ async def retry_dispatch(
     await run_in_transaction_async(conn, retry_steps(dispatch_id, clock, actor))
 
 
-async def purge_dispatch(conn: Any, dispatch_id: str, *, clock: Clock = system_clock) -> None:
+async def purge_dispatch(
+    conn: Any, dispatch_id: str, *, clock: Clock = system_clock, actor: str | None = None
+) -> None:
     """:func:`studio_outbox.purge_dispatch` on PostgreSQL (joins an open transaction)."""
     dispatch_id = check_dispatch_id(dispatch_id)
-    await run_in_transaction_async(conn, purge_steps(dispatch_id, clock))
+    await run_in_transaction_async(conn, purge_steps(dispatch_id, clock, actor))
 
 
 async def get_dispatch(conn: Any, dispatch_id: str) -> dict[str, Any] | None:

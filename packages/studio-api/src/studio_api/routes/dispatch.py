@@ -127,8 +127,8 @@ async def retry_dispatch(engine: EngineDep, request: Request, dispatch_id: str) 
 
 
 @router.delete("/{dispatch_id}", response_model=DispatchOut, responses=responses(404, 409))
-async def purge_dispatch(engine: EngineDep, dispatch_id: str) -> DispatchOut:
+async def purge_dispatch(engine: EngineDep, request: Request, dispatch_id: str) -> DispatchOut:
     """Delete a row (409 while a delivery holds it); answers the row as it was."""
     row = await _get(engine.conn, dispatch_id)
-    await studio_outbox.purge_dispatch(engine.conn, dispatch_id)
+    await studio_outbox.purge_dispatch(engine.conn, dispatch_id, actor=actor_of(request))
     return row
