@@ -8,6 +8,7 @@ one with its entity and reason code.
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -175,3 +176,42 @@ def test_dispatch_enqueue_retry_and_purge_name_their_token(
     assert ("dispatch", made[1], "dispatch.purged.operator") in rows
     purge = next(e for e in mine if e["reason_code"] == "dispatch.purged.operator")
     assert (purge["previous_status"], purge["status"]) == ("dead_letter", "purged")
+
+
+def test_dashboard_buttons_name_the_visitor_s_token(
+    serve: StudioServers,
+    command_schedule: Callable[..., dict[str, Any]],
+    wait: Callable[..., Any],
+) -> None:
+    studio = serve()
+    tokens = _tokens(studio.settings.db)
+    wait(lambda: studio.client.get("/api/schedules").status_code == 401, timeout=15)
+    boss = httpx.Client(
+        base_url=studio.base_url, headers={"Authorization": f"Bearer {tokens['boss']}"}, timeout=30
+    )
+    browser = httpx.Client(base_url=studio.base_url, timeout=30)
+    try:
+        created = boss.post("/api/schedules", json=command_schedule("hourly"))
+        assert created.status_code == 201, created.text
+        sid = created.json()["id"]
+        csrf = _csrf(browser.get("/login").text)
+        login = browser.post("/login", data={"csrf": csrf, "token": tokens["ops"], "next": "/"})
+        assert login.status_code == 303, login.text
+        for verb in ("disable", "enable"):
+            csrf = _csrf(browser.get(f"/schedules/{sid}").text)
+            answer = browser.post(f"/schedules/{sid}/{verb}", data={"csrf": csrf})
+            assert answer.status_code in (200, 303), answer.text
+        entries = _audit(boss, "ops")
+    finally:
+        browser.close()
+        boss.close()
+    assert [(e["entity_id"], e["reason_code"]) for e in reversed(entries)] == [
+        (sid, "schedule.disabled.manual"),
+        (sid, "schedule.enabled.manual"),
+    ]
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]{64})"', html)
+    assert found is not None, html[:500]
+    return found.group(1)
