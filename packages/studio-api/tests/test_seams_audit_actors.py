@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 import studio_state
-from studio_api._tokens import create_token
+from studio_api._tokens import InvalidTokenArgument, create_token
 from studio_api.testing import StudioServers
 from studio_scheduler_core import ensure_schema
 
@@ -215,3 +216,14 @@ def _csrf(html: str) -> str:
     found = re.search(r'name="csrf" value="([0-9a-f]{64})"', html)
     assert found is not None, html[:500]
     return found.group(1)
+
+
+def test_no_token_may_take_a_name_studio_itself_acts_as(tmp_path: Path) -> None:
+    async def attempt(name: str) -> None:
+        async with studio_state.connect(tmp_path / "state.db") as conn:
+            await ensure_schema(conn)
+            await create_token(conn, name, "operate", now=time.time(), actor="test")
+
+    for name in ("scheduler", "schedule_service", "adhoc_worker", "studio"):
+        with pytest.raises(InvalidTokenArgument, match="actor name Studio uses"):
+            asyncio.run(attempt(name))

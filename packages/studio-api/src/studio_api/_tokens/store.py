@@ -11,6 +11,7 @@ from typing import Any
 
 import aiosqlite
 
+from studio_scheduler_core._recovery.retention_rows import STUDIO_ACTORS
 from studio_state import fetch_all, fetch_one, record_transition, write_transaction
 
 from ._roles import Principal, Role, check_role
@@ -19,8 +20,9 @@ from ._roles import Principal, Role, check_role
 TOKEN_PREFIX = "sst_"  # noqa: S105 - a prefix, not a secret
 _TOKEN = re.compile(r"sst_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
-#: Actor names Studio itself uses in the audit trail: no token may take them.
-RESERVED_NAMES = frozenset({"auth-token", "api", "studio", "consumer", "operator"})
+#: Actor names Studio itself uses in the audit trail: no token may take them (an engine
+#: name would also hide the token's changes from retention's audit rows).
+RESERVED_NAMES = frozenset({"auth-token", "api", "studio", "consumer", "operator", *STUDIO_ACTORS})
 _COLUMNS = "id, name, role, created_at, created_by, expires_at, last_used_at, revoked_at"
 
 
