@@ -19,7 +19,7 @@ from studio_scheduler_core import (
 from studio_scheduler_core._adhoc.claim import action_of
 from studio_scheduler_core._fire.env import FireEnv
 from studio_scheduler_core._fire.prepare import prepare
-from studio_scheduler_core._records.codec import decode_run
+from studio_scheduler_core._records.codec import run_record
 from studio_scheduler_core._schedules.followups import apply_overlay, follow_up_action
 from studio_state import fetch_one
 
@@ -77,7 +77,7 @@ async def test_an_adhoc_fire_carries_an_action_and_has_no_schedule(
     )
     row = await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (queued.id,))
     assert row is not None
-    stored = action_of(decode_run(row))
+    stored = action_of(run_record(row))
     assert type(stored.action) is Action and stored.timeout_sec == 30
     assert stored.action.action_command_args == (ok,)
     fire = prepare(

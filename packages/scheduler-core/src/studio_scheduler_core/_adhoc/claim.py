@@ -21,6 +21,7 @@ from .._fire.commit import invocation_row
 from .._fire.env import Prepared
 from .._notify.service import notify_run
 from .._records.codec import dumps
+from .._records.run import Run
 from .._records.schedule import Action
 from .._records.terminal import StatusChange, apply, clip
 from .lease import CLAIMED, lease_transition
@@ -49,21 +50,19 @@ class Queued:
     context: Mapping[str, Any]
 
 
-def action_of(run: Mapping[str, Any]) -> Queued:
+def action_of(run: Run) -> Queued:
     """The stored action (with its kind), deadline and trigger context of a queued row."""
-    stored = run["action_args"] if isinstance(run["action_args"], Mapping) else {}
-    action = Action.from_row(
-        {**stored, "action_kind": stored.get("action_kind", run["action_kind"])}
-    )
+    stored = run.action_args if isinstance(run.action_args, Mapping) else {}
+    action = Action.from_row({**stored, "action_kind": stored.get("action_kind", run.action_kind)})
     timeout = stored.get("timeout_sec")
-    context = run["trigger_context"] if isinstance(run["trigger_context"], Mapping) else {}
+    context = run.trigger_context if isinstance(run.trigger_context, Mapping) else {}
     return Queued(action, timeout if isinstance(timeout, int) else None, context)
 
 
 async def commit_claim(
     conn: aiosqlite.Connection,
     fire: Prepared,
-    run: Mapping[str, Any],
+    run: Run,
     *,
     worker_id: str,
     lease_seconds: float,
@@ -73,18 +72,16 @@ async def commit_claim(
 
     The row is an ad-hoc run, or a scheduled fire the leader queued for any node's worker
     (its invocation is then named after the schedule, as a fire the leader runs is)."""
-    scheduled = run.get("schedule_id") is not None
+    scheduled = run.schedule_id is not None
     actor = "worker" if scheduled else "adhoc_worker"
-    read_attempts = int(run["lease_attempts"])
+    read_attempts = run.lease_attempts
     attempt = read_attempts + 1
     failed = fire.setup_error is not None
     status = "failed" if failed else "running"
     reason, summary = fire.setup_error or (CLAIMED, f"claimed by worker {worker_id}")
     expires = None if failed else now + lease_seconds
     inv_reason = reason if failed else "run.started.ok"
-    invocation = invocation_row(
-        fire, now, skill=None if scheduled else f"adhoc:{run['action_kind']}"
-    )
+    invocation = invocation_row(fire, now, skill=None if scheduled else f"adhoc:{run.action_kind}")
     refs = [{"kind": "invocation", "id": fire.invocation_id}]
     change = StatusChange(
         "schedule_runs",

@@ -9,7 +9,6 @@ its end, follow-ups, retries and notifications are the same as on the leader.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from .._fire.env import FireEnv, Prepared
 from .._fire.waiting import prepare_row
@@ -17,13 +16,12 @@ from .._records.run import Run
 from .._schedules.store import get_schedule
 
 
-def kind_of(run: Mapping[str, Any]) -> str:
+def kind_of(run: Run) -> str:
     """The fire kind of a queued scheduled row (what its log events say)."""
-    context = run.get("trigger_context")
-    context = context if isinstance(context, Mapping) else {}
-    if int(run.get("chain_depth") or 0) > 0:
+    context = run.trigger_context if isinstance(run.trigger_context, Mapping) else {}
+    if run.chain_depth > 0:
         return "follow_up"
-    if run.get("retry_of") is not None:
+    if run.retry_of is not None:
         return "retry"
     if context.get("manual"):
         return "manual"
@@ -32,10 +30,10 @@ def kind_of(run: Mapping[str, Any]) -> str:
     return "scheduled"
 
 
-async def prepare_scheduled(env: FireEnv, run: Mapping[str, Any]) -> Prepared | None:
+async def prepare_scheduled(env: FireEnv, run: Run) -> Prepared | None:
     """Prepare a queued scheduled row for its claim; ``None`` when its schedule is gone (its
     runs are deleted with it)."""
-    schedule = await get_schedule(env.conn, str(run["schedule_id"]))
+    schedule = await get_schedule(env.conn, str(run.schedule_id))
     if schedule is None:
         return None
-    return await prepare_row(env, schedule, Run.from_row(run), kind=kind_of(run))
+    return await prepare_row(env, schedule, run, kind=kind_of(run))

@@ -63,20 +63,20 @@ _ENQUEUE = (
 )
 
 
-async def candidates(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` claimable queued rows (see :data:`CANDIDATES`); on PostgreSQL rows
+async def candidates(conn: aiosqlite.Connection, limit: int) -> list[Run]:
+    """Up to ``limit`` claimable queued runs (see :data:`CANDIDATES`); on PostgreSQL rows
     locked by another transaction (a claim in flight) are skipped (``SKIP LOCKED``)."""
     sql = _CANDIDATES_PG if backend_of(conn) == "postgresql" else CANDIDATES
-    return await fetch_all(conn, sql, (limit,))
+    return [run_record(row) for row in await fetch_all(conn, sql, (limit,))]
 
 
-async def scheduled_candidates(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
+async def scheduled_candidates(conn: aiosqlite.Connection, limit: int) -> list[Run]:
     """Up to ``limit`` queued scheduled fires (see :data:`SCHEDULED_CANDIDATES`); on
     PostgreSQL rows another node's claim holds are skipped."""
     sql = SCHEDULED_CANDIDATES
     if backend_of(conn) == "postgresql":
         sql += " FOR UPDATE OF q SKIP LOCKED"
-    return await fetch_all(conn, sql, (limit,))
+    return [run_record(row) for row in await fetch_all(conn, sql, (limit,))]
 
 
 async def insert_queued(

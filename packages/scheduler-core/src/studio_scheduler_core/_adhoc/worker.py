@@ -24,8 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import aiosqlite
 
@@ -40,7 +39,7 @@ from .._fire.pipeline import run_steps
 from .._fire.prepare import prepare
 from .._fire.runner import FireRunner
 from .._fire.target import child_db_value
-from .._records.codec import decode_run
+from .._records.run import Run
 from .._recovery.orphans import OrphanReaper
 from .._settings import SchedulerSettings
 from . import store
@@ -226,7 +225,7 @@ class AdhocWorker:
         env = self._bind(conn)
         if self._stopping:
             return []
-        rows: list[dict[str, Any]] = []
+        rows: list[Run] = []
         free = self.settings.max_adhoc_concurrent - self.in_flight()
         if free > 0:
             rows += await store.candidates(conn, free)
@@ -237,28 +236,25 @@ class AdhocWorker:
             if free > 0:
                 rows += await store.scheduled_candidates(conn, free)
         claimed: list[tuple[Prepared, int]] = []
-        for row in rows:
-            run = decode_run(row)
+        for run in rows:
             try:
                 fire = await self._claim_row(env, run, now=now)
             except Exception:
                 if not claimed:
                     raise
                 # The claims already committed are launched; the rest waits for a later pass.
-                logger.exception("claiming queued run %s failed", run["id"])
+                logger.exception("claiming queued run %s failed", run.id)
                 break
             if fire is not None:
                 claimed.append(self._open[fire.run_id])
         return claimed
 
-    async def _claim_row(
-        self, env: FireEnv, run: Mapping[str, Any], *, now: float
-    ) -> Prepared | None:
+    async def _claim_row(self, env: FireEnv, run: Run, *, now: float) -> Prepared | None:
         """One queued row through the pipeline; the started fire, or ``None`` (guard lost, or
         claimed straight to ``failed``)."""
-        attempt = int(run["lease_attempts"]) + 1
+        attempt = run.lease_attempts + 1
         scheduled: Prepared | None = None
-        if run.get("schedule_id") is not None:
+        if run.schedule_id is not None:
             scheduled = await prepare_scheduled(env, run)
             if scheduled is None:
                 return None  # its schedule is gone, and its runs with it
@@ -272,7 +268,7 @@ class AdhocWorker:
                 queued.action,
                 queued.context,
                 kind="adhoc",
-                run_id=str(run["id"]),
+                run_id=run.id,
                 timeout_sec=queued.timeout_sec,
             )
 
