@@ -13,9 +13,9 @@ is gone; 111 once recovery's and the event reporters' partial-row reads are smal
 waiting rows a retry or a buffered occurrence starts from are ``Run`` records (``Waiting.row``,
 ``prepare_row``); 102 once the github-health metric reads, the held fires a new leader restores
 and an invocation's start are typed too; 100 once a run's notification reads its ``Run`` record
-(the body it builds stays JSON); 97 once the ad-hoc worker claims ``Run`` records. Modules that
-parse a document (JSON-shaped input by nature: the schedule-set YAML) are the boundary itself
-and are listed, not counted.
+(the body it builds stays JSON); 97 once the ad-hoc worker claims ``Run`` records; 95 once lease
+recovery reads ``LeasedRun`` records. Modules that parse a document (JSON-shaped input by
+nature: the schedule-set YAML) are the boundary itself and are listed, not counted.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from studio_scheduler_core import (
 
 SRC = Path(studio_scheduler_core.__file__).parent
 DICT_ANY = re.compile(r"dict\[str, Any\]")
-CEILING = 97
+CEILING = 95
 """``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records),
 outside :data:`DOCUMENT_MODULES`."""
 DOCUMENT_MODULES = ("_schedules/sets/",)

@@ -78,9 +78,9 @@ def on_this_host(worker_id: str | None) -> bool:
     return (worker_id or "").rsplit(":", 2)[0] == socket.gethostname()
 
 
-def child_alive(row: Mapping[str, Any]) -> bool:
-    """Whether the row's recorded child (pid + start time) is still running."""
-    pid, started = row.get("child_pid"), row.get("child_started_at")
+def child_alive(run: store.LeasedRun) -> bool:
+    """Whether the run's recorded child (pid + start time) is still running."""
+    pid, started = run.child_pid, run.child_started_at
     if not pid or started is None:
         return False
     return is_same_process(int(pid), float(started))
@@ -136,37 +136,35 @@ async def recover_abandoned(
     counts = {"requeued": 0, "exhausted": 0, "orphaned": 0}
     abandoned = []
     for row in rows:
-        owner = row["leased_by"]
+        owner = row.leased_by
         if owner == worker_id:
             continue
-        expires = row["lease_expires_at"]
+        expires = row.lease_expires_at
         if (expires is not None and float(expires) > now) and not owner_is_dead(owner):
             continue
         abandoned.append(row)
     if not abandoned:
         return counts
     found = await find_orphans(
-        conn, [str(r["invocation_id"]) for r in abandoned if r["invocation_id"]], db_path=db_path
+        conn, [r.invocation_id for r in abandoned if r.invocation_id], db_path=db_path
     )
     pids: set[int] = set()
     launched: dict[str, bool] = {}
     for row in abandoned:
-        escaped = found.get(str(row["invocation_id"]), []) if row["invocation_id"] else []
+        escaped = found.get(row.invocation_id, []) if row.invocation_id else []
         # A live process with this invocation's id means the child did start, even when the
         # owner died between exec and recording the pid: never re-run.
-        launched[str(row["id"])] = row["child_pid"] is not None or bool(escaped)
-        if child_alive(row):
+        launched[row.id] = row.child_pid is not None or bool(escaped)
+        if child_alive(row) and row.child_pid:
             logger.warning(
-                "terminating orphaned process group %s of leased run %s",
-                row["child_pid"],
-                row["id"],
+                "terminating orphaned process group %s of leased run %s", row.child_pid, row.id
             )
-            pids.add(int(row["child_pid"]))
+            pids.add(row.child_pid)
         pids.update(escaped)
     await terminate_orphans(pids, reaper)
     for row in abandoned:
         outcome = await _recover_row(
-            conn, row, now=now, max_attempts=max_attempts, launched=launched[str(row["id"])]
+            conn, row, now=now, max_attempts=max_attempts, launched=launched[row.id]
         )
         if outcome is not None:
             counts[outcome] += 1
@@ -175,34 +173,33 @@ async def recover_abandoned(
 
 async def _recover_row(
     conn: aiosqlite.Connection,
-    row: Mapping[str, Any],
+    row: store.LeasedRun,
     *,
     now: float,
     max_attempts: int,
     launched: bool,
 ) -> str | None:
-    run_id, attempts = str(row["id"]), int(row["lease_attempts"])
-    if launched and not on_this_host(row["leased_by"]):
+    run_id, attempts = row.id, row.lease_attempts
+    if launched and not on_this_host(row.leased_by):
         # A worker of another machine (another node on a shared database) stopped renewing.
         outcome, status, reason, inv_status = "orphaned", "failed", NODE_LOST, "failed"
         summary = (
-            f"the node of worker {row['leased_by']} stopped renewing its lease while this "
+            f"the node of worker {row.leased_by} stopped renewing its lease while this "
             "run's child was running; it is not re-run"
         )
     elif launched:
         outcome, status, reason, inv_status = "orphaned", "failed", DAEMON_RESTART, "failed"
         summary = (
-            f"worker {row['leased_by']} is gone while this run's child was running; "
-            "it is not re-run"
+            f"worker {row.leased_by} is gone while this run's child was running; it is not re-run"
         )
     elif attempts >= max_attempts:
         outcome, status, reason, inv_status = "exhausted", "failed", LEASE_EXHAUSTED, "failed"
         summary = f"{attempts} lease attempts ended without the child starting"
     else:
         outcome, status, reason, inv_status = "requeued", "queued", LEASE_EXPIRED, "aborted"
-        summary = f"the lease of worker {row['leased_by']} expired before the child started"
+        summary = f"the lease of worker {row.leased_by} expired before the child started"
     if status == "queued":
-        sets: dict[str, Any] = {
+        sets: dict[str, float | str | None] = {
             "leased_by": None,
             "lease_expires_at": None,
             "invocation_id": None,
@@ -211,11 +208,11 @@ async def _recover_row(
         }
     else:
         sets = {"ended_at": now, "error_detail": summary}
-    expires = row["lease_expires_at"]
-    guards = {"leased_by": row["leased_by"], "lease_attempts": attempts}
+    expires = row.lease_expires_at
+    guards: dict[str, float | str | None] = {"leased_by": row.leased_by, "lease_attempts": attempts}
     guards["lease_expires_at"] = expires
-    meta = {"leased_by": row["leased_by"], "lease_attempts": attempts}
-    invocation_id = row["invocation_id"]
+    meta = {"leased_by": row.leased_by, "lease_attempts": attempts}
+    invocation_id = row.invocation_id
     run_change = StatusChange(
         "schedule_runs", run_id, status, reason, summary, "adhoc_worker", now,
         sets=sets, guards=guards, metadata=meta,

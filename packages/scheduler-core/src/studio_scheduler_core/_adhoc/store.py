@@ -8,7 +8,7 @@ implements these functions with the same guards.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import aiosqlite
 
@@ -120,13 +120,27 @@ async def get_adhoc(conn: aiosqlite.Connection, run_id: str) -> Run | None:
     return None if row is None else run_record(row)
 
 
-async def leased_running(conn: aiosqlite.Connection) -> list[dict[str, Any]]:
-    """Every ``running`` row held under a lease (what lease recovery inspects)."""
-    return await fetch_all(
+@dataclass(frozen=True, slots=True)
+class LeasedRun:
+    """A ``running`` run held under a worker's lease, with its recorded child."""
+
+    id: str
+    invocation_id: str | None
+    leased_by: str
+    lease_expires_at: float | None
+    lease_attempts: int
+    child_pid: int | None
+    child_started_at: float | None
+
+
+async def leased_running(conn: aiosqlite.Connection) -> list[LeasedRun]:
+    """Every ``running`` run held under a lease (what lease recovery inspects)."""
+    rows = await fetch_all(
         conn,
         "SELECT id, invocation_id, leased_by, lease_expires_at, lease_attempts, child_pid, "
         "child_started_at FROM schedule_runs WHERE status = 'running' AND leased_by IS NOT NULL",
     )
+    return [LeasedRun(**row) for row in rows]
 
 
 async def extend_lease(
