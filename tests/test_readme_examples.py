@@ -303,9 +303,10 @@ def test_readme_quickstart_runs_its_first_command_schedule(tmp_path: Path) -> No
     assert "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST" in env  # the first command schedule may run
     # the README's settings replace the harness's own allow-list
     server = StudioProcess(tmp_path / "studio", env=env)
-    assert server.env["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"] == env[
-        "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"
-    ]
+    assert (
+        server.env["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"]
+        == env["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"]
+    )
     server.start()
     try:
         cli_env = {

@@ -261,9 +261,7 @@ async def test_occurrence_guard_two_connections_fire_once(
             due_at=created.next_fire_at,
             next_fire_at=created.next_fire_at + 60,
         )
-        fires = [
-            prepare(env, created, {"scheduled": True}, kind="scheduled") for env in envs
-        ]
+        fires = [prepare(env, created, {"scheduled": True}, kind="scheduled") for env in envs]
         results = await asyncio.gather(
             *(commit(e, f, claim) for e, f in zip(envs, fires, strict=True))
         )
