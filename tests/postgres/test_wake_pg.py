@@ -96,7 +96,7 @@ async def test_the_candidate_scan_skips_a_row_a_claim_in_flight_holds(pg_dsn: st
         first = await runs.enqueue({"action_kind": "command", "action_command": "true"})
         await asyncio.sleep(0.01)  # queued_at orders the two
         second = await runs.enqueue({"action_kind": "command", "action_command": "true"})
-        queued = [r["id"] for r in await adhoc_store.candidates(conn, 10)]
+        queued = [r.id for r in await adhoc_store.candidates(conn, 10)]
         assert queued == [first.id, second.id]
         async with await psycopg.AsyncConnection.connect(pg_dsn) as other:
             # Another node's claim transaction has updated the row and not yet committed.
@@ -105,9 +105,9 @@ async def test_the_candidate_scan_skips_a_row_a_claim_in_flight_holds(pg_dsn: st
                 (first.id,),
             )
             scanned = await asyncio.wait_for(adhoc_store.candidates(conn, 10), timeout=10)
-            assert [r["id"] for r in scanned] == [second.id]
+            assert [r.id for r in scanned] == [second.id]
             await other.rollback()
-        queued = [r["id"] for r in await adhoc_store.candidates(conn, 10)]
+        queued = [r.id for r in await adhoc_store.candidates(conn, 10)]
         assert queued == [first.id, second.id]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
@@ -108,10 +109,16 @@ async def _open_postgres(
 ) -> aiosqlite.Connection:
     postgres_module()  # InvalidSetting naming the extra, before a thread is started
     level = _LEVELS[check_synchronous(synchronous)]
-    connector = partial(connect_postgres, url, synchronous=level, application_name=application_name)
+    # The session is opened before aiosqlite's worker thread exists: a server that refuses
+    # it raises here with no thread left behind (aiosqlite stops a thread whose connector
+    # failed without waiting for it, and that thread then reports to a loop that may be
+    # closed by the time it runs).
+    opened = await asyncio.to_thread(
+        partial(connect_postgres, url, synchronous=level, application_name=application_name)
+    )
     # aiosqlite drives whatever its connector returns with sqlite3's DB-API calls.
     conn = aiosqlite.Connection(
-        cast("Callable[[], sqlite3.Connection]", connector), iter_chunk_size=64
+        cast("Callable[[], sqlite3.Connection]", lambda: opened), iter_chunk_size=64
     )
     await conn
     register(conn)
