@@ -5,11 +5,8 @@ delivered/acked dispatches, dead letters and audit rows; audit rows outlive thei
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import logging
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -37,6 +34,7 @@ from studio_state import (
     run_write_transaction,
     write_transaction,
 )
+from studio_state.testing import fill_disk, mounted_tmpfs
 
 DAY = 86400.0
 WINDOWS = {
@@ -229,32 +227,8 @@ async def test_a_row_written_after_the_archive_keeps_its_entity(
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs these as root)")
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path, "64k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(directory: Path) -> Path:
-    """Write a file until the file system is full; return it (delete it to free the space)."""
-    path = directory / "filler"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1 << 12, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * size)
-    finally:
-        os.close(fd)
-    with pytest.raises(OSError) as full:
-        (directory / "probe").write_bytes(b"x" * 8192)
-    assert full.value.errno == errno.ENOSPC
-    return path
 
 
 class _Events(logging.Handler):
@@ -287,7 +261,7 @@ async def test_a_full_disk_deletes_nothing_until_space_returns(
     delivered, dead = await _dispatches(conn, db_target, clock)
     archive = small_tmpfs / "archive"
     archive.mkdir()
-    filler = _fill(small_tmpfs)
+    filler = fill_disk(small_tmpfs)
     now = clock() + 40 * DAY
     report = await retention_pass(conn, now=now, runs_dir=tmp_path, archive_dir=archive, **WINDOWS)
     assert report.archive_error is not None and not report.done

@@ -9,8 +9,6 @@ Mounting needs root: CI runs as root, elsewhere these tests skip saying so.
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -21,36 +19,13 @@ import pytest
 
 from studio_scheduler_core import SchedulerEngine, ensure_schema, storage_fault
 from studio_state import connect
+from studio_state.testing import fill_disk, mounted_tmpfs
 
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs these as root)")
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path, "8m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(directory: Path) -> Path:
-    """Write a file until the file system is full; return it (delete it to free the space)."""
-    path = directory / "filler"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1 << 20, 1 << 12, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * size)
-    finally:
-        os.close(fd)
-    with pytest.raises(OSError) as full:
-        (directory / "probe").write_bytes(b"x" * 8192)
-    assert full.value.errno == errno.ENOSPC
-    return path
 
 
 def _committed(db: Path, run_id: str) -> dict[str, Any]:
@@ -78,7 +53,7 @@ async def test_storage_fault_names_real_faults_and_nothing_else(tmpfs: Path) -> 
         plain.execute("INSERT INTO t VALUES ('a')")
     assert storage_fault(duplicate.value) is None
     assert storage_fault(ValueError("disk full")) is None
-    filler = _fill(tmpfs)
+    filler = fill_disk(tmpfs)
     with pytest.raises(sqlite3.OperationalError) as full:
         plain.execute("INSERT INTO t VALUES (?)", ("x" * 200_000,))
         plain.commit()
@@ -120,7 +95,7 @@ async def test_a_terminal_write_on_a_full_disk_is_retried_until_it_lands(
 
         await h.eventually(started)
         assert engine.health()["database_error"] is None
-        filler = _fill(tmpfs)
+        filler = fill_disk(tmpfs)
         flag.touch()  # the child exits 0 while the disk is full
 
         async def reported() -> bool:
@@ -160,7 +135,7 @@ async def test_a_tick_that_meets_a_full_disk_reports_it_and_recovers(
             h.command_schedule(h.env_dump, str(tmp_path / "out"), interval_sec=60)
         )
         clock.advance(61)
-        filler = _fill(tmpfs)
+        filler = fill_disk(tmpfs)
         await engine.tick_once()
         health = engine.health()
         assert (health["status"], health["database_error"]) == ("degraded", "disk full")

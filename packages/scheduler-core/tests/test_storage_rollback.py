@@ -8,10 +8,7 @@ Mounting needs root: CI runs as root, elsewhere this test skips saying so.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sqlite3
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,32 +17,13 @@ import pytest
 from studio_scheduler_core import storage_fault
 from studio_scheduler_core._fire.grouped import WriteGroup
 from studio_state import connect
+from studio_state.testing import fill_disk, mounted_tmpfs
 
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs these as root)")
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path, "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(directory: Path) -> Path:
-    path = directory / "filler"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1 << 20, 1 << 12, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * size)
-    finally:
-        os.close(fd)
-    return path
 
 
 def _rewrite_rows(db: sqlite3.Connection) -> int:
@@ -63,7 +41,7 @@ async def test_a_savepoint_rolled_back_by_sqlite_on_a_full_disk_is_the_disk_full
         await conn.execute(f"PRAGMA temp_store_directory = '{tmpfs}'")
         try:
             group = WriteGroup(conn)
-            filler = _fill(tmpfs)
+            filler = fill_disk(tmpfs, check=False)
             with pytest.raises(sqlite3.Error) as failed:
                 await group.run(_rewrite_rows)
             assert "no such savepoint" in str(failed.value)  # what the caller sees

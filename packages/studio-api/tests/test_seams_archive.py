@@ -6,9 +6,6 @@ deletes, and health is ``ok`` again. The new windows are settings naming their v
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +20,7 @@ from studio_scheduler_core import ensure_schema
 from studio_scheduler_core._recovery.archive import manifests_in, verify_manifest
 from studio_scheduler_core.testing import T0
 from studio_state import ManualClock, connect
+from studio_state.testing import fill_disk, mounted_tmpfs
 
 
 def test_the_windows_and_the_archive_dir_reach_the_scheduler(tmp_path: Path) -> None:
@@ -76,31 +74,8 @@ def test_an_archive_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs these as root)")
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path, "64k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(directory: Path) -> Path:
-    path = directory / "filler"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1 << 12, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    os.write(fd, b"\0" * size)
-    finally:
-        os.close(fd)
-    with pytest.raises(OSError) as full:
-        (directory / "probe").write_bytes(b"x" * 8192)
-    assert full.value.errno == errno.ENOSPC
-    return path
 
 
 async def _old_dispatches(db: Path, n: int) -> None:
@@ -129,7 +104,7 @@ def test_a_full_archive_disk_degrades_health_until_the_next_pass_archives(
     asyncio.run(_old_dispatches(db, 3))
     archive = small_tmpfs / "archive"
     archive.mkdir()
-    filler = _fill(small_tmpfs)
+    filler = fill_disk(small_tmpfs)
 
     studio = serve(settings.with_overrides(archive_dir=str(archive)))
 

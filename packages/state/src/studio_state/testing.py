@@ -29,15 +29,17 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import errno
 import importlib.util
 import inspect
 import os
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar, cast
@@ -261,3 +263,38 @@ def assert_public_api(package: ModuleType, *, dunders: Iterable[str] = ("__versi
         f"extra {sorted(set(exported) - set(expected))}, "
         f"missing {sorted(set(expected) - set(exported))}"
     )
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(parent: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``"64k"``, ``"8m"``) mounted at ``parent/mnt`` for the block, a
+    real file system to fill up or remount read-only; lazily unmounted after. Mounting needs
+    root (CI runs as root): elsewhere the test is skipped saying so."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs these as root)")
+    mount = parent / "mnt"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill_disk(directory: Path, *, check: bool = True) -> Path:
+    """Write ``directory/filler`` until the file system is full and return it (delete it to
+    give the space back). With ``check``, asserts a further 8 KiB write fails with ENOSPC."""
+    path = directory / "filler"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1 << 20, 1 << 12, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    if check:
+        with pytest.raises(OSError) as full:
+            (directory / "probe").write_bytes(b"x" * 8192)
+        assert full.value.errno == errno.ENOSPC
+    return path
