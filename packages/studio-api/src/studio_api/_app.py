@@ -29,7 +29,7 @@ from ._reads import open_reads
 from ._setting_values import shown_target
 from ._settings import StudioSettings
 from ._storage import StorageHealth
-from .routes import admin, audit, dispatch, health, run_ops, runs, schedules
+from .routes import admin, audit, dispatch, health, run_ops, runs, schedules, tokens
 
 logger = logging.getLogger("studio_api")
 
@@ -107,6 +107,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     app.include_router(dispatch.router)
     app.include_router(audit.router)
     app.include_router(admin.router)
+    app.include_router(tokens.router)
     install_dashboard(app)
     install_docs(app)
     app.add_middleware(LastResortMiddleware)

@@ -3,7 +3,7 @@
 
 ``read`` may use every ``GET`` (the API, the dashboard's pages, logs and streams, metrics);
 ``operate`` adds the routes listed in :data:`OPERATE_ROUTES`; every other route, and anything
-under ``/api/admin``, needs ``admin``.
+under :data:`ADMIN_PREFIXES` (maintenance and token management, reads included), needs ``admin``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from ._dashboard._paths import is_dashboard_path
 from ._tokens._roles import Role
 
 ADMIN_PREFIX = "/api/admin"
+#: Paths whose every method, ``GET`` included, needs ``admin``: a token list is for admins only.
+ADMIN_PREFIXES = (ADMIN_PREFIX, "/api/tokens")
 #: Paths served without a token (liveness probes must work without the secret).
 PUBLIC_PATHS = frozenset({"/api/health"})
 
@@ -56,9 +58,14 @@ DASHBOARD_FORMS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
+def is_admin_path(path: str) -> bool:
+    """Whether ``path`` lies under one of :data:`ADMIN_PREFIXES`."""
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in ADMIN_PREFIXES)
+
+
 def role_for(method: str, path: str) -> Role:
     """The role ``method path`` needs, ``path`` being a route's template."""
-    if path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/"):
+    if is_admin_path(path):
         return "admin"
     if method in ("GET", "HEAD"):
         return "read"
@@ -112,7 +119,7 @@ class RouteRoles:
         """The role the request of ``scope`` needs."""
         method = scope.get("method", "GET")
         path = scope.get("path", "")
-        if path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/"):
+        if is_admin_path(path):
             return "admin"
         fallback: Role = "read"
         for regex, roles in self._routes:

@@ -6,7 +6,6 @@ node of a cluster knows it and none can show it again.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -18,8 +17,6 @@ from .._output import emit_json, fmt_time, print_rows, say
 from ._actor import cli_actor
 from ._common import db_option, json_option
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"(\d{1,6})([smhdw])")
 _ROLES = ("read", "operate", "admin")
 
 
@@ -27,10 +24,12 @@ def parse_expires(text: str | None) -> float | None:
     """``--expires``: a duration like ``90d``, ``12h``, ``2w`` as seconds (``None``: never)."""
     if text is None:
         return None
-    match = _DURATION.fullmatch(text.strip())
-    if match is None or int(match.group(1)) == 0:
-        raise CliError(f"--expires: {text!r} is not a duration like 90d, 12h or 2w")
-    return int(match.group(1)) * _UNITS[match.group(2)]
+    from studio_api._tokens import InvalidTokenArgument, parse_lifetime
+
+    try:
+        return parse_lifetime(text)
+    except InvalidTokenArgument as exc:
+        raise CliError(f"--{exc}") from None
 
 
 @click.group("token")

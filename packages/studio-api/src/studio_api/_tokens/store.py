@@ -20,6 +20,8 @@ from ._roles import Principal, Role, check_role
 TOKEN_PREFIX = "sst_"  # noqa: S105 - a prefix, not a secret
 _TOKEN = re.compile(r"sst_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+_LIFETIME = re.compile(r"(\d{1,6})([smhdw])")
+_LIFETIME_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 #: Actor names Studio itself uses in the audit trail: no token may take them (an engine
 #: name would also hide the token's changes from retention's audit rows).
 RESERVED_NAMES = frozenset({"auth-token", "api", "studio", "consumer", "operator", *STUDIO_ACTORS})
@@ -96,6 +98,17 @@ def check_name(name: str) -> str:
     if name in RESERVED_NAMES:
         raise InvalidTokenArgument(f"name: {name!r} is an actor name Studio uses itself")
     return name
+
+
+def parse_lifetime(text: str) -> float:
+    """A token's lifetime written like ``90d``, ``12h`` or ``2w``, in seconds.
+
+    Raises :class:`InvalidTokenArgument` naming ``expires``.
+    """
+    match = _LIFETIME.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None or int(match.group(1)) == 0:
+        raise InvalidTokenArgument(f"expires: {text!r} is not a duration like 90d, 12h or 2w")
+    return float(int(match.group(1)) * _LIFETIME_UNITS[match.group(2)])
 
 
 def parse_token(text: str) -> tuple[str, str] | None:
