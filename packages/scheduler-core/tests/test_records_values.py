@@ -14,7 +14,11 @@ waiting rows a retry or a buffered occurrence starts from are ``Run`` records (`
 ``prepare_row``); 102 once the github-health metric reads, the held fires a new leader restores
 and an invocation's start are typed too; 100 once a run's notification reads its ``Run`` record
 (the body it builds stays JSON); 97 once the ad-hoc worker claims ``Run`` records; 95 once lease
-recovery reads ``LeasedRun`` records. Modules that parse a document (JSON-shaped input by
+recovery reads ``LeasedRun`` records; 77 once the engine's own reports have their shapes
+(``EngineHealth``, ``Limits``, ``Transports`` TypedDicts; the outbox backlog is the due count it
+reads), the WAL checkpoint is a ``WalCheckpoint``, a stored ``notify`` is ``StoredNotify`` when
+written and a ``NotifyConfig`` when read, validated ad-hoc input is an ``AdhocInput`` and an
+archive's manifest a ``Manifest``. Modules that parse a document (JSON-shaped input by
 nature: the schedule-set YAML) are the boundary itself and are listed, not counted.
 """
 
@@ -38,7 +42,7 @@ from studio_scheduler_core import (
 
 SRC = Path(studio_scheduler_core.__file__).parent
 DICT_ANY = re.compile(r"dict\[str, Any\]")
-CEILING = 95
+CEILING = 77
 """``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records),
 outside :data:`DOCUMENT_MODULES`."""
 DOCUMENT_MODULES = ("_schedules/sets/",)

@@ -21,6 +21,7 @@ from ._adhoc.worker import AdhocWorker
 from ._admission.usage import report_usage
 from ._engine.engine import SchedulerEngine
 from ._engine.leadership import FileLockLeadership, PostgresLeadership
+from ._engine.reports import EngineHealth, Limits
 from ._exceptions import (
     DatabaseUnavailable,
     EngineLocked,
@@ -102,12 +103,14 @@ __all__ = [
     "DEFAULT_NOTIFY_ON",
     "DatabaseUnavailable",
     "EVENTS_LOGGER",
+    "EngineHealth",
     "EngineLocked",
     "FINAL_RUN_STATUSES",
     "FileLockLeadership",
     "FireRefused",
     "GithubPollSource",
     "InvalidSettings",
+    "Limits",
     "MAX_CHAIN_DEPTH",
     "MISSED_FIRE_POLICIES",
     "MetricThreshold",

@@ -21,6 +21,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiosqlite
@@ -31,7 +32,7 @@ from studio_state import Clock, new_id, record_transition, write_transaction
 from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
 from .._fire import store as fire_store
 from .._fire.ending import OPERATOR_CANCELLED, outcome_event, waiting_kind
-from .._notify.service import check_notify, notify_run
+from .._notify.service import StoredNotify, check_notify, notify_run
 from .._records.codec import dumps, run_record
 from .._records.run import Run
 from .._records.terminal import StatusChange, apply
@@ -82,10 +83,23 @@ def _check_concurrency_key(value: Any) -> str | None:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class AdhocInput:
+    """Validated ad-hoc input, as :meth:`AdhocRunService.enqueue` stores it.
+
+    ``action`` is the ``action`` JSON column: the action fields (``timeout_sec`` too when
+    given), keyed by field name.
+    """
+
+    action: Mapping[str, Any]
+    concurrency_key: str | None
+    notify: StoredNotify | None
+
+
 def normalize_adhoc(
     data: Mapping[str, Any], *, settings: SchedulerSettings, now: float
-) -> dict[str, Any]:
-    """Validate ad-hoc input into ``{"action": {...}, "concurrency_key": ...}``; nothing written.
+) -> AdhocInput:
+    """Validate ad-hoc input into an :class:`AdhocInput`; nothing written.
 
     The action fields go through the schedule validation (types, enums, launcher rules,
     flow_yaml, cwd snapshot from a registered project); ``playbook`` is stored as ``play``.
@@ -105,11 +119,11 @@ def normalize_adhoc(
     action = {field: row.get(field) for field in ACTION_FIELDS}
     if row.get("timeout_sec") is not None:
         action["timeout_sec"] = row["timeout_sec"]
-    return {
-        "action": action,
-        "concurrency_key": _check_concurrency_key(data.get("concurrency_key")),
-        "notify": check_notify(data.get("notify")),
-    }
+    return AdhocInput(
+        action=action,
+        concurrency_key=_check_concurrency_key(data.get("concurrency_key")),
+        notify=check_notify(data.get("notify")),
+    )
 
 
 class AdhocRunService:
@@ -144,8 +158,8 @@ class AdhocRunService:
         if self._on_change is not None:
             self._on_change()
 
-    async def validate(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """The validated ``{"action", "concurrency_key"}`` ``enqueue`` would store."""
+    async def validate(self, data: Mapping[str, Any]) -> AdhocInput:
+        """The validated input ``enqueue`` would store."""
         return normalize_adhoc(data, settings=self._settings, now=self._clock())
 
     async def enqueue(self, data: Mapping[str, Any], *, actor: str | None = None) -> Run:
@@ -160,7 +174,7 @@ class AdhocRunService:
         """
         now = self._clock()
         accepted = normalize_adhoc(data, settings=self._settings, now=now)
-        action = accepted["action"]
+        action = accepted.action
         run_id = new_id()
         context = {"adhoc": True, "run_id": run_id, "queued_at": now}
         summary = f"ad-hoc {action['action_kind']} run queued"
@@ -174,8 +188,8 @@ class AdhocRunService:
                 now=now,
                 reason_code=ENQUEUED,
                 summary=summary,
-                concurrency_key=accepted["concurrency_key"],
-                notify=dumps(accepted["notify"]),
+                concurrency_key=accepted.concurrency_key,
+                notify=dumps(accepted.notify),
             )
             await record_transition(
                 self._conn,
@@ -185,7 +199,7 @@ class AdhocRunService:
                 reason_code=ENQUEUED,
                 reason_summary=summary,
                 actor=actor or "adhoc_service",
-                metadata={"concurrency_key": accepted["concurrency_key"]},
+                metadata={"concurrency_key": accepted.concurrency_key},
                 now=now,
             )
         self._changed()

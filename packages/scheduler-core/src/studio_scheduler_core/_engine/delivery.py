@@ -33,6 +33,7 @@ from .._observe.summary import delivery_event
 from .._settings import SchedulerSettings
 from . import store
 from .outbox_pg import Outbox, PostgresOutbox, SqliteOutbox
+from .reports import Transports, TransportState
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -40,19 +41,22 @@ BACKLOG_EVERY = 5.0
 """Seconds between two reads of the dispatch backlog figure (it groups the whole outbox)."""
 
 
-def transports_health(settings: SchedulerSettings, *, webhook: bool) -> dict[str, Any]:
+def transports_health(settings: SchedulerSettings, *, webhook: bool) -> Transports:
     """Per transport: ``active`` or ``paused``, the reason, and whether webhooks are signed."""
-    argv: dict[str, Any] = (
+    argv: TransportState = (
         {"state": "paused", "reason": "no notify template (LIONAGI_STUDIO_NOTIFY_TEMPLATE)"}
         if settings.notify_template is None
         else {"state": "active", "reason": None}
     )
+    hook: TransportState
     if not webhook:
-        hook: dict[str, Any] = {"state": "paused", "reason": "httpx is not installed"}
-        hook["signed"] = False
+        hook = {"state": "paused", "reason": "httpx is not installed", "signed": False}
     elif settings.webhook_secret is None:
-        hook = {"state": "active", "reason": "unsigned: no LIONAGI_STUDIO_WEBHOOK_SECRET"}
-        hook["signed"] = False
+        hook = {
+            "state": "active",
+            "reason": "unsigned: no LIONAGI_STUDIO_WEBHOOK_SECRET",
+            "signed": False,
+        }
     else:
         hook = {"state": "active", "reason": None, "signed": True}
     return {"argv": argv, "webhook": hook}
@@ -108,7 +112,7 @@ class Delivery:
         """True when no transport can send anything."""
         return self._argv is None and self._webhook is None
 
-    def transports(self) -> dict[str, Any]:
+    def transports(self) -> Transports:
         """Each transport's state (see :func:`transports_health`)."""
         return transports_health(self._settings, webhook=self._webhook is not None)
 
@@ -177,8 +181,7 @@ class Delivery:
         """Re-read :attr:`backlog` when the last reading is :data:`BACKLOG_EVERY` old."""
         if self._backlog_at is None or now - self._backlog_at >= BACKLOG_EVERY:
             self._backlog_at = now
-            backlog = await self._outbox.backlog(now)
-            self.backlog = int(backlog.get("due", 0))
+            self.backlog = await self._outbox.due_count(now)
 
     async def aclose(self) -> None:
         """Cancel a running pass and wait for it (its dispatches stay claimable)."""

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import aiosqlite
 
@@ -41,6 +41,7 @@ from .figures import Figures, limits
 from .leadership import default_leadership
 from .listener import WakeListener
 from .manual import fire_manually, refuse_on_follower
+from .reports import EngineHealth, Limits
 from .running import Running, build, cancel_loop, logged
 from .store import register_node
 from .ticking import EngineLoop
@@ -248,7 +249,7 @@ class SchedulerEngine(EngineLoop):
         return run_id
 
     # -- introspection ----------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
+    def health(self) -> EngineHealth:
         """Liveness and backlog figures (cheap: no database access).
 
         Also ``node_id``, ``leader`` (see :attr:`is_leader`), ``backend`` and, on PostgreSQL,
@@ -258,13 +259,15 @@ class SchedulerEngine(EngineLoop):
         a storage fault ("disk full", "read-only …", "disk I/O error" …) met by the tick or a
         terminal write, cleared once a write succeeds again.
         """
-        return {
-            **self._figures.health(self._run, problem=self._db.problem, settings=self.settings),
-            "node_id": self.node_id,
-            "leader": self.is_leader,
-            "backend": self.backend,
-            "wake_listening": self._waker.listening if self.backend == "postgresql" else None,
-        }
+        return self._figures.health(
+            self._run,
+            problem=self._db.problem,
+            settings=self.settings,
+            node_id=self.node_id,
+            leader=self.is_leader,
+            backend=self.backend,
+            wake_listening=self._waker.listening if self.backend == "postgresql" else None,
+        )
 
     @property
     def node_id(self) -> str:
@@ -282,6 +285,6 @@ class SchedulerEngine(EngineLoop):
         """What the reaper's last retention pass deleted (``None`` before the first)."""
         return None if self._run is None else self._run.reapers.last_retention
 
-    def limits(self) -> dict[str, Any]:
+    def limits(self) -> Limits:
         """The global cap, in-flight holders, and the ad-hoc pool's figures."""
         return limits(self._run, self.settings, adhoc_in_flight=self._worker.in_flight())

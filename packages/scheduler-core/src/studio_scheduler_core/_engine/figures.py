@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ from .._fire.dbfile import StorageHealth
 from .._observe.store import count_pending_dispatches
 from .._settings import SchedulerSettings
 from .delivery import BACKLOG_EVERY, transports_health
+from .reports import EngineHealth, Limits, TransportName
 from .running import Running
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -20,20 +21,20 @@ logger = logging.getLogger("studio_scheduler_core")
 Concern = tuple[str, Callable[[float], Awaitable[Any]]]
 
 #: Why each transport is missing, as the health report words it.
-MISSING_TRANSPORT = {
+MISSING_TRANSPORT: dict[TransportName, str] = {
     "argv": "no notify_template (LIONAGI_STUDIO_NOTIFY_TEMPLATE)",
     "webhook": "httpx is not installed (the http extra)",
 }
 
 
-def missing_transports(settings: SchedulerSettings, *, webhook: bool) -> list[str]:
+def missing_transports(settings: SchedulerSettings, *, webhook: bool) -> list[TransportName]:
     """The transports this node cannot deliver with: ``argv`` without a notify template,
     ``webhook`` without httpx."""
-    missing = [] if settings.notify_template is not None else ["argv"]
+    missing: list[TransportName] = [] if settings.notify_template is not None else ["argv"]
     return missing if webhook else [*missing, "webhook"]
 
 
-def paused_reason(stuck: dict[str, int]) -> str | None:
+def paused_reason(stuck: Mapping[TransportName, int]) -> str | None:
     """``"no notify_template (…) for 3 argv dispatches"``, per stuck transport; ``None``: none."""
     parts = [
         f"{MISSING_TRANSPORT[name]} for {n} {name} dispatch{'' if n == 1 else 'es'}"
@@ -78,7 +79,7 @@ class Figures:
     scheduling_lag: float = 0.0
     """Seconds the oldest due schedule is behind its due time (0 when none is due)."""
     dispatch_backlog: int = 0
-    stuck: dict[str, int] = field(default_factory=dict)
+    stuck: dict[TransportName, int] = field(default_factory=dict)
     """Pending dispatches per transport this node lacks (they cannot be delivered here)."""
     stuck_at: float | None = None
 
@@ -102,14 +103,22 @@ class Figures:
             return
         self.stuck_at = now
         missing = missing_transports(run.env.settings, webhook=webhook_transport_available())
-        stuck: dict[str, int] = {}
+        stuck: dict[TransportName, int] = {}
         for name in missing:
             stuck[name] = await count_pending_dispatches(run.conn, webhook=name == "webhook")
         self.stuck = stuck
 
     def health(
-        self, run: Running | None, *, problem: str | None, settings: SchedulerSettings
-    ) -> dict[str, Any]:
+        self,
+        run: Running | None,
+        *,
+        problem: str | None,
+        settings: SchedulerSettings,
+        node_id: str,
+        leader: bool,
+        backend: str,
+        wake_listening: bool | None,
+    ) -> EngineHealth:
         """The engine's health figures (see ``SchedulerEngine.health``)."""
         task = None if run is None else run.loop_task
         running = task is not None and not task.done()
@@ -128,7 +137,7 @@ class Figures:
             # paused: some pending row waits for a transport this node lacks
             "delivery_paused": bool(stuck),
             "delivery_paused_transports": sorted(stuck),
-            "delivery_paused_dispatches": stuck,
+            "delivery_paused_dispatches": {str(name): n for name, n in stuck.items()},
             "delivery_paused_reason": paused_reason(stuck),
             "transports": (
                 transports_health(settings, webhook=webhook_transport_available())
@@ -138,12 +147,14 @@ class Figures:
             "database_error": problem,
             "global_cap": settings.max_scheduled_concurrent,
             "holders": [] if run is None else run.admission.holders(),
+            "node_id": node_id,
+            "leader": leader,
+            "backend": backend,
+            "wake_listening": wake_listening,
         }
 
 
-def limits(
-    run: Running | None, settings: SchedulerSettings, *, adhoc_in_flight: int
-) -> dict[str, Any]:
+def limits(run: Running | None, settings: SchedulerSettings, *, adhoc_in_flight: int) -> Limits:
     """The global cap, in-flight holders, and the ad-hoc pool's figures (see
     ``SchedulerEngine.limits``)."""
     return {

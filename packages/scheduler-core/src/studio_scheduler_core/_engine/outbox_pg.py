@@ -26,7 +26,9 @@ class Outbox(Protocol):
 
     async def next_due_at(self) -> float | None: ...
 
-    async def backlog(self, now: float) -> dict[str, Any]: ...
+    async def due_count(self, now: float) -> int:
+        """How many dispatches a delivery pass would pick up at ``now``."""
+        ...
 
     async def deliver(
         self, *, clock: Clock, transport: Any, webhook_transport: Any
@@ -44,8 +46,9 @@ class SqliteOutbox:
     async def next_due_at(self) -> float | None:
         return await studio_outbox.next_due_at(self._conn)
 
-    async def backlog(self, now: float) -> dict[str, Any]:
-        return await studio_outbox.dispatch_backlog(self._conn, now=now)
+    async def due_count(self, now: float) -> int:
+        backlog = await studio_outbox.dispatch_backlog(self._conn, now=now)
+        return int(backlog.get("due", 0))
 
     async def deliver(
         self, *, clock: Clock, transport: Any, webhook_transport: Any
@@ -81,10 +84,11 @@ class PostgresOutbox:
 
         return await postgres.next_due_at(await self._reader())
 
-    async def backlog(self, now: float) -> dict[str, Any]:
+    async def due_count(self, now: float) -> int:
         from studio_outbox import postgres
 
-        return await postgres.dispatch_backlog(await self._reader(), now=now)
+        backlog = await postgres.dispatch_backlog(await self._reader(), now=now)
+        return int(backlog.get("due", 0))
 
     async def deliver(
         self, *, clock: Clock, transport: Any, webhook_transport: Any

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 import aiosqlite
@@ -69,7 +70,26 @@ def _check_url(field: str, value: str) -> None:
         raise ScheduleValidationError(field, "the webhook URL has an invalid port") from None
 
 
-def check_notify(value: Any, *, field: str = "notify") -> dict[str, Any] | None:
+class StoredNotify(TypedDict):
+    """A validated ``notify`` object as stored (the ``notify`` JSON column), defaults filled in."""
+
+    deliver_to: str
+    on: list[str]
+    ack_required: bool
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyConfig:
+    """A stored ``notify`` object as read back: where to deliver, which events, and how."""
+
+    deliver_to: str
+    on: frozenset[str]
+    ack_required: bool
+    max_attempts: int
+
+
+def check_notify(value: Any, *, field: str = "notify") -> StoredNotify | None:
     """Validate a ``notify`` object into its stored form (defaults filled in), or ``None``.
 
     Raises :class:`ScheduleValidationError` naming the key (``notify.on``, ``notify.deliver_to``
@@ -121,9 +141,18 @@ def check_notify(value: Any, *, field: str = "notify") -> dict[str, Any] | None:
     return {"deliver_to": deliver_to, "on": ordered, "ack_required": ack, "max_attempts": attempts}
 
 
-def _config(raw: Any) -> dict[str, Any] | None:
+def _config(raw: Any) -> NotifyConfig | None:
+    """The stored ``notify`` JSON as a :class:`NotifyConfig` (``None``: none, or no address);
+    a key a row written before its default existed takes that default."""
     value = _loads(raw)
-    return dict(value) if isinstance(value, Mapping) and value.get("deliver_to") else None
+    if not isinstance(value, Mapping) or not value.get("deliver_to"):
+        return None
+    return NotifyConfig(
+        deliver_to=str(value["deliver_to"]),
+        on=frozenset(value.get("on") or DEFAULT_NOTIFY_ON),
+        ack_required=bool(value.get("ack_required", False)),
+        max_attempts=int(value.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+    )
 
 
 async def _recovered(conn: aiosqlite.Connection, run: Run) -> bool:
@@ -184,7 +213,7 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
     config = _config(run.notify) or _config(found.schedule_notify)
     if config is None:
         return None
-    wanted = set(config.get("on") or DEFAULT_NOTIFY_ON)
+    wanted = config.on
     status = run.status
     event = status
     if (
@@ -201,11 +230,11 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
     return await enqueue_dispatch(
         conn,
         kind=kind,
-        deliver_to=str(config["deliver_to"]),
+        deliver_to=config.deliver_to,
         body=run_body(run, found.schedule_name),
         dedup_key=f"run:{run_id}:{kind}",
-        ack_required=bool(config.get("ack_required", False)),
-        max_attempts=int(config.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+        ack_required=config.ack_required,
+        max_attempts=config.max_attempts,
         schedule_run_id=run_id,
         clock=lambda: now,
         actor="scheduler",
@@ -231,13 +260,13 @@ async def notify_schedule_disabled(
     config = None if row is None else _config(row.notify)
     if row is None or config is None:
         return None
-    if "disabled" not in set(config.get("on") or DEFAULT_NOTIFY_ON):
+    if "disabled" not in config.on:
         return None
     transition_id = await store.latest_disable_transition(conn, schedule_id)
     return await enqueue_dispatch(
         conn,
         kind="schedule.disabled",
-        deliver_to=str(config["deliver_to"]),
+        deliver_to=config.deliver_to,
         body={
             "schedule_id": schedule_id,
             "schedule_name": row.name,
@@ -246,8 +275,8 @@ async def notify_schedule_disabled(
             "disabled_at": now,
         },
         dedup_key=f"schedule:{schedule_id}:disabled:{transition_id}",
-        ack_required=bool(config.get("ack_required", False)),
-        max_attempts=int(config.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+        ack_required=config.ack_required,
+        max_attempts=config.max_attempts,
         clock=lambda: now,
         actor="scheduler",
     )

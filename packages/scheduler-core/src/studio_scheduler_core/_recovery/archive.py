@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 FORMAT = "studio-archive/1"
 SUFFIX = ".jsonl.gz"
@@ -126,9 +126,27 @@ def scan(data: bytes) -> tuple[int, Counter[str]]:
     return len(lines), counts
 
 
+TimeRange = TypedDict("TimeRange", {"from": float, "until": float})
+"""The earliest and latest time of the rows an archive holds."""
+
+
+class Manifest(TypedDict):
+    """An archive's manifest (the JSON file beside it), as :func:`write_archive` writes it."""
+
+    format: str
+    file: str
+    kind: str
+    bytes: int
+    sha256: str
+    lines: int
+    counts: dict[str, int]
+    time_range: TimeRange | None
+    created_at: float
+
+
 def write_archive(
     directory: str | Path, kind: str, lines: Iterable[ArchiveLine], *, now: float
-) -> dict[str, Any]:
+) -> Manifest:
     """Write ``lines`` to a new verified archive in ``directory`` (created if missing) and its
     manifest beside it; return the manifest.
 
@@ -142,7 +160,7 @@ def write_archive(
     manifest_path = folder / (name.removesuffix(SUFFIX) + MANIFEST_SUFFIX)
     data, n, counts, times = _encode(lines)
     digest = hashlib.sha256(data).hexdigest()
-    manifest = {
+    manifest: Manifest = {
         "format": FORMAT,
         "file": name,
         "kind": kind,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
 
@@ -20,7 +19,7 @@ from .._fire.runlog import run_log_dir
 from .._settings import SchedulerSettings
 from .reconcile import reap_stale
 from .retention import RetentionReport, retention_pass
-from .store import checkpoint
+from .store import WalCheckpoint, checkpoint
 
 
 class Reapers:
@@ -78,7 +77,7 @@ class Reapers:
         await compact_counts(self._conn)
         return reaped
 
-    async def checkpoint(self, now: float) -> dict[str, Any] | None:
+    async def checkpoint(self, now: float) -> WalCheckpoint | None:
         """Checkpoint the WAL if the checkpoint interval has passed (``None``: not yet; always
         on PostgreSQL, whose server manages its own checkpoints)."""
         if is_postgres(self._db_path):

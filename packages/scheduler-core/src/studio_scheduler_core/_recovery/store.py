@@ -8,7 +8,6 @@ backend implements these reads (and replaces the checkpoint with its own mainten
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import aiosqlite
 
@@ -104,8 +103,25 @@ async def database_path(conn: aiosqlite.Connection) -> str | None:
     return None
 
 
-async def checkpoint(db_path: str) -> dict[str, Any]:
-    """``PRAGMA wal_checkpoint(TRUNCATE)`` on a short-lived connection of its own."""
+@dataclass(frozen=True, slots=True)
+class WalCheckpoint:
+    """What ``PRAGMA wal_checkpoint`` answered: whether a reader or writer kept it from
+    completing (``busy``), the WAL's pages and how many of them were copied into the file
+    (SQLite's ``log`` and ``checkpointed``; -1 when the database is not in WAL mode)."""
+
+    busy: bool
+    log: int
+    checkpointed: int
+
+
+async def checkpoint(db_path: str) -> WalCheckpoint | None:
+    """``PRAGMA wal_checkpoint(TRUNCATE)`` on a short-lived connection of its own (``None``:
+    SQLite answered no row)."""
     async with connect(db_path) as conn:
         rows = await fetch_all(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
-    return rows[0] if rows else {}
+    if not rows:
+        return None
+    row = rows[0]
+    return WalCheckpoint(
+        busy=bool(row["busy"]), log=int(row["log"]), checkpointed=int(row["checkpointed"])
+    )

@@ -65,12 +65,12 @@ async def health(request: Request, engine: EngineDep, settings: SettingsDep) -> 
     dispatch = DispatchHealth(
         backlog=int(data.get("dispatch_backlog", 0)),
         delivery_paused=bool(data.get("delivery_paused", False)),
-        delivery_paused_transports=list(data.get("delivery_paused_transports") or []),
+        delivery_paused_transports=list(data["delivery_paused_transports"]),
         delivery_paused_dispatches=dict(data.get("delivery_paused_dispatches") or {}),
         delivery_paused_reason=data.get("delivery_paused_reason"),
         transports={
-            name: TransportHealth.of(state)
-            for name, state in dict(data.get("transports") or {}).items()
+            "argv": TransportHealth.of(data["transports"]["argv"]),
+            "webhook": TransportHealth.of(data["transports"]["webhook"]),
         },
     )
     return HealthOut(
