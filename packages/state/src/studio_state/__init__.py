@@ -24,6 +24,7 @@ from ._connection import (
     dict_row_factory,
     open_connection,
 )
+from ._db_errors import DbErrorClass, ErrorKind, classify_db_error, is_busy_error, violates
 from ._exceptions import (
     ConnectionClosed,
     InvalidSetting,
@@ -71,7 +72,9 @@ __all__ = [
     "Clock",
     "ConnectionClosed",
     "DEFAULT_SYNCHRONOUS",
+    "DbErrorClass",
     "ENTITY_TYPES",
+    "ErrorKind",
     "InvalidSetting",
     "InvalidTransition",
     "ManualClock",
@@ -94,6 +97,7 @@ __all__ = [
     "backend_of",
     "check_node_id",
     "check_synchronous",
+    "classify_db_error",
     "connect",
     "connect_sync",
     "default_node_id",
@@ -106,6 +110,7 @@ __all__ = [
     "fetch_one",
     "fetch_value",
     "in_owned_transaction",
+    "is_busy_error",
     "is_postgres",
     "migrate",
     "new_id",
@@ -122,5 +127,6 @@ __all__ = [
     "system_clock",
     "transition",
     "transition_sync",
+    "violates",
     "write_transaction",
 ]

@@ -20,6 +20,7 @@ from studio_state import (
     fetch_one,
     fetch_value,
     record_transition,
+    violates,
     write_transaction,
 )
 
@@ -44,7 +45,9 @@ RUN_PAGE_KEY = ("fired_at", "created_at", "id")
 ADHOC_PAGE_KEY = ("queued_at", "id")
 """The ad-hoc runs page order (each descending): the run fields a keyset cursor carries."""
 
-_NAME_CONSTRAINT = ("schedules.name", '"schedules_name_key"')
+# The name's uniqueness constraint on PostgreSQL; on SQLite (which names none) the table's
+# only unique constraint besides the primary key.
+_NAME_CONSTRAINT = "schedules_name_key"
 
 
 async def get_schedule(conn: aiosqlite.Connection, schedule_id: str) -> Schedule | None:
@@ -85,8 +88,7 @@ async def insert_schedule(conn: aiosqlite.Connection, values: Mapping[str, Any])
             [values[c] for c in columns],
         )
     except sqlite3.IntegrityError as exc:
-        # SQLite names the column; PostgreSQL names the constraint.
-        if any(name in str(exc) for name in _NAME_CONSTRAINT):
+        if violates(exc, "unique", _NAME_CONSTRAINT):
             raise ScheduleNameTaken(str(values.get("name"))) from None
         raise
 
