@@ -54,6 +54,7 @@ from ._query import (
     fetch_one,
     fetch_value,
 )
+from ._row_lock import lock_row, lock_rows
 from ._schema import ENTITY_TYPES, STATE_MIGRATIONS, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
 from ._transitions import (
@@ -112,6 +113,8 @@ __all__ = [
     "in_owned_transaction",
     "is_busy_error",
     "is_postgres",
+    "lock_row",
+    "lock_rows",
     "migrate",
     "new_id",
     "open_connection",

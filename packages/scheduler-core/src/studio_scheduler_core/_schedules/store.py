@@ -96,11 +96,19 @@ async def insert_schedule(conn: aiosqlite.Connection, values: Mapping[str, Any])
 async def update_schedule(
     conn: aiosqlite.Connection, schedule_id: str, values: Mapping[str, Any]
 ) -> None:
-    """Set encoded column ``values`` of one schedule (inside the caller's transaction)."""
-    await conn.execute(
-        f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?",
-        [*values.values(), schedule_id],
-    )
+    """Set encoded column ``values`` of one schedule (inside the caller's transaction).
+
+    :class:`ScheduleNameTaken` when the name's uniqueness constraint refuses a new name.
+    """
+    try:
+        await conn.execute(
+            f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?",
+            [*values.values(), schedule_id],
+        )
+    except sqlite3.IntegrityError as exc:
+        if "name" in values and violates(exc, "unique", _NAME_CONSTRAINT):
+            raise ScheduleNameTaken(str(values["name"])) from None
+        raise
 
 
 async def delete_schedule(conn: aiosqlite.Connection, schedule_id: str) -> None:
