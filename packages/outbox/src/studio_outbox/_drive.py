@@ -91,9 +91,9 @@ TRANSITION_INSERT = (
 
 
 def is_busy(exc: sqlite3.Error) -> bool:
-    """Whether ``exc`` is SQLite's "database is locked"/"busy" (another writer holds the lock)."""
-    text = str(exc).lower()
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+    """Whether another writer holds the lock ``exc`` met: SQLite's ``SQLITE_BUSY``/``LOCKED``,
+    PostgreSQL's lock-not-available, serialisation failure or deadlock (by code, not text)."""
+    return studio_state.is_busy_error(exc)
 
 
 def transition_id(created_at: float, noise: str) -> str:

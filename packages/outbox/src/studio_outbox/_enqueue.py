@@ -237,7 +237,7 @@ def insert_reporting_steps(
                 # Told by SQLite's error code (the id is the table's only primary key), not its
                 # message. PostgreSQL's is never retried: its failed statement has aborted the
                 # transaction, so the error goes to the transaction's owner as it is.
-                primary_key = getattr(exc, "sqlite_errorname", None) == _PRIMARY_KEY_CONFLICT
+                primary_key = studio_state.classify_db_error(exc).code == _PRIMARY_KEY_CONFLICT
                 if not primary_key or attempt == _ID_RETRIES - 1:
                     raise
                 continue

@@ -24,6 +24,7 @@ from ._connection import (
     dict_row_factory,
     open_connection,
 )
+from ._db_errors import DbErrorClass, ErrorKind, classify_db_error, is_busy_error, violates
 from ._exceptions import (
     ConnectionClosed,
     InvalidSetting,
@@ -53,6 +54,7 @@ from ._query import (
     fetch_one,
     fetch_value,
 )
+from ._row_lock import lock_row, lock_rows
 from ._schema import ENTITY_TYPES, STATE_MIGRATIONS, ensure_schema
 from ._transactions import in_owned_transaction, run_write_transaction, write_transaction
 from ._transitions import (
@@ -71,7 +73,9 @@ __all__ = [
     "Clock",
     "ConnectionClosed",
     "DEFAULT_SYNCHRONOUS",
+    "DbErrorClass",
     "ENTITY_TYPES",
+    "ErrorKind",
     "InvalidSetting",
     "InvalidTransition",
     "ManualClock",
@@ -94,6 +98,7 @@ __all__ = [
     "backend_of",
     "check_node_id",
     "check_synchronous",
+    "classify_db_error",
     "connect",
     "connect_sync",
     "default_node_id",
@@ -106,7 +111,10 @@ __all__ = [
     "fetch_one",
     "fetch_value",
     "in_owned_transaction",
+    "is_busy_error",
     "is_postgres",
+    "lock_row",
+    "lock_rows",
     "migrate",
     "new_id",
     "open_connection",
@@ -122,5 +130,6 @@ __all__ = [
     "system_clock",
     "transition",
     "transition_sync",
+    "violates",
     "write_transaction",
 ]

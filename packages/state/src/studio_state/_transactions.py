@@ -27,6 +27,7 @@ import aiosqlite
 
 from ._complete import run_to_completion
 from ._connection import check_synchronous
+from ._db_errors import is_busy_error
 from ._exceptions import SynchronousInTransaction
 from ._hop import run_sync
 
@@ -55,8 +56,7 @@ def _state(conn: aiosqlite.Connection) -> _TxnState:
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
+    return is_busy_error(exc)
 
 
 async def _begin_immediate(conn: aiosqlite.Connection) -> None:

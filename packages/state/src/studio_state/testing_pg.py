@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,8 +108,17 @@ def _run_as() -> tuple[str, ...]:
     return (runuser, "-u", _RUN_AS, "--")
 
 
-def start_cluster(base: Path | None = None) -> PostgresCluster:
-    """Create and start a cluster in a new directory under ``base`` (default: the temp dir)."""
+def start_cluster(
+    base: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    settings: Mapping[str, str] | None = None,
+) -> PostgresCluster:
+    """Create and start a cluster in a new directory under ``base`` (default: the temp dir).
+
+    ``env`` is added to the server's environment (``LOCPATH``, say); ``settings`` are server
+    settings given on its command line (``{"lc_messages": "de_DE.UTF-8"}``, say).
+    """
     bindir = find_bindir()
     run_as = _run_as()
     directory = Path(tempfile.mkdtemp(prefix="studio-pg-", dir=base))
@@ -138,7 +148,7 @@ def start_cluster(base: Path | None = None) -> PostgresCluster:
             options = (
                 f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50"
-            )
+            ) + "".join(f" -c {name}={value}" for name, value in (settings or {}).items())
             started = subprocess.run(
                 [
                     *run_as,
@@ -157,6 +167,7 @@ def start_cluster(base: Path | None = None) -> PostgresCluster:
                 capture_output=True,
                 text=True,
                 timeout=90,
+                env={**os.environ, **(env or {})},
             )
             if started.returncode == 0:
                 return PostgresCluster(directory, bindir, port, run_as)
@@ -171,3 +182,21 @@ def _check(argv: list[str], what: str) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise PostgresUnavailable(f"{what} failed: {(done.stderr or done.stdout).strip()}")
+
+
+def build_locale(locale: str, directory: Path) -> str:
+    """Compile the glibc locale ``locale`` (``de_DE``, say) in UTF-8 into ``directory`` with
+    ``localedef`` and return its name (``de_DE.UTF-8``): a server started with
+    ``LOCPATH=<directory>`` in its environment can then use it (``lc_messages``) on a
+    machine that has no locale installed. The directory is made readable by the server's
+    user. :class:`PostgresUnavailable` when ``localedef`` or the locale's source is missing.
+    """
+    localedef = shutil.which("localedef")
+    if localedef is None:
+        raise PostgresUnavailable("building a locale needs localedef (glibc's locales package)")
+    name = f"{locale}.UTF-8"
+    directory.mkdir(parents=True, exist_ok=True)
+    _check([localedef, "-i", locale, "-f", "UTF-8", str(directory / name)], "localedef")
+    for path in (directory, *directory.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return name

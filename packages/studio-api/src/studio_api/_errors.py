@@ -52,6 +52,7 @@ from studio_scheduler_core import (
     SchedulerError,
     ScheduleValidationError,
 )
+from studio_state import is_busy_error
 
 logger = logging.getLogger("studio_api")
 
@@ -274,8 +275,7 @@ def storage_fault_response(app: Any, exc: BaseException) -> JSONResponse | None:
 
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
-    text = str(exc).lower()
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+    if is_busy_error(exc):
         return JSONResponse(
             error_body("database is busy, retry shortly"),
             status_code=503,

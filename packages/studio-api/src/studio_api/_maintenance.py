@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from studio_state import new_id, record_transition_sync
+from studio_state import is_busy_error, new_id, record_transition_sync
 
 #: How long a maintenance action waits for another connection's lock before giving up.
 BUSY_SECONDS = 2.0
@@ -33,8 +33,8 @@ class BackupCorrupt(MaintenanceError):
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text or "statements in progress" in text
+    # SQLITE_BUSY covers "cannot commit - SQL statements in progress" too.
+    return is_busy_error(exc)
 
 
 def _connect(path: Path, busy_seconds: float) -> sqlite3.Connection:

@@ -12,6 +12,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+from studio_state import is_busy_error
+
 from ._errors import file_system_state, storage_problem
 
 _PROBE_EVERY_SECONDS = 2.0
@@ -80,8 +82,7 @@ class StorageHealth:
                         await conn.execute("ROLLBACK")
                     raise
         except (sqlite3.Error, OSError) as exc:
-            text = str(exc).lower()
-            if "locked" in text or "busy" in text:
+            if is_busy_error(exc):
                 return self.problem  # the engine is writing: no verdict this time
             return storage_problem(exc, self.db_path) or f"storage fault: {exc}"
         return None

@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -36,14 +41,21 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from studio_state.testing import db_rows
+from studio_state.testing import db_rows, free_port, wait_for
 
 from ._app import create_app
 from ._connections import server_options
 from ._setting_values import is_loopback_host
 from ._settings import StudioSettings
 
-__all__ = ["ServedStudio", "StudioServer", "StudioServers", "serve_studio"]
+__all__ = [
+    "RoundRobin",
+    "ServeProcess",
+    "ServedStudio",
+    "StudioServer",
+    "StudioServers",
+    "serve_studio",
+]
 
 
 class StudioServer:
@@ -195,3 +207,96 @@ class StudioServers:
         traceback: TracebackType | None,
     ) -> None:
         self.stop_all()
+
+
+class ServeProcess:
+    """A real ``studio serve`` process (``python -m studio_cli serve``) of this environment:
+    one node of a cluster on the database URL ``db``, with ``home`` as its ``HOME`` and its
+    run-log directory under it; started and serving when the constructor returns.
+
+    ``node_url``: ``True`` advertises its own address as ``LIONAGI_STUDIO_NODE_URL``,
+    ``False`` none, a string that URL (one nothing answers on, say). ``env`` adds or
+    overrides variables (e.g. ``LIONAGI_SCHEDULER_COMMAND_ALLOWLIST``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        db: str,
+        home: Path,
+        *,
+        node_url: str | bool = True,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.runs = home / "runs"
+        home.mkdir(parents=True, exist_ok=True)
+        advertised = self.url if node_url is True else (node_url or "")
+        variables = {
+            **os.environ,
+            "HOME": str(home),
+            "LIONAGI_STUDIO_NODE_ID": name,
+            "LIONAGI_STUDIO_TICK_SECONDS": "0.5",
+            "LIONAGI_STUDIO_RUN_LOG_DIR": str(self.runs),
+            "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "sh,sleep,true",
+            **({"LIONAGI_STUDIO_NODE_URL": advertised} if advertised else {}),
+            **(env or {}),
+        }
+        if not advertised:
+            variables.pop("LIONAGI_STUDIO_NODE_URL", None)
+        self.log = home / f"{name}.log"
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "studio_cli", "serve", "--port", str(self.port), "--db", db],
+                env=variables,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_for(lambda: self.proc.poll() is not None or self.health() is not None, timeout)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"studio serve {name} exited: {self.log.read_text()[-2000:]}")
+
+    def health(self) -> dict[str, Any] | None:
+        """``GET /api/health``, or ``None`` while it does not answer."""
+        try:
+            answer = httpx.get(f"{self.url}/api/health", timeout=5)
+        except httpx.HTTPError:
+            return None
+        return dict(answer.json()) if answer.status_code == 200 else None
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL of its process group if it has not exited within 30 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+class RoundRobin:
+    """An HTTP client that sends each request to the next of several base URLs in turn (a
+    load balancer's simplest policy); ``last`` is the URL the latest request went to."""
+
+    def __init__(self, urls: list[str], *, headers: dict[str, str] | None = None) -> None:
+        if not urls:
+            raise ValueError("RoundRobin needs at least one URL")
+        self.urls = list(urls)
+        self.last = ""
+        self._turn = 0
+        self._client = httpx.Client(headers=headers or {}, timeout=30)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """``method path`` on the next URL."""
+        self.last = self.urls[self._turn % len(self.urls)]
+        self._turn += 1
+        return self._client.request(method, self.last + path, **kwargs)
+
+    def close(self) -> None:
+        """Close the underlying client."""
+        self._client.close()

@@ -4,6 +4,11 @@ One guarded transaction inserts the attempt's invocation and moves the row ``que
 ``running`` (or straight to ``failed`` when the launch setup was refused) with this worker's
 lease, guarded on the attempt count read and on no other running row holding its
 ``concurrency_key``. A lost guard writes nothing (the invocation is removed again).
+
+On PostgreSQL (READ COMMITTED) the ``concurrency_key`` guard is a ``NOT EXISTS`` over other
+rows, which a concurrent claim of another row of the same key does not see until it commits:
+the claim first takes a transaction advisory lock on the key, so claims of one key are
+serialised and each one's guard reads the other's committed row.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import record_transitions, write_transaction
+from studio_state import backend_of, record_transitions, write_transaction
 
 from .._fire import store as fire_store
 from .._fire.commit import invocation_row
@@ -25,6 +30,10 @@ from .._records.run import Run
 from .._records.schedule import Action
 from .._records.terminal import StatusChange, apply, clip
 from .lease import CLAIMED, lease_transition
+
+CONCURRENCY_LOCK_PREFIX = "studio.concurrency_key:"
+"""What the advisory lock of a ``concurrency_key`` is named after (hashed to 64 bits)."""
+_KEY_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))"
 
 
 @dataclass
@@ -117,7 +126,10 @@ async def commit_claim(
         },
     )
     try:
-        won = await _write_claim(conn, fire, invocation, change, inv_reason, summary, now, actor)
+        key = None if failed else run.concurrency_key
+        won = await _write_claim(
+            conn, fire, invocation, change, inv_reason, summary, now, actor, key
+        )
     except BaseException:
         fire.discard()
         raise
@@ -135,8 +147,11 @@ async def _write_claim(
     summary: str,
     now: float,
     actor: str,
+    key: str | None,
 ) -> bool:
     async with write_transaction(conn):
+        if key is not None and backend_of(conn) == "postgresql":
+            await conn.execute(_KEY_LOCK, (CONCURRENCY_LOCK_PREFIX + key,))
         # The invocation first: schedule_runs.invocation_id references it (not deferred).
         await fire_store.insert_invocation(conn, invocation)
         if not (await apply(conn, [change]))[0]:

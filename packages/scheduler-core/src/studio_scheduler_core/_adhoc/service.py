@@ -298,7 +298,8 @@ class AdhocRunService:
             await self._stop_child(row)
         self._changed()
         done = await fire_store.load_run(self._conn, run_id)
-        assert done is not None
+        if done is None:  # deleted with its schedule since (another node, PostgreSQL)
+            raise RunNotFound(run_id)
         return run_record(done)
 
     async def _stop_child(self, row: Mapping[str, Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Transition, new_id, record_transitions, write_transaction
+from studio_state import Transition, lock_row, new_id, record_transitions, write_transaction
 
 from .._exceptions import FireRefused, ScheduleValidationError
 from .._triggers.cadence import schedule_zone
@@ -112,6 +112,9 @@ async def backfill(
     due_times = occurrences(schedule, first, last, timezone=timezone)
     sid = str(schedule["id"])
     async with write_transaction(conn):
+        # PostgreSQL: two backfills of one schedule are serialised, so the second sees the
+        # occurrences the first queued (SQLite's write lock does this already).
+        await lock_row(conn, "schedules", sid)
         done = await store.backfilled_due_times(conn, sid, first, last)
         queued = 0
         transitions: list[Transition] = []

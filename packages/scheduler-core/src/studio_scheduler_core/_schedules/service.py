@@ -14,7 +14,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import Clock, new_id, record_transition, write_transaction
+from studio_state import Clock, lock_row, lock_rows, new_id, record_transition, write_transaction
 
 from .._admission.store import fired_run_count, schedule_spend
 from .._exceptions import (
@@ -54,6 +54,9 @@ UPDATED = "schedule.updated.operator"
 _CADENCE_FIELDS = frozenset(
     {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone"}
 )
+
+
+_LIVE = ("queued", "running")
 
 
 class ScheduleService:
@@ -162,6 +165,7 @@ class ScheduleService:
                 raise ScheduleValidationError(str(key), "unknown field")
         now = self._clock()
         async with write_transaction(self._conn):
+            await lock_row(self._conn, "schedules", schedule_id)  # PostgreSQL: read, then write
             current = (await self.get(schedule_id)).to_row()
             row = normalize(changes, settings=self._settings, now=now, base=current)
             if row["name"] != current["name"] and await store.name_taken(
@@ -298,6 +302,9 @@ class ScheduleService:
         """
         now = self._clock()
         async with write_transaction(self._conn):
+            # PostgreSQL: a fire or claim in flight (it writes these rows) is waited for.
+            await lock_row(self._conn, "schedules", schedule_id)
+            await lock_rows(self._conn, "schedule_runs", "schedule_id", schedule_id, statuses=_LIVE)
             schedule = await self.get(schedule_id)
             if refuse_running:
                 running = await self.running_run_ids(schedule_id)

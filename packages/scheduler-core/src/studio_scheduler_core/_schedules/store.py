@@ -20,6 +20,8 @@ from studio_state import (
     fetch_one,
     fetch_value,
     record_transition,
+    run_sync,
+    violates,
     write_transaction,
 )
 
@@ -44,7 +46,9 @@ RUN_PAGE_KEY = ("fired_at", "created_at", "id")
 ADHOC_PAGE_KEY = ("queued_at", "id")
 """The ad-hoc runs page order (each descending): the run fields a keyset cursor carries."""
 
-_NAME_CONSTRAINT = ("schedules.name", '"schedules_name_key"')
+# The name's uniqueness constraint on PostgreSQL; on SQLite (which names none) the table's
+# only unique constraint besides the primary key.
+_NAME_CONSTRAINT = "schedules_name_key"
 
 
 async def get_schedule(conn: aiosqlite.Connection, schedule_id: str) -> Schedule | None:
@@ -72,21 +76,35 @@ async def name_taken(
     return found is not None
 
 
+def _savepointed(db: sqlite3.Connection, sql: str, params: list[Any]) -> None:
+    db.execute("SAVEPOINT studio_schedule_name")
+    try:
+        db.execute(sql, params)
+    except sqlite3.IntegrityError:
+        db.execute("ROLLBACK TO studio_schedule_name")
+        db.execute("RELEASE studio_schedule_name")
+        raise
+    db.execute("RELEASE studio_schedule_name")
+
+
+async def _name_guarded(conn: aiosqlite.Connection, sql: str, params: list[Any]) -> None:
+    """``sql`` under a savepoint, in one hop to the connection's thread: a refused name
+    leaves the transaction usable (PostgreSQL aborts a transaction at a failed statement,
+    and reads of other tasks on the same connection would fail until it rolled back)."""
+    await run_sync(conn, lambda db: _savepointed(db, sql, params))
+
+
 async def insert_schedule(conn: aiosqlite.Connection, values: Mapping[str, Any]) -> None:
     """Insert a schedule from encoded column values (inside the caller's transaction).
 
     :class:`ScheduleNameTaken` when the name's uniqueness constraint refuses it.
     """
     columns = [c for c in SCHEDULE_COLUMNS if c in values]
+    sql = f"INSERT INTO schedules ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
     try:
-        await conn.execute(
-            f"INSERT INTO schedules ({', '.join(columns)}) "
-            f"VALUES ({', '.join('?' * len(columns))})",
-            [values[c] for c in columns],
-        )
+        await _name_guarded(conn, sql, [values[c] for c in columns])
     except sqlite3.IntegrityError as exc:
-        # SQLite names the column; PostgreSQL names the constraint.
-        if any(name in str(exc) for name in _NAME_CONSTRAINT):
+        if violates(exc, "unique", _NAME_CONSTRAINT):
             raise ScheduleNameTaken(str(values.get("name"))) from None
         raise
 
@@ -94,11 +112,17 @@ async def insert_schedule(conn: aiosqlite.Connection, values: Mapping[str, Any])
 async def update_schedule(
     conn: aiosqlite.Connection, schedule_id: str, values: Mapping[str, Any]
 ) -> None:
-    """Set encoded column ``values`` of one schedule (inside the caller's transaction)."""
-    await conn.execute(
-        f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?",
-        [*values.values(), schedule_id],
-    )
+    """Set encoded column ``values`` of one schedule (inside the caller's transaction).
+
+    :class:`ScheduleNameTaken` when the name's uniqueness constraint refuses a new name.
+    """
+    sql = f"UPDATE schedules SET {', '.join(f'{c} = ?' for c in values)} WHERE id = ?"
+    try:
+        await _name_guarded(conn, sql, [*values.values(), schedule_id])
+    except sqlite3.IntegrityError as exc:
+        if "name" in values and violates(exc, "unique", _NAME_CONSTRAINT):
+            raise ScheduleNameTaken(str(values["name"])) from None
+        raise
 
 
 async def delete_schedule(conn: aiosqlite.Connection, schedule_id: str) -> None:

@@ -6,12 +6,14 @@ import contextlib
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import Response
 
 from studio_scheduler_core import RUN_PAGE_KEY, RunNotCancellable, RunNotFound
 
 from .._auth_context import actor_of
 from .._cursor import decode_cursor, next_cursor
 from .._deps import EngineDep, ReadsDep, ServiceDep, SettingsDep, responses
+from .._forward import forward_to_leader, must_forward
 from .._models import (
     SCHEDULE_CREATE_EXAMPLES,
     SQLITE_INT_MAX,
@@ -150,8 +152,14 @@ async def disable_schedule(
     response_model=TriggerOut,
     responses=responses(404, 409),
 )
-async def trigger_schedule(engine: EngineDep, request: Request, schedule_id: str) -> TriggerOut:
-    """Fire a schedule now: 202 with the run id, or 409 with the refusal's ``reason_code``."""
+async def trigger_schedule(
+    engine: EngineDep, request: Request, schedule_id: str
+) -> TriggerOut | Response:
+    """Fire a schedule now: 202 with the run id, or 409 with the refusal's ``reason_code``.
+    A node that does not lead forwards the request to the leader (503 naming it when it
+    cannot)."""
+    if must_forward(engine):
+        return await forward_to_leader(engine, request)
     run_id = await engine.fire_now(schedule_id, actor=actor_of(request))
     engine.wake()
     return TriggerOut(run_id=run_id)
@@ -164,12 +172,19 @@ async def trigger_schedule(engine: EngineDep, request: Request, schedule_id: str
     responses=responses(404, 409),
 )
 async def backfill_schedule(
-    service: ServiceDep, request: Request, schedule_id: str, body: BackfillRequest
-) -> BackfillOut:
+    engine: EngineDep,
+    service: ServiceDep,
+    request: Request,
+    schedule_id: str,
+    body: BackfillRequest,
+) -> BackfillOut | Response:
     """Queue every occurrence in [start, end) (ISO 8601 or epoch; ``start < end <= now``, at
     most 1000): the engine runs them one at a time through the gates with
     ``trigger_context.backfill``. 409 (``schedule.backfill.disabled``) for a disabled
-    schedule."""
+    schedule. A node that does not lead forwards the request to the leader (503 naming it
+    when it cannot)."""
+    if must_forward(engine):
+        return await forward_to_leader(engine, request)
     queued = await service.backfill(schedule_id, body.start, body.end, actor=actor_of(request))
     return BackfillOut(runs=queued)
 
