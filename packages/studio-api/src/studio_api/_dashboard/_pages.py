@@ -21,6 +21,7 @@ from studio_scheduler_core import (
     schedules_have_zones,
 )
 
+from ._charts import STRIP_RUNS, run_strip
 from ._internal import ApiAnswer, call_api, has_route
 from ._render import PAGE_SIZE, Visitor, page_links, render, signer_of, to_login, visitor
 
@@ -154,11 +155,16 @@ async def schedule(request: Request, schedule_id: str) -> Response:
     runs = await api_get(request, f"{path}/runs", limit=PAGE_SIZE, offset=offset)
     if not runs.ok:
         return _failed(request, who, runs, "Schedule")
+    newest = runs
+    if offset != 0 or PAGE_SIZE < STRIP_RUNS:
+        newest = await api_get(request, f"{path}/runs", limit=STRIP_RUNS, offset=0)
+    strip = run_strip(newest.body["runs"] if newest.ok else [], now=time.time())
     return render(
         request,
         "schedule.html",
         who,
         schedule=answer.body,
+        strip=strip,
         preview=preview.body["fire_times"] if preview.ok else [],
         preview_error=None if preview.ok else preview.detail,
         runs=runs.body["runs"],
