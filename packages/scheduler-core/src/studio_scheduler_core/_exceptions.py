@@ -12,7 +12,7 @@ SchedulerError
  ├── FireRefused                            a manual fire was refused; ``.reason_code`` says why
  ├── EngineLocked                           another engine holds the database's lock
  ├── DatabaseUnavailable                    the database cannot be written (read-only, I/O)
- └── InvalidStatsQuery (ValueError)         a stats window or grouping outside its values; ``.field``
+ └── InvalidStatsQuery (ValueError)         a stats window or grouping outside its values
 """
 
 from __future__ import annotations
