@@ -47,7 +47,12 @@ from ._notify.service import (
     notify_schedule_disabled,
 )
 from ._observe.events import EVENTS_LOGGER
-from ._observe.health import HEALTH_VERDICTS, ScheduleHealth, read_schedule_health
+from ._observe.health import (
+    HEALTH_VERDICTS,
+    ScheduleHealth,
+    read_health_counts,
+    read_schedule_health,
+)
 from ._observe.stats import (
     ACTIVITY_WINDOWS,
     SPEND_GROUPS,
@@ -58,6 +63,7 @@ from ._observe.stats import (
     read_activity,
     read_spend,
 )
+from ._observe.status import LastRun, ScheduleStatus, read_schedule_status
 from ._observe.store import (
     latest_transition_seq,
     read_dispatch_counts,
@@ -127,6 +133,7 @@ __all__ = [
     "HEALTH_VERDICTS",
     "InvalidSettings",
     "InvalidStatsQuery",
+    "LastRun",
     "MAX_CHAIN_DEPTH",
     "MISSED_FIRE_POLICIES",
     "MetricThreshold",
@@ -155,6 +162,7 @@ __all__ = [
     "ScheduleSetProblem",
     "ScheduleSetReport",
     "ScheduleSetUnreadable",
+    "ScheduleStatus",
     "ScheduleValidationError",
     "SchedulerEngine",
     "SchedulerError",
@@ -177,12 +185,14 @@ __all__ = [
     "read_dispatch_counts",
     "read_dispatch_outcomes",
     "read_github_polls",
+    "read_health_counts",
     "read_node",
     "read_overview",
     "read_run_log",
     "read_run_status",
     "read_runs_page",
     "read_schedule_health",
+    "read_schedule_status",
     "read_slot_holders",
     "read_spend",
     "read_stored_run_log",

@@ -213,3 +213,27 @@ def _verdict(
         spend_partial=int(h.get("spend_missing") or 0) > 0,
         last_run_id=h.get("last_run_id"),
     )
+
+
+def read_health_counts(db: Any, *, now: float) -> dict[str, int]:
+    """How many schedules have each verdict (every verdict, 0 included), on a synchronous
+    connection (a metrics collector's: ``sqlite3`` or ``studio_state.connect_sync``, rows as
+    tuples or mappings). One pass over the schedules; no per-schedule series."""
+    counts = dict.fromkeys(HEALTH_VERDICTS, 0)
+    schedules = _rows(db, _SCHEDULES.replace(" WHERE id IN ({marks})", ""), ())
+    health = {str(r["schedule_id"]): r for r in _rows(db, "SELECT * FROM schedule_health", ())}
+    days_sql = _DAYS.replace("schedule_id IN ({marks}) AND ", "")
+    week = {str(r["schedule_id"]): r for r in _rows(db, days_sql, (_window_start(now),))}
+    for schedule in schedules:
+        sid = str(schedule["id"])
+        counts[_verdict(schedule, health.get(sid), week.get(sid), now).health] += 1
+    return counts
+
+
+def _rows(db: Any, sql: str, params: Sequence[Any]) -> list[Mapping[str, Any]]:
+    cursor = db.execute(sql, tuple(params))
+    names = [d[0] for d in cursor.description]
+    return [
+        row if isinstance(row, Mapping) else dict(zip(names, row, strict=True))
+        for row in cursor.fetchall()
+    ]

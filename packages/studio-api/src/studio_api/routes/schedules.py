@@ -7,7 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request
 
-from studio_scheduler_core import RUN_PAGE_KEY, RunNotCancellable, RunNotFound
+from studio_scheduler_core import (
+    RUN_PAGE_KEY,
+    RunNotCancellable,
+    RunNotFound,
+    Schedule,
+    read_schedule_health,
+    read_schedule_status,
+)
 
 from .._auth_context import actor_of
 from .._cursor import decode_cursor, next_cursor
@@ -29,10 +36,12 @@ from .._models import (
     ScheduleCreate,
     ScheduleList,
     ScheduleOut,
+    ScheduleStatusOut,
     ScheduleUpdate,
     TriggerOut,
     TriggerType,
 )
+from .._reads import Reads
 
 router = APIRouter(prefix="/api/schedules", tags=["schedules"])
 
@@ -53,7 +62,7 @@ async def list_schedules(
         enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
     )
     return ScheduleList(
-        schedules=[ScheduleOut.of_record(row) for row in rows],
+        schedules=await _with_health(reads, rows),
         total=total,
         limit=limit,
         offset=offset,
@@ -87,8 +96,27 @@ async def get_run(reads: ReadsDep, run_id: str) -> RunDetail:
 
 @router.get("/{schedule_id}", response_model=ScheduleOut, responses=responses(404))
 async def get_schedule(reads: ReadsDep, schedule_id: str) -> ScheduleOut:
-    """One schedule."""
-    return ScheduleOut.of_record(await reads.schedules.get(schedule_id))
+    """One schedule, with its health."""
+    return (await _with_health(reads, [await reads.schedules.get(schedule_id)]))[0]
+
+
+@router.get("/{schedule_id}/status", response_model=ScheduleStatusOut, responses=responses(404))
+async def schedule_status(reads: ReadsDep, schedule_id: str) -> ScheduleStatusOut:
+    """Is it working: the verdict (``health``) and its figures, the last run that ended
+    (status, reason, duration, when, error class, last stderr lines), the runs running now."""
+    status = await read_schedule_status(reads.conn, schedule_id, now=reads.clock())
+    return ScheduleStatusOut.model_validate(status.to_json())
+
+
+async def _with_health(reads: Reads, rows: list[Schedule]) -> list[ScheduleOut]:
+    """The schedule views with their health fields (one read for the whole page)."""
+    health = await read_schedule_health(reads.conn, [row.id for row in rows], now=reads.clock())
+    out = []
+    for row in rows:
+        view = ScheduleOut.of_record(row)
+        found = health.get(row.id)
+        out.append(view if found is None else view.model_copy(update=found.to_json()))
+    return out
 
 
 @router.patch("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
