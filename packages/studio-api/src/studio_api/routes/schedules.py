@@ -109,9 +109,7 @@ async def schedule_status(reads: ReadsDep, schedule_id: str) -> ScheduleStatusOu
     return ScheduleStatusOut.model_validate(status.to_json())
 
 
-async def _with_health(
-    source: Reads | SchedulerEngine, rows: list[Schedule]
-) -> list[ScheduleOut]:
+async def _with_health(source: Reads | SchedulerEngine, rows: list[Schedule]) -> list[ScheduleOut]:
     """The schedule views with their health fields (one read for the whole page), read on
     the read connection (GETs) or the engine's (the answers of writes)."""
     ids = [row.id for row in rows]
