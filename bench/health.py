@@ -155,6 +155,7 @@ async def _measure(path: Path, reps: int, now: float) -> dict[str, list[float]]:
         ids = [str(r["id"]) for r in await fetch_all(conn, "SELECT id FROM schedules")]
         reads: dict[str, Callable[[], Awaitable[object]]] = {
             "schedule list health": lambda: read_schedule_health(conn, ids, now=now),
+            "list page 1000 health": lambda: read_schedule_health(conn, ids[:1000], now=now),
             "activity 24h": lambda: read_activity(conn, window="24h", now=now),
             "activity 7d": lambda: read_activity(conn, window="7d", now=now),
             "spend by schedule": lambda: read_spend(conn, by="schedule", now=now),
