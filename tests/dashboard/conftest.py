@@ -47,8 +47,10 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 INSTALL_HINT = "the dashboard tests need Debian's chromium: run `apt-get install -y chromium`"
-#: Where a copy of the screenshots goes for review when set (outside the repository).
+#: Where a copy of the screenshots goes for a person to look at: this variable's folder when
+#: set, else ``test-output/screenshots/`` at the repository's root (ignored by git).
 SHOTS_ENV = "STUDIO_DASHBOARD_SHOTS"
+DEFAULT_SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 # The notify template the servers deliver with: a deliver_to starting with "ok" succeeds.
 NOTIFY_TEMPLATE = [
     sys.executable,
@@ -130,20 +132,20 @@ def page(context: BrowserContext) -> Page:
 
 
 class Shots:
-    """Screenshots of each page: under the test's tmp dir, copied to $STUDIO_DASHBOARD_SHOTS."""
+    """Screenshots of each page: under the test's tmp dir, a copy (the latest of each name)
+    in $STUDIO_DASHBOARD_SHOTS or ``test-output/screenshots/``."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.copy_to = Path(os.environ[SHOTS_ENV]) if os.environ.get(SHOTS_ENV) else None
+        self.copy_to = Path(os.environ[SHOTS_ENV]) if os.environ.get(SHOTS_ENV) else DEFAULT_SHOTS
 
     def take(self, page: Page, name: str) -> Path:
         path = self.folder / f"{name}.png"
         page.screenshot(path=str(path), full_page=True)
         assert path.stat().st_size > 1000, path
-        if self.copy_to is not None:
-            self.copy_to.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, self.copy_to / path.name)
+        self.copy_to.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, self.copy_to / path.name)
         return path
 
 

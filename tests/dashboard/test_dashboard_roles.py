@@ -115,6 +115,17 @@ def test_roles_in_the_dashboard(tmp_path: Path, page: Page, shots: Shots) -> Non
         )
         assert "needs the operate role" in refused.text()
         assert db_rows(studio.db, "SELECT id FROM schedule_runs") == []
+        # no Edit either: the schedule page hides it, the form page says why, a post is refused
+        page.goto(f"{url}/schedules/{schedule_id}")
+        expect(page.locator("#edit-link")).to_have_count(0)
+        page.goto(f"{url}/schedules/{schedule_id}/edit")
+        expect(page.locator("#edit-refused")).to_contain_text("needs admin")
+        expect(page.locator("form.edit-form")).to_have_count(0)
+        edit = page.request.post(
+            f"{url}/schedules/{schedule_id}/edit", form={"csrf": csrf or "", "name": "renamed"}
+        )
+        assert edit.status == 403 and "needs the admin role" in edit.text(), edit.text()
+        assert db_rows(studio.db, "SELECT name FROM schedules") == [{"name": "nightly"}]
         _logout(page)
 
         # operate: Trigger, Disable and Ack, but neither Delete nor the create form
@@ -125,6 +136,9 @@ def test_roles_in_the_dashboard(tmp_path: Path, page: Page, shots: Shots) -> Non
         expect(nightly.get_by_role("button", name="Disable")).to_be_visible()
         expect(nightly.get_by_role("button", name="Delete")).to_have_count(0)
         expect(page.locator("form[action='/schedules'][method='post']")).to_have_count(0)
+        page.goto(f"{url}/schedules/{schedule_id}")
+        expect(page.get_by_role("button", name="Trigger")).to_be_visible()
+        expect(page.locator("#edit-link")).to_have_count(0)
         page.goto(f"{url}/dispatch")
         row = page.locator(f'tr[data-dispatch="{dispatch_id}"]')
         row.get_by_role("button", name="Ack").click()
@@ -159,6 +173,12 @@ def test_roles_in_the_dashboard(tmp_path: Path, page: Page, shots: Shots) -> Non
         nightly = page.locator('tr[data-schedule="nightly"]')
         expect(nightly.get_by_role("button", name="Delete")).to_be_visible()
         expect(page.locator("form[action='/schedules'][method='post']")).to_have_count(1)
+        page.goto(f"{url}/schedules/{schedule_id}")
+        page.locator("#edit-link").click()
+        page.get_by_label("Interval, seconds").fill("600")
+        page.get_by_role("button", name="Save changes").click()
+        expect(page.locator(".flash-notice")).to_contain_text("Schedule saved (interval_sec)")
+        assert db_rows(studio.db, "SELECT interval_sec FROM schedules") == [{"interval_sec": 600}]
     finally:
         studio.close()
         studio.stop()

@@ -64,7 +64,7 @@ async def test_the_writes_the_engine_reacts_to_notify_on_commit(pg_dsn: str) -> 
         version = await studio_state.fetch_value(
             conn, "SELECT max(version) FROM schema_migrations WHERE package = ?", (PACKAGE,)
         )
-        assert version == len(MIGRATIONS) == 15
+        assert version == len(MIGRATIONS) == MIGRATIONS[-1].version
         async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as listener:
             await listener.execute(f"LISTEN {WAKE_CHANNEL}")
             schedules = ScheduleService(conn, settings=_settings())

@@ -20,6 +20,7 @@ RUN_BODY_KEYS = {
     "reason_summary",
     "exit_code",
     "stderr_tail",
+    "error_class",
     "fired_at",
     "ended_at",
     "duration_seconds",
@@ -124,6 +125,7 @@ async def test_failed_run_enqueues_run_failed_in_the_terminal_write(
     assert set(body) == RUN_BODY_KEYS
     assert body["status"] == "failed" and body["reason_code"] == "run.failed.exit_nonzero"
     assert body["exit_code"] == 3 and body["stderr_tail"].endswith("it broke")
+    assert body["error_class"] == "nonzero_exit"
     assert body["schedule_name"] == "nightly" and body["schedule_id"] == created.id
     assert body["ended_at"] == run["ended_at"] and body["duration_seconds"] >= 0
     assert body["trigger_context"]["due_at"] == created.next_fire_at

@@ -11,7 +11,8 @@ SchedulerError
  ├── ScheduleHasRunningRuns                 delete of a schedule with running runs (no force)
  ├── FireRefused                            a manual fire was refused; ``.reason_code`` says why
  ├── EngineLocked                           another engine holds the database's lock
- └── DatabaseUnavailable                    the database cannot be written (read-only, I/O)
+ ├── DatabaseUnavailable                    the database cannot be written (read-only, I/O)
+ └── InvalidStatsQuery (ValueError)         a stats window or grouping outside its values
 """
 
 from __future__ import annotations
@@ -126,3 +127,12 @@ class DatabaseUnavailable(SchedulerError):
             f"must be writable: SQLite keeps {name}-wal and {name}-shm, and the engine its "
             f"{name}.engine.lock, beside it)"
         )
+
+
+class InvalidStatsQuery(SchedulerError, ValueError):
+    """A stats read got a ``window`` or ``by`` outside its values; ``.field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")

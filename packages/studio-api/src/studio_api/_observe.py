@@ -30,9 +30,11 @@ from prometheus_client.registry import Collector
 from studio_outbox import DISPATCH_STATUSES
 from studio_scheduler_core import (
     EVENTS_LOGGER,
+    HEALTH_VERDICTS,
     SchedulerEngine,
     read_dispatch_counts,
     read_github_polls,
+    read_health_counts,
 )
 
 from ._delivery_metrics import DeliveryTally
@@ -223,25 +225,36 @@ class _ScrapeGauges(Collector):
             "Seconds since each github_poll schedule's last successful poll.",
             labels=["schedule"],
         )
+        schedules = GaugeMetricFamily(
+            "studio_schedules",
+            "Schedules by health verdict (every verdict, 0 included).",
+            labels=["health"],
+        )
+        now = time.time()
         try:
-            by_status, polls = self._read()
+            by_status, polls, verdicts = self._read(now)
         except sqlite3.Error as exc:
             logger.warning("metrics: reading the database failed: %s", exc)
-            by_status, polls = None, []
+            by_status, polls, verdicts = None, [], None
+        if verdicts is not None:
+            for verdict in HEALTH_VERDICTS:
+                schedules.add_metric([verdict], float(verdicts.get(verdict, 0)))
         if by_status is not None:
             # every status, 0 included, so an alert on one works before its first row
             for status in sorted({*DISPATCH_STATUSES, *by_status}):
                 rows.add_metric([status], float(by_status.get(status, 0)))
-        now = time.time()
         for schedule_id, healthy_at, created_at in polls:
             since = healthy_at if healthy_at is not None else created_at
             age.add_metric([schedule_id], max(0.0, now - float(since)))
         yield rows
         yield age
+        yield schedules
 
-    def _read(self) -> tuple[dict[str, int] | None, list[tuple[str, float | None, float]]]:
+    def _read(
+        self, now: float
+    ) -> tuple[dict[str, int] | None, list[tuple[str, float | None, float]], dict[str, int]]:
         db = open_sync_reader(self._db)
         try:
-            return read_dispatch_counts(db), read_github_polls(db)
+            return read_dispatch_counts(db), read_github_polls(db), read_health_counts(db, now=now)
         finally:
             db.close()

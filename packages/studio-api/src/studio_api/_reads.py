@@ -15,6 +15,7 @@ import aiosqlite
 
 import studio_state
 from studio_scheduler_core import AdhocRunService, SchedulerEngine, ScheduleService
+from studio_state import Clock
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Reads:
     conn: aiosqlite.Connection
     schedules: ScheduleService
     runs: AdhocRunService
+    clock: Clock
+    """The engine's clock: the ``now`` of health verdicts and stats."""
 
 
 async def open_reads(engine: SchedulerEngine, synchronous: str) -> Reads:
@@ -39,4 +42,5 @@ async def open_reads(engine: SchedulerEngine, synchronous: str) -> Reads:
         conn,
         ScheduleService(conn, settings=settings, clock=clock),
         AdhocRunService(conn, settings=settings, clock=clock),
+        clock,
     )

@@ -51,6 +51,7 @@ DASHBOARD_FORMS: dict[tuple[str, str], tuple[str, str]] = {
     ("schedules", "disable"): ("POST", "/api/schedules/{schedule_id}/disable"),
     ("schedules", "delete"): ("DELETE", "/api/schedules/{schedule_id}"),
     ("schedules", "force-delete"): ("DELETE", "/api/schedules/{schedule_id}"),
+    ("schedules", "edit"): ("PATCH", "/api/schedules/{schedule_id}"),
     ("runs", "cancel"): ("POST", "/api/schedules/runs/{run_id}/cancel"),
     ("dispatch", "retry"): ("POST", "/api/dispatch/{dispatch_id}/retry"),
     ("dispatch", "ack"): ("POST", "/api/dispatch/{dispatch_id}/ack"),

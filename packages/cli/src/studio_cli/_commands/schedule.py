@@ -19,7 +19,6 @@ from .._types import VocabularyChoice
 from ._actor import cli_actor
 from ._common import (
     RUN_COLUMNS,
-    SCHEDULE_COLUMNS,
     confirm_or_abort,
     db_option,
     json_option,
@@ -36,10 +35,11 @@ from .run_ops import cancel, cancel_runs, logs
 from .schedule_backfill import backfill
 from .schedule_edit import create, update
 from .schedule_sets import validate
+from .schedule_status import LIST_COLUMNS, health_cells, status
 from .trigger import trigger
 
 if TYPE_CHECKING:
-    from studio_scheduler_core import Run, RunWithChain, Schedule
+    from studio_scheduler_core import Run, RunWithChain, Schedule, ScheduleHealth
 
 
 @click.group("schedule")
@@ -57,6 +57,7 @@ schedule_group.add_command(backfill)
 schedule_group.add_command(logs)
 schedule_group.add_command(cancel)
 schedule_group.add_command(validate)
+schedule_group.add_command(status)
 
 
 @schedule_group.command("list")
@@ -84,24 +85,36 @@ def list_schedules(
     """
     db_path = resolve_db_path(db, existing=True)
 
-    async def _list() -> tuple[list[Schedule], int]:
-        async with open_service(db_path, validating=False) as service:
-            return await service.list(
+    async def _list() -> tuple[list[Schedule], int, dict[str, ScheduleHealth]]:
+        from studio_scheduler_core import SchedulerSettings, ScheduleService, read_schedule_health
+
+        async with open_db(db_path) as conn:
+            service = ScheduleService(conn, settings=SchedulerSettings())
+            rows, total = await service.list(
                 enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
             )
+            health = await read_schedule_health(conn, [r.id for r in rows], now=time.time())
+            return rows, total, health
 
-    rows, total = run_async(_list)
+    rows, total, health = run_async(_list)
     if as_json:
         emit_json(
             {
-                "schedules": [record_json(r) for r in rows],
+                "schedules": [
+                    {**record_json(r), **(health[r.id].to_json() if r.id in health else {})}
+                    for r in rows
+                ],
                 "total": total,
                 "limit": limit,
                 "offset": offset,
             }
         )
         return
-    print_rows(SCHEDULE_COLUMNS, schedule_rows(rows), empty="no schedules")
+    table = [
+        [*cells, *health_cells(health.get(r.id))]
+        for r, cells in zip(rows, schedule_rows(rows), strict=True)
+    ]
+    print_rows(LIST_COLUMNS, table, empty="no schedules")
     if rows and total > len(rows):
         say(f"showing {offset + 1}-{offset + len(rows)} of {total} (use --offset/--limit)")
 

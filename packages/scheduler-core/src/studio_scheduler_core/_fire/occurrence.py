@@ -31,6 +31,7 @@ from studio_state import (
 from .._notify.service import notify_run, notify_schedule_disabled
 from .._observe.events import emit
 from .._records.codec import TERMINAL_RUN_STATUSES, dumps
+from .._records.counters import count_end_sync, count_fire_sync
 from .._schedules.store import drop_buffered
 from . import store
 
@@ -107,6 +108,10 @@ def _write_fires(db: sqlite3.Connection, writes: Sequence[FireWrite], now: float
             store.insert_invocation_sync(db, write.invocation)
         store.insert_run_sync(db, write.run)
         record_transitions_sync(db, write.transitions)
+        top_level = not write.run.get("chain_depth") and not write.run.get("retry_of")
+        count_fire_sync(db, write.claim.schedule_id, now, top_level=top_level)
+        if write.run.get("status") in TERMINAL_RUN_STATUSES:
+            count_end_sync(db, str(write.run["id"]), now)
         won.append(True)
     return won
 

@@ -184,6 +184,7 @@ def run_body(run: Run, schedule_name: str | None) -> dict[str, Any]:
         "reason_summary": run.status_reason_summary,
         "exit_code": run.exit_code,
         "stderr_tail": detail[-_TAIL:] if isinstance(detail, str) else None,
+        "error_class": run.error_class,
         "fired_at": fired,
         "ended_at": ended,
         "duration_seconds": duration,

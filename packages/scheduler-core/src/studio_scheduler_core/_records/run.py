@@ -54,6 +54,8 @@ class Run:
     """The attempt number of a run under a retry policy (1 = the first)."""
     node_id: str | None = field(default=None, metadata=column())
     """The node that started the run's child (its log is there); ``None`` before that."""
+    error_class: str | None = field(default=None, metadata=column())
+    """What kind of failure a ``failed``/``timed_out`` run had (one of ``ERROR_CLASSES``)."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Run:

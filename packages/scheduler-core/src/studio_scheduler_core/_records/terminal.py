@@ -4,7 +4,8 @@ Every path that ends (or hands back) a run or an invocation — a fire's outcome
 start-up reconciliation, lease recovery — writes through :func:`apply`: one guarded
 ``UPDATE`` per row (on its previous status and the change's own guards), and the
 ``status_transitions`` rows of the changes that applied recorded in one batch, all inside the
-caller's write transaction. A change whose guard no longer holds writes nothing.
+caller's write transaction. A change whose guard no longer holds writes nothing. A run that
+ended is counted there too (:mod:`.counters`: its error class, activity, health, spend).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any, Literal
 import aiosqlite
 
 from studio_state import Transition, record_transitions_sync, run_sync
+
+from .counters import count_end_sync
+from .vocab import FIRED_END_STATUSES
 
 MAX_DETAIL = 2000
 """Summaries and error details keep their last this-many characters (the end says most)."""
@@ -116,6 +120,8 @@ def apply_sync(db: sqlite3.Connection, changes: Iterable[StatusChange]) -> list[
         applied.append(won)
         if won:
             rows.append(change.transition())
+            if change.table == "schedule_runs" and change.status in FIRED_END_STATUSES:
+                count_end_sync(db, change.entity_id, change.now)
     record_transitions_sync(db, rows)
     return applied
 

@@ -72,3 +72,16 @@ MAX_TIMEOUT_SEC: Final = 7 * DAY_SECONDS
 MAX_COUNT: Final = 2**31 - 1
 """The bound of ``max_runs`` and ``budget_tokens``."""
 MAX_BUDGET_USD: Final = 1e9
+
+ErrorClass = Literal[
+    "spawn_failed",
+    "timeout",
+    "nonzero_exit",
+    "killed",
+    "permission",
+    "not_found",
+    "node_lost",
+    "unclassified",
+]
+ERROR_CLASSES: Final[tuple[str, ...]] = get_args(ErrorClass)
+"""Every ``schedule_runs.error_class``: what kind of failure a failed or timed-out run had."""

@@ -58,6 +58,7 @@ from studio_state import backend_of, run_sync, run_write_transaction
 from .._observe.events import emit
 from .archive import ArchiveError
 from .retention_batch import archived_batch, plain_batch
+from .retention_counters import prune_counters
 from .retention_rows import (
     LIVE_RUN,
     TERMINAL_DISPATCH,
@@ -91,6 +92,9 @@ class RetentionReport:
     dispatches: int = 0
     audit_rows: int = 0
     log_files: int = 0
+    counters: int = 0
+    """Counter rows deleted: hour and day buckets past the 7-day reads, health rows of
+    deleted schedules."""
     archives: list[str] = field(default_factory=list)
     """The manifests this pass wrote (file names in the archive directory)."""
     archive_error: str | None = None
@@ -245,6 +249,7 @@ async def retention_pass(
     write lock held); the setting is restored after.
     """
     report = RetentionReport()
+    report.counters = await prune_counters(conn, now=now)
     plan = walks(
         now,
         runs_days=retention_days,

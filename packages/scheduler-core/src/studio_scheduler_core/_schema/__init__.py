@@ -16,7 +16,8 @@ the same effect. Migration 8, a table rebuild on SQLite (which cannot alter a CH
 ``ALTER TABLE`` there. Migrations 12 and 13 exist only there (on SQLite they are empty steps,
 so both dialects keep one numbering). Migration 14's ad-hoc run counts are delta rows there
 (one row per status on SQLite, whose writers never run concurrently). Migration 15, the stored
-copy of a finished run's log (``run_logs``), exists only there too.
+copy of a finished run's log (``run_logs``), exists only there too. Migration 16 (the
+counters behind health and stats, ``error_class``) has the same tables on both.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ import studio_outbox
 import studio_state
 from studio_state import Migration, fetch_value, migrate
 
-from . import v01_tables, v02_v07_indexes, v08_policies, v09_v14_nodes, v15_run_logs
+from . import (
+    v01_tables,
+    v02_v07_indexes,
+    v08_policies,
+    v09_v14_nodes,
+    v15_run_logs,
+    v16_health_counters,
+)
 from .v09_v14_nodes import WAKE_CHANNEL
 
 PACKAGE = "studio-scheduler-core"
@@ -40,6 +48,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     *v08_policies.MIGRATIONS,
     *v09_v14_nodes.MIGRATIONS,
     *v15_run_logs.MIGRATIONS,
+    *v16_health_counters.MIGRATIONS,
 )
 """Every migration in version order."""
 

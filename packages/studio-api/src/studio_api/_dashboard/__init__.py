@@ -10,7 +10,7 @@ from ._session import SessionSigner
 
 def install_dashboard(app: FastAPI) -> None:
     """Serve the dashboard from ``app`` (whose ``state.settings`` holds the auth token)."""
-    from . import _actions, _audit, _forms, _pages
+    from . import _actions, _audit, _edit, _forms, _pages
 
     settings = app.state.settings
     token = settings.auth_token.get_secret_value() if settings.auth_token is not None else None
@@ -20,6 +20,7 @@ def install_dashboard(app: FastAPI) -> None:
     app.include_router(_audit.router)
     # before the generic ``/schedules/{id}/{verb}`` actions: delete has its own confirm step
     app.include_router(_forms.router)
+    app.include_router(_edit.router)
     app.include_router(_actions.router)
 
 

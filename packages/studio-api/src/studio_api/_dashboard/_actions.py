@@ -50,7 +50,7 @@ async def read_form(request: Request) -> dict[str, str]:
         if len(body) > MAX_FORM_BYTES:
             raise FormRefused(413, f"body: larger than {MAX_FORM_BYTES} bytes")
     try:
-        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=40)
     except (UnicodeDecodeError, ValueError) as exc:
         raise FormRefused(422, f"body: not a form ({exc})") from None
     return {name: values[0] for name, values in fields.items()}

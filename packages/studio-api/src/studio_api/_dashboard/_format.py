@@ -29,6 +29,11 @@ STATUS_ICONS = {
     "skipped": "↷",
     "cancelled": "⊘",
     "disabled": "○",
+    # health verdicts
+    "healthy": "✓",
+    "failing": "✗",
+    "overdue": "◷",
+    "never_fired": "–",
 }
 _TONES = {
     "completed": "good",
@@ -43,6 +48,9 @@ _TONES = {
     "timed_out": "bad",
     "expired": "bad",
     "degraded": "bad",
+    "healthy": "good",
+    "failing": "bad",
+    "overdue": "bad",
 }
 
 

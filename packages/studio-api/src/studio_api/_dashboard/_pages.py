@@ -15,12 +15,15 @@ from markupsafe import Markup
 from studio_outbox import DISPATCH_STATUSES
 from studio_scheduler_core import (
     FINAL_RUN_STATUSES,
+    HEALTH_VERDICTS,
     RUN_STATUSES,
+    read_activity,
     read_overview,
     read_runs_page,
     schedules_have_zones,
 )
 
+from ._charts import ACTIVITY_SERIES, STRIP_RUNS, activity_chart, health_counts, run_strip
 from ._internal import ApiAnswer, call_api, has_route
 from ._render import PAGE_SIZE, Visitor, page_links, render, signer_of, to_login, visitor
 
@@ -80,15 +83,37 @@ async def overview(request: Request) -> Response:
         return render(
             request, "error.html", who, status_code=503, title="Overview", message=problem
         )
-    data = await read_overview(request.app.state.engine.conn, zones=await _zones(request))
+    conn = request.app.state.engine.conn
+    data = await read_overview(conn, zones=await _zones(request))
+    now = time.time()
+    activity = await read_activity(conn, window="24h", now=now)
     return render(
         request,
         "overview.html",
         who,
         health=health.body if health.ok else None,
         dispatch_statuses=DISPATCH_STATUSES,
+        activity=activity_chart(activity.buckets),
+        completion_rate=activity.completion_rate,
+        activity_series=ACTIVITY_SERIES,
+        verdicts=health_counts(await _all_verdicts(request), HEALTH_VERDICTS),
         **data,
     )
+
+
+async def _all_verdicts(request: Request) -> list[str]:
+    """Every schedule's health verdict, from the API's list (its views carry ``health``)."""
+    verdicts: list[str] = []
+    offset = 0
+    while True:
+        answer = await api_get(request, "/api/schedules", limit=1000, offset=offset)
+        if not answer.ok:
+            return verdicts
+        listed = answer.body["schedules"]
+        verdicts += [str(s["health"]) for s in listed if s.get("health")]
+        offset += len(listed)
+        if not listed or offset >= answer.body["total"]:
+            return verdicts
 
 
 @router.get("/schedules")
@@ -154,11 +179,18 @@ async def schedule(request: Request, schedule_id: str) -> Response:
     runs = await api_get(request, f"{path}/runs", limit=PAGE_SIZE, offset=offset)
     if not runs.ok:
         return _failed(request, who, runs, "Schedule")
+    newest = runs
+    if offset != 0 or PAGE_SIZE < STRIP_RUNS:
+        newest = await api_get(request, f"{path}/runs", limit=STRIP_RUNS, offset=0)
+    now = time.time()
+    strip = run_strip(newest.body["runs"] if newest.ok else [], now=now)
     return render(
         request,
         "schedule.html",
         who,
         schedule=answer.body,
+        strip=strip,
+        health=answer.body if answer.body.get("health") else None,
         preview=preview.body["fire_times"] if preview.ok else [],
         preview_error=None if preview.ok else preview.detail,
         runs=runs.body["runs"],

@@ -46,12 +46,22 @@ from .schedules import (
     TriggerOut,
     TriggerType,
 )
+from .stats import (
+    ActivityBucketOut,
+    ActivityOut,
+    LastRunOut,
+    ScheduleStatusOut,
+    SpendOut,
+    SpendRowOut,
+)
 
 __all__ = [
     "SCHEDULE_CREATE_EXAMPLES",
     "SQLITE_INT_MAX",
     "AckRequest",
     "ActionKind",
+    "ActivityBucketOut",
+    "ActivityOut",
     "BackfillOut",
     "BackfillRequest",
     "DatabaseHealth",
@@ -65,6 +75,7 @@ __all__ = [
     "ErrorOut",
     "FireTime",
     "HealthOut",
+    "LastRunOut",
     "Holder",
     "LimitsOut",
     "MissedFirePolicy",
@@ -80,8 +91,11 @@ __all__ = [
     "ScheduleCreate",
     "ScheduleList",
     "ScheduleOut",
+    "ScheduleStatusOut",
     "ScheduleUpdate",
     "SchedulerHealth",
+    "SpendOut",
+    "SpendRowOut",
     "TransportHealth",
     "TriggerOut",
     "TriggerType",

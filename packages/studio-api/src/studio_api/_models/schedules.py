@@ -26,6 +26,7 @@ from studio_scheduler_core import (
 from .base import RequestModel, ResponseModel
 from .derive import of_specs, request_model, response_model
 from .examples import schedule_create_examples
+from .stats import HEALTH_VIEWS
 
 __all__ = [
     "ActionKind",
@@ -93,8 +94,9 @@ else:
     )
     ScheduleOut = response_model(
         "ScheduleOut",
-        "A stored schedule (every column; JSON columns decoded).",
-        of_specs(s for s in _SCHEDULE if s.meta.public),
+        "A stored schedule (every column; JSON columns decoded) and, in the list and the "
+        "one-schedule views, its health (``health`` holds the verdict).",
+        [*of_specs(s for s in _SCHEDULE if s.meta.public), *HEALTH_VIEWS],
     )
     RunOut = response_model(
         "RunOut",

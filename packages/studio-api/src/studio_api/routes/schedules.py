@@ -8,7 +8,15 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
-from studio_scheduler_core import RUN_PAGE_KEY, RunNotCancellable, RunNotFound
+from studio_scheduler_core import (
+    RUN_PAGE_KEY,
+    RunNotCancellable,
+    RunNotFound,
+    Schedule,
+    SchedulerEngine,
+    read_schedule_health,
+    read_schedule_status,
+)
 
 from .._auth_context import actor_of
 from .._cursor import decode_cursor, next_cursor
@@ -31,10 +39,12 @@ from .._models import (
     ScheduleCreate,
     ScheduleList,
     ScheduleOut,
+    ScheduleStatusOut,
     ScheduleUpdate,
     TriggerOut,
     TriggerType,
 )
+from .._reads import Reads
 
 router = APIRouter(prefix="/api/schedules", tags=["schedules"])
 
@@ -55,7 +65,7 @@ async def list_schedules(
         enabled=enabled, trigger_type=trigger_type, limit=limit, offset=offset
     )
     return ScheduleList(
-        schedules=[ScheduleOut.of_record(row) for row in rows],
+        schedules=await _with_health(reads, rows),
         total=total,
         limit=limit,
         offset=offset,
@@ -64,14 +74,14 @@ async def list_schedules(
 
 @router.post("", status_code=201, response_model=ScheduleOut, responses=responses(409))
 async def create_schedule(
+    engine: EngineDep,
     service: ServiceDep,
     request: Request,
     body: Annotated[ScheduleCreate, Body(openapi_examples=SCHEDULE_CREATE_EXAMPLES)],
 ) -> ScheduleOut:
     """Create a schedule; 422 names the invalid field, 409 when the name is taken."""
-    return ScheduleOut.of_record(
-        await service.create(body.model_dump(exclude_none=True), actor=actor_of(request))
-    )
+    created = await service.create(body.model_dump(exclude_none=True), actor=actor_of(request))
+    return (await _with_health(engine, [created]))[0]
 
 
 @router.get("/limits", response_model=LimitsOut, responses=responses())
@@ -89,18 +99,39 @@ async def get_run(reads: ReadsDep, run_id: str) -> RunDetail:
 
 @router.get("/{schedule_id}", response_model=ScheduleOut, responses=responses(404))
 async def get_schedule(reads: ReadsDep, schedule_id: str) -> ScheduleOut:
-    """One schedule."""
-    return ScheduleOut.of_record(await reads.schedules.get(schedule_id))
+    """One schedule, with its health."""
+    return (await _with_health(reads, [await reads.schedules.get(schedule_id)]))[0]
+
+
+@router.get("/{schedule_id}/status", response_model=ScheduleStatusOut, responses=responses(404))
+async def schedule_status(reads: ReadsDep, schedule_id: str) -> ScheduleStatusOut:
+    """Is it working: the verdict (``health``) and its figures, the last run that ended
+    (status, reason, duration, when, error class, last stderr lines), the runs running now."""
+    status = await read_schedule_status(reads.conn, schedule_id, now=reads.clock())
+    return ScheduleStatusOut.model_validate(status.to_json())
+
+
+async def _with_health(source: Reads | SchedulerEngine, rows: list[Schedule]) -> list[ScheduleOut]:
+    """The schedule views with their health fields (one read for the whole page), read on
+    the read connection (GETs) or the engine's (the answers of writes)."""
+    ids = [row.id for row in rows]
+    health = await read_schedule_health(source.conn, ids, now=source.clock())
+    out = []
+    for row in rows:
+        view = ScheduleOut.of_record(row)
+        found = health.get(row.id)
+        out.append(view if found is None else view.model_copy(update=found.to_json()))
+    return out
 
 
 @router.patch("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
 async def update_schedule(
-    service: ServiceDep, request: Request, schedule_id: str, body: ScheduleUpdate
+    engine: EngineDep, service: ServiceDep, request: Request, schedule_id: str, body: ScheduleUpdate
 ) -> ScheduleOut:
     """Change the fields sent (``null`` clears an optional field); the rest is kept."""
     changes = body.model_dump(exclude_unset=True)
     row = await service.update(schedule_id, changes, actor=actor_of(request))
-    return ScheduleOut.of_record(row)
+    return (await _with_health(engine, [row]))[0]
 
 
 @router.delete("/{schedule_id}", response_model=ScheduleOut, responses=responses(404, 409))
@@ -117,23 +148,27 @@ async def delete_schedule(
     then those runs are cancelled (``run.cancelled.operator``) and the schedule deleted.
     """
     actor = actor_of(request)
-    row = await service.get(schedule_id)
+    [view] = await _with_health(engine, [await service.get(schedule_id)])
     if force:
         for run_id in await service.running_run_ids(schedule_id):
             with contextlib.suppress(RunNotCancellable, RunNotFound):
                 await engine.runs.cancel(run_id, actor=actor)
     await service.delete(schedule_id, refuse_running=True, actor=actor)
-    return ScheduleOut.of_record(row)
+    return view
 
 
 @router.post("/{schedule_id}/enable", response_model=ScheduleOut, responses=responses(404, 409))
-async def enable_schedule(service: ServiceDep, request: Request, schedule_id: str) -> ScheduleOut:
+async def enable_schedule(
+    engine: EngineDep, service: ServiceDep, request: Request, schedule_id: str
+) -> ScheduleOut:
     """Enable a schedule (its next fire time is recomputed)."""
-    return ScheduleOut.of_record(await service.enable(schedule_id, actor=actor_of(request)))
+    row = await service.enable(schedule_id, actor=actor_of(request))
+    return (await _with_health(engine, [row]))[0]
 
 
 @router.post("/{schedule_id}/disable", response_model=ScheduleOut, responses=responses(404, 409))
 async def disable_schedule(
+    engine: EngineDep,
     service: ServiceDep,
     request: Request,
     schedule_id: str,
@@ -141,9 +176,8 @@ async def disable_schedule(
 ) -> ScheduleOut:
     """Disable a schedule, optionally recording why (``{"reason": "..."}``)."""
     reason = body.reason if body is not None else None
-    return ScheduleOut.of_record(
-        await service.disable(schedule_id, reason, actor=actor_of(request))
-    )
+    row = await service.disable(schedule_id, reason, actor=actor_of(request))
+    return (await _with_health(engine, [row]))[0]
 
 
 @router.post(

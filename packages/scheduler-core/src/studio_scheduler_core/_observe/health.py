@@ -1,0 +1,239 @@
+"""Every schedule's health verdict, read from counters kept as runs end (never a scan of runs).
+
+A verdict is one of :data:`HEALTH_VERDICTS`:
+
+- ``disabled``: the schedule is not enabled;
+- ``never_fired``: enabled, and no run of it ever ended (nor fired);
+- ``failing``: its last top-level run ended ``failed`` or ``timed_out``;
+- ``overdue``: no fire (interval, cron), poll (github) or check (threshold) for
+  ``max(3 × cadence, cadence + 300 s)``, where the cadence is the interval, the cron's typical
+  gap, the poll interval or the check interval;
+- ``healthy``: otherwise.
+
+``failing`` wins over ``overdue`` (the last result says more than the silence).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any, Final, Literal, get_args
+
+import aiosqlite
+
+from studio_state import fetch_all
+
+from .._records.counters import DURATION_BOUNDS, FAILED_STATUSES
+from .._records.vocab import DAY_SECONDS
+from .._triggers.cron import next_after
+
+HealthVerdict = Literal["disabled", "never_fired", "healthy", "failing", "overdue"]
+HEALTH_VERDICTS: Final[tuple[str, ...]] = get_args(HealthVerdict)
+"""Every verdict, in the order views list them."""
+
+OVERDUE_GRACE_SECONDS: Final = 300.0
+"""The least silence past one cadence that counts as overdue (``cadence + 300 s``)."""
+
+
+@dataclass(frozen=True)
+class ScheduleHealth:
+    """A schedule's verdict (``health``) and the figures behind it.
+
+    ``last_status``/``last_run_at``/``last_run_id`` are its last top-level run that ended;
+    ``success_rate_7d`` is completed ÷ ended over the last 7 days (``None``: none ended);
+    ``duration_p50_7d``/``duration_p95_7d`` are whole seconds read from a fixed histogram
+    (the upper bound of the bucket the percentile falls in); ``remaining_runs`` is
+    ``max_runs`` less its fires (``None``: no limit); spend sums the usage its runs reported,
+    ``spend_partial`` is true when some ended run reported none.
+    """
+
+    health: str
+    consecutive_failures: int
+    last_status: str | None
+    last_run_at: float | None
+    next_fire_at: float | None
+    success_rate_7d: float | None
+    duration_p50_7d: int | None
+    duration_p95_7d: int | None
+    remaining_runs: int | None
+    spend_usd: float
+    spend_tokens: int
+    spend_partial: bool
+    last_run_id: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """The fields as a JSON-ready mapping (keys named as the API names them)."""
+        return asdict(self)
+
+
+async def read_schedule_health(
+    conn: aiosqlite.Connection, schedule_ids: Sequence[str], *, now: float
+) -> dict[str, ScheduleHealth]:
+    """The health of each schedule in ``schedule_ids`` that exists, by id, at ``now``.
+
+    Reads the schedule row, its health row and at most 8 daily counter rows per schedule:
+    the cost per schedule does not grow with its history.
+    """
+    out: dict[str, ScheduleHealth] = {}
+    ids = list(dict.fromkeys(schedule_ids))
+    since = _window_start(now)
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        schedules = await fetch_all(conn, _SCHEDULES.format(marks=marks), chunk)
+        rows = await fetch_all(conn, _HEALTH_ROWS.format(marks=marks), chunk)
+        health = {str(row["schedule_id"]): row for row in rows}
+        days = await fetch_all(conn, _DAYS.format(marks=marks), [*chunk, since])
+        week = {str(row["schedule_id"]): row for row in days}
+        for schedule in schedules:
+            sid = str(schedule["id"])
+            out[sid] = _verdict(schedule, health.get(sid), week.get(sid), now)
+    return out
+
+
+_CHUNK = 500
+_HISTOGRAM = [f"d{i}" for i in range(len(DURATION_BOUNDS))]
+_SCHEDULES = (
+    "SELECT id, enabled, trigger_type, cron_expr, interval_sec, poll_interval_sec, timezone, "
+    "CASE WHEN threshold_config IS NULL THEN 0 ELSE 1 END AS has_threshold, next_fire_at, "
+    "last_fired_at, last_evaluated_at, last_healthy_poll_at, created_at, max_runs "
+    "FROM schedules WHERE id IN ({marks})"
+)
+_HEALTH_ROWS = "SELECT * FROM schedule_health WHERE schedule_id IN ({marks})"
+_DAYS = (
+    "SELECT schedule_id, sum(completed) AS completed, sum(failed) AS failed, "
+    "sum(timed_out) AS timed_out, "
+    + ", ".join(f"sum({c}) AS {c}" for c in _HISTOGRAM)
+    + " FROM schedule_counters WHERE schedule_id IN ({marks}) AND day_start >= ? "
+    "GROUP BY schedule_id"
+)
+
+
+def _window_start(now: float) -> int:
+    """The first day counted in the 7-day figures: today (UTC) and the 6 days before."""
+    return int(now // DAY_SECONDS * DAY_SECONDS) - 6 * DAY_SECONDS
+
+
+def percentile(histogram: Sequence[int], q: float) -> int | None:
+    """The ``q`` quantile of a duration histogram (the upper bound of its bucket, seconds)."""
+    total = sum(histogram)
+    if total <= 0:
+        return None
+    rank = max(1, math.ceil(q * total))
+    seen = 0
+    for count, bound in zip(histogram, DURATION_BOUNDS, strict=True):
+        seen += count
+        if seen >= rank:
+            return int(bound)
+    return int(DURATION_BOUNDS[-1])
+
+
+@lru_cache(maxsize=1024)
+def cron_gap(expr: str, tz_name: str) -> float:
+    """A cron's typical gap: the median of its 9 gaps after a fixed Monday, in seconds."""
+    at = 1_767_571_200.0  # 2026-01-05 00:00 UTC, a Monday
+    instants = [next_after(expr, tz_name, at)]
+    for _ in range(9):
+        instants.append(next_after(expr, tz_name, instants[-1]))
+    gaps = sorted(b - a for a, b in zip(instants, instants[1:], strict=False))
+    return gaps[len(gaps) // 2]
+
+
+def cadence_of(schedule: Mapping[str, Any]) -> float | None:
+    """The seconds between a schedule's fires, polls or checks (``None``: no cadence)."""
+    kind = schedule["trigger_type"]
+    if kind == "interval" and schedule["interval_sec"]:
+        return float(schedule["interval_sec"])
+    if kind == "cron" and schedule["cron_expr"]:
+        try:
+            return cron_gap(str(schedule["cron_expr"]), str(schedule["timezone"] or "UTC"))
+        except ValueError:
+            return None
+    if kind == "github_poll":
+        return float(schedule["poll_interval_sec"] or 60)
+    return None
+
+
+def overdue_after(cadence: float) -> float:
+    """The silence that makes a schedule overdue: ``max(3 × cadence, cadence + 300 s)``."""
+    return max(3 * cadence, cadence + OVERDUE_GRACE_SECONDS)
+
+
+def _last_sign_of_life(schedule: Mapping[str, Any], fired: float | None) -> float:
+    stamps = [fired, schedule["last_fired_at"]]
+    if schedule["trigger_type"] == "github_poll":
+        stamps.append(schedule["last_healthy_poll_at"])
+    if schedule["trigger_type"] == "github_poll" or schedule["has_threshold"]:
+        stamps.append(schedule["last_evaluated_at"])
+    known = [float(s) for s in stamps if s is not None]
+    return max(known) if known else float(schedule["created_at"])
+
+
+def _verdict(
+    schedule: Mapping[str, Any],
+    health: Mapping[str, Any] | None,
+    week: Mapping[str, Any] | None,
+    now: float,
+) -> ScheduleHealth:
+    h: Mapping[str, Any] = health or {}
+    w: Mapping[str, Any] = week or {}
+    fires = int(h.get("fires") or 0)
+    last_status = h.get("last_status")
+    completed = int(w.get("completed") or 0)
+    ended = completed + int(w.get("failed") or 0) + int(w.get("timed_out") or 0)
+    histogram = [int(w.get(c) or 0) for c in _HISTOGRAM]
+    max_runs = schedule["max_runs"]
+    cadence = cadence_of(schedule)
+    if not schedule["enabled"]:
+        verdict = "disabled"
+    elif fires == 0 and last_status is None and schedule["last_fired_at"] is None:
+        verdict = "never_fired"
+    elif last_status in FAILED_STATUSES:
+        verdict = "failing"
+    elif cadence is not None and now - _last_sign_of_life(
+        schedule, h.get("last_fire_at")
+    ) > overdue_after(cadence):
+        verdict = "overdue"
+    else:
+        verdict = "healthy"
+    return ScheduleHealth(
+        health=verdict,
+        consecutive_failures=int(h.get("consecutive_failures") or 0),
+        last_status=last_status,
+        last_run_at=h.get("last_run_at"),
+        next_fire_at=schedule["next_fire_at"],
+        success_rate_7d=completed / ended if ended else None,
+        duration_p50_7d=percentile(histogram, 0.5),
+        duration_p95_7d=percentile(histogram, 0.95),
+        remaining_runs=None if max_runs is None else max(0, int(max_runs) - fires),
+        spend_usd=float(h.get("spend_usd") or 0.0),
+        spend_tokens=int(h.get("spend_tokens") or 0),
+        spend_partial=int(h.get("spend_missing") or 0) > 0,
+        last_run_id=h.get("last_run_id"),
+    )
+
+
+def read_health_counts(db: Any, *, now: float) -> dict[str, int]:
+    """How many schedules have each verdict (every verdict, 0 included), on a synchronous
+    connection (a metrics collector's: ``sqlite3`` or ``studio_state.connect_sync``, rows as
+    tuples or mappings). One pass over the schedules; no per-schedule series."""
+    counts = dict.fromkeys(HEALTH_VERDICTS, 0)
+    schedules = _rows(db, _SCHEDULES.replace(" WHERE id IN ({marks})", ""), ())
+    health = {str(r["schedule_id"]): r for r in _rows(db, "SELECT * FROM schedule_health", ())}
+    days_sql = _DAYS.replace("schedule_id IN ({marks}) AND ", "")
+    week = {str(r["schedule_id"]): r for r in _rows(db, days_sql, (_window_start(now),))}
+    for schedule in schedules:
+        sid = str(schedule["id"])
+        counts[_verdict(schedule, health.get(sid), week.get(sid), now).health] += 1
+    return counts
+
+
+def _rows(db: Any, sql: str, params: Sequence[Any]) -> list[Mapping[str, Any]]:
+    cursor = db.execute(sql, tuple(params))
+    names = [d[0] for d in cursor.description]
+    return [
+        row if isinstance(row, Mapping) else dict(zip(names, row, strict=True))
+        for row in cursor.fetchall()
+    ]

@@ -1,0 +1,189 @@
+"""Activity and spend stats, read from counters kept as runs end (never a scan of runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+import aiosqlite
+
+from studio_state import fetch_all
+
+from .._exceptions import InvalidStatsQuery
+from .._records.counters import HOUR_SECONDS
+
+ACTIVITY_WINDOWS: Final[dict[str, tuple[int, int]]] = {"24h": (24, 3600), "7d": (168, 3600)}
+"""Each window's bucket count and bucket width in seconds: ``24h`` is 24 hourly buckets,
+``7d`` is 168 hourly buckets."""
+
+SPEND_GROUPS: Final[tuple[str, ...]] = ("schedule", "action")
+"""What spend is grouped by."""
+
+SPEND_TOP: Final = 20
+"""Spend lists this many rows; the rest are folded into one ``(other)`` row."""
+
+
+@dataclass(frozen=True)
+class ActivityBucket:
+    """One bucket of activity: what fired and how runs ended from ``start`` on."""
+
+    start: float
+    fires: int
+    completed: int
+    failed: int
+    timed_out: int
+    cancelled: int
+
+
+@dataclass(frozen=True)
+class Activity:
+    """The buckets of a window, oldest first, and its completion rate (completed ÷ ended,
+    ``None`` when nothing ended)."""
+
+    window: str
+    bucket_seconds: int
+    buckets: tuple[ActivityBucket, ...]
+    completion_rate: float | None
+
+    def to_json(self) -> dict[str, object]:
+        """The activity as a JSON-ready mapping."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    """The usage one schedule (or action target) reported: ``key`` is the schedule id or the
+    action target (``(other)`` for the folded rest), ``label`` what to show (name)."""
+
+    key: str
+    label: str
+    spend_usd: float
+    spend_tokens: int
+    runs: int
+    spend_partial: bool
+
+
+@dataclass(frozen=True)
+class Spend:
+    """Spend grouped ``by`` schedule or action target, largest first, with the totals."""
+
+    by: str
+    rows: tuple[SpendRow, ...]
+    total_usd: float
+    total_tokens: int
+    spend_partial: bool
+
+    def to_json(self) -> dict[str, object]:
+        """The spend as a JSON-ready mapping."""
+        return asdict(self)
+
+
+_SPEND_SOURCES: Final[dict[str, tuple[str, str, str, str]]] = {
+    "schedule": (
+        "schedule_health h JOIN schedules s ON s.id = h.schedule_id",
+        "h.schedule_id",
+        "s.name",
+        "h.ended",
+    ),
+    "action": ("action_spend", "action", "action", "runs"),
+}
+
+
+def _spend_row(row: Mapping[str, Any]) -> SpendRow:
+    return SpendRow(
+        key=str(row["key"]),
+        label=str(row["label"]),
+        spend_usd=float(row["spend_usd"]),
+        spend_tokens=int(row["spend_tokens"]),
+        runs=int(row["runs"]),
+        spend_partial=int(row["spend_missing"]) > 0,
+    )
+
+
+async def read_activity(conn: aiosqlite.Connection, *, window: str, now: float) -> Activity:
+    """Activity over ``window`` (``24h`` or ``7d``) up to ``now``.
+
+    Raises :class:`InvalidStatsQuery` (``field="window"``) for another window. Reads at most
+    one counter row per bucket, whatever the history.
+    """
+    if window not in ACTIVITY_WINDOWS:
+        raise InvalidStatsQuery("window", f"must be one of {', '.join(ACTIVITY_WINDOWS)}")
+    count, width = ACTIVITY_WINDOWS[window]
+    last = int(now // HOUR_SECONDS * HOUR_SECONDS)
+    first = last - (count - 1) * width
+    rows = await fetch_all(
+        conn,
+        "SELECT hour_start, fires, completed, failed, timed_out, cancelled FROM run_activity "
+        "WHERE hour_start >= ? AND hour_start <= ?",
+        (first, last),
+    )
+    by_start = {int(row["hour_start"]): row for row in rows}
+    buckets: list[ActivityBucket] = []
+    for index in range(count):
+        start = first + index * width
+        row = by_start.get(start)
+        buckets.append(
+            ActivityBucket(
+                start=float(start),
+                fires=int(row["fires"]) if row else 0,
+                completed=int(row["completed"]) if row else 0,
+                failed=int(row["failed"]) if row else 0,
+                timed_out=int(row["timed_out"]) if row else 0,
+                cancelled=int(row["cancelled"]) if row else 0,
+            )
+        )
+    completed = sum(b.completed for b in buckets)
+    ended = completed + sum(b.failed + b.timed_out for b in buckets)
+    return Activity(
+        window=window,
+        bucket_seconds=width,
+        buckets=tuple(buckets),
+        completion_rate=completed / ended if ended else None,
+    )
+
+
+async def read_spend(conn: aiosqlite.Connection, *, by: str, now: float) -> Spend:
+    """Spend ``by`` ``schedule`` or ``action``: the top :data:`SPEND_TOP`, the rest folded.
+
+    Raises :class:`InvalidStatsQuery` (``field="by"``) for another grouping. The sums are
+    every run's since counting began (kept as runs end; retention keeps them). ``now`` is
+    the reading's instant (kept for a windowed read; the totals do not depend on it).
+    """
+    del now
+    if by not in SPEND_GROUPS:
+        raise InvalidStatsQuery("by", f"must be one of {', '.join(SPEND_GROUPS)}")
+    source, key, label, runs = _SPEND_SOURCES[by]
+    order = "ORDER BY spend_usd DESC, spend_tokens DESC, key"
+    rows = await fetch_all(
+        conn,
+        f"SELECT {key} AS key, {label} AS label, spend_usd, spend_tokens, {runs} AS runs, "
+        f"spend_missing FROM {source} WHERE {runs} > 0 {order} LIMIT {SPEND_TOP}",
+    )
+    totals = await fetch_all(
+        conn,
+        f"SELECT count(*) AS n, COALESCE(sum(spend_usd), 0) AS usd, "
+        f"COALESCE(sum(spend_tokens), 0) AS tokens, COALESCE(sum({runs}), 0) AS runs, "
+        f"COALESCE(sum(spend_missing), 0) AS missing FROM {source} WHERE {runs} > 0",
+    )
+    total = totals[0]
+    top = [_spend_row(row) for row in rows]
+    rest = int(total["n"]) - len(top)
+    if rest > 0:
+        top.append(
+            SpendRow(
+                key="(other)",
+                label=f"{rest} more",
+                spend_usd=max(0.0, float(total["usd"]) - sum(r.spend_usd for r in top)),
+                spend_tokens=int(total["tokens"]) - sum(r.spend_tokens for r in top),
+                runs=int(total["runs"]) - sum(r.runs for r in top),
+                spend_partial=int(total["missing"]) > sum(int(r["spend_missing"]) for r in rows),
+            )
+        )
+    return Spend(
+        by=by,
+        rows=tuple(top),
+        total_usd=float(total["usd"]),
+        total_tokens=int(total["tokens"]),
+        spend_partial=int(total["missing"]) > 0,
+    )
