@@ -167,6 +167,13 @@ class Schedule(Action, _Trigger):
     )
     """``{"max_attempts", "backoff_sec", "backoff_factor", "max_backoff_sec"}``; a follow-up's
     overlay may set its own (a follow-up never inherits the schedule's)."""
+    # Migration 16: the ``at`` trigger's instant and the rolling-window gate.
+    at: str | None = field(default=None, metadata=column(create=True, own_check=True))
+    """``trigger_type: at``: the RFC 3339 instant (explicit offset) as given."""
+    rate_limit: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True, own_check=True)
+    )
+    """``{"max_fires", "window_sec"}``: at most that many fires in any window of that length."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Schedule:

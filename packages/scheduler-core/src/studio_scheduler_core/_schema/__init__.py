@@ -29,7 +29,14 @@ import studio_outbox
 import studio_state
 from studio_state import Migration, fetch_value, migrate
 
-from . import v01_tables, v02_v07_indexes, v08_policies, v09_v14_nodes, v15_run_logs
+from . import (
+    v01_tables,
+    v02_v07_indexes,
+    v08_policies,
+    v09_v14_nodes,
+    v15_run_logs,
+    v16_at_rate_limit,
+)
 from .v09_v14_nodes import WAKE_CHANNEL
 
 PACKAGE = "studio-scheduler-core"
@@ -40,6 +47,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     *v08_policies.MIGRATIONS,
     *v09_v14_nodes.MIGRATIONS,
     *v15_run_logs.MIGRATIONS,
+    *v16_at_rate_limit.MIGRATIONS,
 )
 """Every migration in version order."""
 
