@@ -37,6 +37,7 @@ from ._exceptions import (
 from ._fire.dbfile import storage_fault
 from ._fire.logcopy import read_stored_run_log
 from ._fire.runlog import read_run_log, run_log_dir, run_log_path
+from ._github.cursor import normalize_cursor, set_github_cursor
 from ._github.source import GithubPollSource
 from ._notify.service import (
     DEFAULT_NOTIFY_ON,
@@ -146,6 +147,7 @@ __all__ = [
     "check_notify",
     "ensure_schema",
     "latest_transition_seq",
+    "normalize_cursor",
     "notify_run",
     "notify_schedule_disabled",
     "parse_duration",
@@ -165,6 +167,7 @@ __all__ = [
     "run_log_dir",
     "run_log_path",
     "schedules_have_zones",
+    "set_github_cursor",
     "storage_fault",
     "validate_schedule_sets",
 ]

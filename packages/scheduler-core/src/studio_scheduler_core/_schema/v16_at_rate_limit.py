@@ -18,8 +18,8 @@ def _in(values: tuple[str, ...]) -> str:
 
 
 # The rebuild of migration 8 again (see there): foreign keys are off around it, every row is
-# copied with its rowid (the list pages' order), the indexes are recreated. Nothing else hangs on ``schedules`` on SQLite (its wake-up
-# triggers exist only on PostgreSQL).
+# copied with its rowid (the list pages' order), the indexes are recreated. Nothing else hangs
+# on ``schedules`` on SQLite (its wake-up triggers exist only on PostgreSQL).
 _V15_COLUMNS = (
     "id, name, description, enabled, trigger_type, cron_expr, interval_sec, github_repo, "
     "github_filter, github_cursor, poll_interval_sec, action_kind, action_model, action_prompt, "
