@@ -24,7 +24,7 @@ from studio_scheduler_core import (
 )
 
 from .base import RequestModel, ResponseModel
-from .derive import of_specs, request_model, response_model
+from .derive import FieldView, of_specs, request_model, response_model
 from .examples import schedule_create_examples
 
 __all__ = [
@@ -81,8 +81,9 @@ else:
     )
     ScheduleUpdate = request_model(
         "ScheduleUpdate",
-        "Body of ``PATCH /api/schedules/{id}``: only the keys sent are changed (null clears).",
-        _PATCH,
+        "Body of ``PATCH /api/schedules/{id}``: only the keys sent are changed (null clears; "
+        "``github_cursor``: a github_poll schedule's cursor, null resets it).",
+        [*_PATCH, FieldView("github_cursor", str | None, None, False)],
         partial=True,
     )
     RunCreate = request_model(
