@@ -79,10 +79,24 @@ from ._records.vocab import (
 from ._recovery.orphans import OrphanReaper
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
+from ._schedules.sets.apply import (
+    ScheduleSetApplied,
+    ScheduleSetChanged,
+    ScheduleSetRefused,
+    apply_schedule_plan,
+)
 from ._schedules.sets.durations import parse_duration
+from ._schedules.sets.export import ScheduleSetExport, export_schedule_set
 from ._schedules.sets.loader import ScheduleSetUnreadable
-from ._schedules.sets.records import ScheduleSetMember, ScheduleSetProblem, ScheduleSetReport
-from ._schedules.sets.resolve import validate_schedule_sets
+from ._schedules.sets.plan import plan_schedule_sets
+from ._schedules.sets.records import (
+    ScheduleSetChange,
+    ScheduleSetMember,
+    ScheduleSetPlan,
+    ScheduleSetProblem,
+    ScheduleSetReport,
+)
+from ._schedules.sets.resolve import validate_schedule_set_text, validate_schedule_sets
 from ._schedules.store import ADHOC_PAGE_KEY, RUN_PAGE_KEY
 from ._schema import ensure_schema
 from ._settings import SchedulerSettings
@@ -131,8 +145,14 @@ __all__ = [
     "ScheduleNameTaken",
     "ScheduleNotFound",
     "ScheduleService",
+    "ScheduleSetApplied",
+    "ScheduleSetChange",
+    "ScheduleSetChanged",
+    "ScheduleSetExport",
     "ScheduleSetMember",
+    "ScheduleSetPlan",
     "ScheduleSetProblem",
+    "ScheduleSetRefused",
     "ScheduleSetReport",
     "ScheduleSetUnreadable",
     "ScheduleValidationError",
@@ -144,13 +164,16 @@ __all__ = [
     "TriggerRegistry",
     "TriggerType",
     "__version__",
+    "apply_schedule_plan",
     "check_notify",
     "ensure_schema",
+    "export_schedule_set",
     "latest_transition_seq",
     "normalize_cursor",
     "notify_run",
     "notify_schedule_disabled",
     "parse_duration",
+    "plan_schedule_sets",
     "preview_fire_times",
     "read_dispatch_counts",
     "read_dispatch_outcomes",
@@ -169,5 +192,6 @@ __all__ = [
     "schedules_have_zones",
     "set_github_cursor",
     "storage_fault",
+    "validate_schedule_set_text",
     "validate_schedule_sets",
 ]

@@ -36,6 +36,7 @@ from . import (
     v09_v14_nodes,
     v15_run_logs,
     v16_at_rate_limit,
+    v17_schedule_sets,
 )
 from .v09_v14_nodes import WAKE_CHANNEL
 
@@ -48,6 +49,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     *v09_v14_nodes.MIGRATIONS,
     *v15_run_logs.MIGRATIONS,
     *v16_at_rate_limit.MIGRATIONS,
+    *v17_schedule_sets.MIGRATIONS,
 )
 """Every migration in version order."""
 
