@@ -35,7 +35,7 @@ from ._common import (
 from .run_ops import cancel, cancel_runs, logs
 from .schedule_backfill import backfill
 from .schedule_edit import create, update
-from .schedule_sets import validate
+from .schedule_sets import apply, export, plan, validate
 from .trigger import trigger
 
 if TYPE_CHECKING:
@@ -57,6 +57,9 @@ schedule_group.add_command(backfill)
 schedule_group.add_command(logs)
 schedule_group.add_command(cancel)
 schedule_group.add_command(validate)
+schedule_group.add_command(plan)
+schedule_group.add_command(apply)
+schedule_group.add_command(export)
 
 
 @schedule_group.command("list")
