@@ -29,7 +29,7 @@ from ._reads import open_reads
 from ._setting_values import shown_target
 from ._settings import StudioSettings
 from ._storage import StorageHealth
-from .routes import admin, audit, dispatch, health, run_ops, runs, schedules
+from .routes import admin, audit, dispatch, health, run_ops, runs, schedule_sets, schedules
 
 logger = logging.getLogger("studio_api")
 
@@ -103,6 +103,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(run_ops.router)
     app.include_router(schedules.router)
+    app.include_router(schedule_sets.router)
     app.include_router(runs.router)
     app.include_router(dispatch.router)
     app.include_router(audit.router)

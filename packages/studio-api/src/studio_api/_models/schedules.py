@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from studio_scheduler_core import (
     Action,
@@ -92,11 +92,31 @@ else:
         _ADHOC,
         partial=False,
     )
-    ScheduleOut = response_model(
-        "ScheduleOut",
+    _ScheduleRecordOut = response_model(
+        "ScheduleRecordOut",
         "A stored schedule (every column; JSON columns decoded).",
         of_specs(s for s in _SCHEDULE if s.meta.public),
     )
+
+    class ScheduleOut(_ScheduleRecordOut):
+        """A stored schedule (every column; JSON columns decoded), whether a set-managed
+        schedule has ``drifted`` from its set's last apply, and ``warnings`` saying so."""
+
+        drifted: bool = False
+        """Managed by a set and edited outside it since the set's last apply."""
+        warnings: list[str] = Field(default_factory=list)
+        """What the caller should know about the schedule (a drifted set-owned schedule)."""
+
+        @model_validator(mode="after")
+        def _warn_drift(self) -> ScheduleOut:
+            if self.drifted and not self.warnings:
+                self.warnings = [
+                    f"managed by schedule set {self.owner_key!r} (member {self.set_member!r}) "
+                    "and changed outside it: the next apply of the set restores the file's "
+                    "version"
+                ]
+            return self
+
     RunOut = response_model(
         "RunOut",
         "A schedule run (every column of ``schedule_runs``; JSON columns decoded).",
