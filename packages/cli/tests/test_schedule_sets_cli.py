@@ -144,3 +144,18 @@ def test_export_writes_a_document_apply_accepts_unchanged(tmp_path: Path) -> Non
     ]
     usage = studio.run("schedule", "export", env=ALLOW, expect=1)
     assert "exactly one of --owner OWNER or --unowned" in usage.stderr
+
+
+def test_an_update_of_a_set_owned_schedule_succeeds_and_warns(tmp_path: Path) -> None:
+    studio = Studio(tmp_path)
+    path = tmp_path / "a.yaml"
+    path.write_text(SET_A)
+    studio.run("schedule", "apply", str(path), env=ALLOW)
+    updated = studio.run("schedule", "update", "team-a/hourly", "--interval", "2h", env=ALLOW)
+    assert updated.stdout.startswith("Updated schedule ")
+    assert "managed by schedule set 'team-a'" in updated.stderr
+    shown = studio.ok_json("schedule", "show", "team-a/hourly", env=ALLOW)
+    assert (shown["drifted"], shown["interval_sec"], shown["managed_by"]) == (True, 7200, "set")
+    studio.run("schedule", "apply", str(path), env=ALLOW)
+    restored = studio.ok_json("schedule", "show", "team-a/hourly", env=ALLOW)
+    assert (restored["drifted"], restored["interval_sec"]) == (False, 3600)
