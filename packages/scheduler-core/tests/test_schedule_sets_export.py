@@ -139,3 +139,26 @@ async def test_export_lists_what_a_document_cannot_express(
     report = validate_schedule_sets([path], settings=settings, now=clock())
     assert report.ok, [str(p) for p in report.problems]
     assert report.members[0].name == "legacy/nightly-report"
+
+
+def test_a_json_document_is_read_with_the_same_rules() -> None:
+    from studio_scheduler_core import validate_schedule_set_text
+
+    settings = SchedulerSettings(command_allowlist=("true",))
+    body = (
+        '{"apiVersion": "studio/v1", "kind": "ScheduleSet", "metadata": {"name": "j"},\n'
+        ' "schedules": {"a": {"trigger": {"every": "5m"}, "command": {"argv": ["true"]}}}}'
+    )
+    report = validate_schedule_set_text(body, source="body", base_dir="/", settings=settings)
+    assert report.ok and report.members[0].fields["interval_sec"] == 300
+    broken = validate_schedule_set_text(
+        body[:-3] + ",}", source="body", base_dir="/", settings=settings
+    )
+    (problem,) = broken.problems
+    assert (problem.line, problem.message.startswith("malformed JSON")) == (2, True)
+    twice = validate_schedule_set_text(
+        '{"kind": "ScheduleSet", "kind": "x"}', source="body", base_dir="/", settings=settings
+    )
+    assert "duplicate key 'kind'" in twice.problems[0].message
+    nan = validate_schedule_set_text('{"a": NaN}', source="body", base_dir="/", settings=settings)
+    assert "NaN" in nan.problems[0].message

@@ -217,7 +217,7 @@ def set_fields(row: Mapping[str, Any]) -> Mapping[str, Any]:
     counts as enabled: the document still says ``enabled: true``, and an apply should not
     re-arm it.
     """
-    out = {spec.name: _canonical(spec.shape, row.get(spec.name)) for spec in _CREATE_SPECS}
+    out = {name: _canonical(shape, row.get(name)) for name, shape in _CREATE_SHAPES}
     if not out.get("enabled") and disabled_by_studio(row.get("disabled_reason")):
         out["enabled"] = True
     return out
@@ -247,4 +247,4 @@ def fields_digest(values: Mapping[str, Any]) -> str:
 
 
 _CREATE_NAMES = frozenset(create_fields(Schedule))
-_CREATE_SPECS = tuple(s for s in specs(Schedule) if s.name in _CREATE_NAMES)
+_CREATE_SHAPES = tuple((s.name, s.shape) for s in specs(Schedule) if s.name in _CREATE_NAMES)
