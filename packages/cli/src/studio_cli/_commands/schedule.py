@@ -35,6 +35,7 @@ from ._common import (
 from .run_ops import cancel, cancel_runs, logs
 from .schedule_backfill import backfill
 from .schedule_edit import create, update
+from .schedule_github import github_cursor
 from .schedule_sets import apply, export, plan, validate
 from .trigger import trigger
 
@@ -60,6 +61,7 @@ schedule_group.add_command(validate)
 schedule_group.add_command(plan)
 schedule_group.add_command(apply)
 schedule_group.add_command(export)
+schedule_group.add_command(github_cursor)
 
 
 @schedule_group.command("list")
