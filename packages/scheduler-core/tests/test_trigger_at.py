@@ -110,3 +110,19 @@ async def test_at_requires_its_instant_and_refuses_other_trigger_fields(
     assert caught.value.field == "cron_expr"
     utc = await service.create(_at_schedule(h, "2030-01-05T08:00:00Z"))
     assert utc.next_fire_at == datetime(2030, 1, 5, 8, tzinfo=UTC).timestamp()
+
+
+async def test_a_missed_at_under_skip_is_skipped_and_disabled(
+    make_engine: Any, clock: Any, h: Any
+) -> None:
+    engine = await make_engine(clock=clock)
+    created = await engine.service.create(_at_schedule(h, _instant(clock() + 60)))
+    await engine.stop()  # down while its instant passes
+    clock.advance(600)
+    restarted = await make_engine(clock=clock)
+    await h.fire_due(restarted, clock, clock())
+    assert await h.run_reasons(restarted.conn, created.id) == [
+        ("skipped", "schedule.skipped.missed_fire")
+    ]
+    row = await h.schedule_row(restarted.conn, created.id)
+    assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.once")
