@@ -22,7 +22,7 @@ from studio_scheduler_core import (
     plan_schedule_sets,
     validate_schedule_sets,
 )
-from studio_scheduler_core._schedules.sets.apply import owner_lock_key
+from studio_scheduler_core._schedules.sets.store import owner_lock_key
 from studio_scheduler_core._schema import ensure_schema
 from studio_state import connect, fetch_value
 

@@ -12,7 +12,6 @@ Every transition row an apply writes names the actor ``set:<owner>``.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,6 @@ import aiosqlite
 from studio_state import (
     Clock,
     Transition,
-    backend_of,
     new_id,
     record_transitions,
     write_transaction,
@@ -33,8 +31,9 @@ from ..._records.codec import encode_schedule
 from ..._records.schedule import Schedule, disabled_by_studio
 from ..._triggers.cadence import first_fire_at
 from ..store import delete_schedule, drop_buffered, insert_schedule, set_enabled, update_schedule
-from .plan import owner_rows, snapshot
+from .plan import snapshot
 from .records import ScheduleSetChange, ScheduleSetMember, ScheduleSetPlan
+from .store import lock_owners, owner_rows
 
 UPDATED = "schedule.updated.operator"
 _CADENCE = frozenset(
@@ -71,12 +70,6 @@ class ScheduleSetApplied:
     def writes(self) -> int:
         """Schedules written in all."""
         return self.created + self.updated + self.disabled + self.deleted
-
-
-def owner_lock_key(owner: str) -> int:
-    """The PostgreSQL advisory lock key of an owner (a signed 64-bit integer)."""
-    raw = hashlib.sha256(f"studio.schedule-set:{owner}".encode()).digest()[:8]
-    return int.from_bytes(raw, "big", signed=True)
 
 
 async def _check_unchanged(
@@ -251,9 +244,7 @@ async def apply_schedule_plan(
         return ScheduleSetApplied()
     counts = {"create": 0, "update": 0, "disable": 0, "delete": 0}
     async with write_transaction(conn):
-        if backend_of(conn) == "postgresql":
-            for owner in sorted(plan.owners, key=owner_lock_key):
-                await conn.execute("SELECT pg_advisory_xact_lock(?)", (owner_lock_key(owner),))
+        await lock_owners(conn, list(plan.owners))
         rows = await _check_unchanged(conn, plan)
         writer = _Writer(conn, now=clock(), timezone=timezone)
         for change in work:

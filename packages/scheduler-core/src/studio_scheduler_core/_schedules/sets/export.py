@@ -17,12 +17,10 @@ from typing import Any
 import aiosqlite
 import yaml
 
-from studio_state import fetch_all
-
-from ..._records.codec import schedule_record
 from ..._records.schedule import Schedule, disabled_by_studio
 from .blocks import ACTION_KEYS
 from .document import API_VERSION, KIND, MEMBER_FIELDS, NAME_PATTERN
+from .store import held_rows
 
 _BLOCK_OF_KIND = {
     "command": "command",
@@ -147,22 +145,12 @@ async def export_schedule_set(
     """The schedules ``owner`` holds (``None``: every unowned schedule, under the owner key
     ``name``) as a document; ``timezone`` is the server's default zone, written for a cron
     schedule that has none of its own."""
-    if owner is None:
-        rows = await fetch_all(
-            conn, "SELECT * FROM schedules WHERE owner_key IS NULL ORDER BY created_at, rowid"
-        )
-        key = name
-    else:
-        rows = await fetch_all(
-            conn, "SELECT * FROM schedules WHERE owner_key = ? ORDER BY created_at, rowid", (owner,)
-        )
-        key = owner
+    key = name if owner is None else owner
     if not NAME_PATTERN.fullmatch(key):
         raise ValueError(f"owner key {key!r} must match {NAME_PATTERN.pattern}")
     members: dict[str, Any] = {}
     notes: dict[str, tuple[str, ...]] = {}
-    for raw in rows:
-        row = schedule_record(raw)
+    for row in await held_rows(conn, owner):
         member, body, found = _member(row, timezone, key)
         while member in members:
             member = f"{member[:58]}-{row.id[:4]}"

@@ -16,12 +16,10 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import backend_of, fetch_all
-
-from ..._records.codec import schedule_record
 from ..._records.schedule import Schedule, set_fields
 from ..store import running_run_ids
 from .records import ScheduleSetChange, ScheduleSetMember, ScheduleSetPlan, Snapshot
+from .store import owner_rows
 
 SET_FIELDS = ("managed_by", "owner_key", "set_member", "set_digest")
 """The bookkeeping columns an apply writes beside the member's fields."""
@@ -36,22 +34,6 @@ def snapshot(schedule: Schedule) -> Snapshot:
         schedule.managed_by,
         schedule.enabled,
     )
-
-
-async def owner_rows(
-    conn: aiosqlite.Connection, owner: str, *, for_update: bool = False
-) -> list[Schedule]:
-    """The rows ``owner`` holds, and every row whose name starts with ``owner/`` (the names
-    its members take); with ``for_update`` (PostgreSQL) locked until the transaction ends."""
-    prefix = f"{owner}/"
-    lock = " FOR UPDATE" if for_update and backend_of(conn) == "postgresql" else ""
-    rows = await fetch_all(
-        conn,
-        "SELECT * FROM schedules WHERE owner_key = ? OR substr(name, 1, ?) = ? "
-        f"ORDER BY created_at, rowid{lock}",
-        (owner, len(prefix), prefix),
-    )
-    return [schedule_record(row) for row in rows]
 
 
 def field_changes(row: Schedule, member: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
