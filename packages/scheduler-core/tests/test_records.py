@@ -59,6 +59,7 @@ def test_field_sets_come_from_the_metadata() -> None:
         "threshold_config",
         "notify",
         "retry",
+        "rate_limit",
     }
     assert OVERLAY_KEYS["playbook"] == "action_playbook"
     assert OVERLAY_KEYS["kind"] == OVERLAY_KEYS["action_kind"] == "action_kind"

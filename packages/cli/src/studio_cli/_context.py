@@ -207,4 +207,4 @@ async def open_service(
 
     settings = scheduler_settings() if validating else SchedulerSettings()
     async with open_db(db_path) as conn:
-        yield ScheduleService(conn, settings=settings)
+        yield ScheduleService(conn, settings=settings, managed_by="cli")

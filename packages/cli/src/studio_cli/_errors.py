@@ -26,7 +26,9 @@ DEBUG_ENV = "STUDIO_DEBUG"
 FIELD_FLAGS: dict[str, str] = {
     "name": "NAME",
     "description": "--description",
-    "trigger_type": "--cron/--interval/--github-repo",
+    "trigger_type": "--cron/--interval/--at/--github-repo",
+    "at": "--at",
+    "github_cursor": "--set",
     "cron_expr": "--cron",
     "interval_sec": "--interval",
     "github_repo": "--github-repo",

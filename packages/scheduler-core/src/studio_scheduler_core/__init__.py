@@ -39,6 +39,7 @@ from ._exceptions import (
 from ._fire.dbfile import storage_fault
 from ._fire.logcopy import read_stored_run_log
 from ._fire.runlog import read_run_log, run_log_dir, run_log_path
+from ._github.cursor import normalize_cursor, set_github_cursor
 from ._github.source import GithubPollSource
 from ._notify.service import (
     DEFAULT_NOTIFY_ON,
@@ -98,10 +99,24 @@ from ._records.vocab import (
 from ._recovery.orphans import OrphanReaper
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
+from ._schedules.sets.apply import (
+    ScheduleSetApplied,
+    ScheduleSetChanged,
+    ScheduleSetRefused,
+    apply_schedule_plan,
+)
 from ._schedules.sets.durations import parse_duration
+from ._schedules.sets.export import ScheduleSetExport, export_schedule_set
 from ._schedules.sets.loader import ScheduleSetUnreadable
-from ._schedules.sets.records import ScheduleSetMember, ScheduleSetProblem, ScheduleSetReport
-from ._schedules.sets.resolve import validate_schedule_sets
+from ._schedules.sets.plan import plan_schedule_sets
+from ._schedules.sets.records import (
+    ScheduleSetChange,
+    ScheduleSetMember,
+    ScheduleSetPlan,
+    ScheduleSetProblem,
+    ScheduleSetReport,
+)
+from ._schedules.sets.resolve import validate_schedule_set_text, validate_schedule_sets
 from ._schedules.store import ADHOC_PAGE_KEY, RUN_PAGE_KEY
 from ._schema import ensure_schema
 from ._settings import SchedulerSettings
@@ -161,8 +176,14 @@ __all__ = [
     "ScheduleNameTaken",
     "ScheduleNotFound",
     "ScheduleService",
+    "ScheduleSetApplied",
+    "ScheduleSetChange",
+    "ScheduleSetChanged",
+    "ScheduleSetExport",
     "ScheduleSetMember",
+    "ScheduleSetPlan",
     "ScheduleSetProblem",
+    "ScheduleSetRefused",
     "ScheduleSetReport",
     "ScheduleSetUnreadable",
     "ScheduleStatus",
@@ -177,12 +198,16 @@ __all__ = [
     "TriggerRegistry",
     "TriggerType",
     "__version__",
+    "apply_schedule_plan",
     "check_notify",
     "ensure_schema",
+    "export_schedule_set",
     "latest_transition_seq",
+    "normalize_cursor",
     "notify_run",
     "notify_schedule_disabled",
     "parse_duration",
+    "plan_schedule_sets",
     "preview_fire_times",
     "read_activity",
     "read_dispatch_counts",
@@ -204,6 +229,8 @@ __all__ = [
     "run_log_dir",
     "run_log_path",
     "schedules_have_zones",
+    "set_github_cursor",
     "storage_fault",
+    "validate_schedule_set_text",
     "validate_schedule_sets",
 ]

@@ -29,7 +29,18 @@ from ._reads import open_reads
 from ._setting_values import shown_target
 from ._settings import StudioSettings
 from ._storage import StorageHealth
-from .routes import admin, audit, dispatch, health, run_ops, runs, schedules, stats, tokens
+from .routes import (
+    admin,
+    audit,
+    dispatch,
+    health,
+    run_ops,
+    runs,
+    schedule_sets,
+    schedules,
+    stats,
+    tokens,
+)
 
 logger = logging.getLogger("studio_api")
 
@@ -104,6 +115,7 @@ def create_app(settings: StudioSettings | None = None) -> FastAPI:
     app.include_router(run_ops.router)
     app.include_router(schedules.router)
     app.include_router(stats.router)
+    app.include_router(schedule_sets.router)
     app.include_router(runs.router)
     app.include_router(dispatch.router)
     app.include_router(audit.router)

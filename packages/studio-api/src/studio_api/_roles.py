@@ -1,9 +1,10 @@
 """Which role each route needs: the one table the auth middleware enforces and
 ``docs/operations.md`` shows (:func:`roles_markdown` writes that table).
 
-``read`` may use every ``GET`` (the API, the dashboard's pages, logs and streams, metrics);
-``operate`` adds the routes listed in :data:`OPERATE_ROUTES`; every other route, and anything
-under :data:`ADMIN_PREFIXES` (maintenance and token management, reads included), needs ``admin``.
+``read`` may use every ``GET`` (the API, the dashboard's pages, logs and streams, metrics)
+and the ``POST`` routes in :data:`READ_ROUTES` that only compute an answer; ``operate`` adds
+the routes listed in :data:`OPERATE_ROUTES`; every other route, and anything under
+:data:`ADMIN_PREFIXES` (maintenance and token management, reads included), needs ``admin``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ ADMIN_PREFIX = "/api/admin"
 ADMIN_PREFIXES = (ADMIN_PREFIX, "/api/tokens")
 #: Paths served without a token (liveness probes must work without the secret).
 PUBLIC_PATHS = frozenset({"/api/health"})
+
+#: ``POST`` routes that write nothing: a schedule set's plan (what CI runs on a pull request,
+#: with a token that cannot change anything; ``/api/schedule-sets/apply`` needs ``admin``).
+READ_ROUTES: frozenset[tuple[str, str]] = frozenset({("POST", "/api/schedule-sets/plan")})
 
 #: Changes an operator makes to work that exists: trigger, cancel, enable/disable,
 #: retry/ack/purge dispatches, backfill, ad-hoc runs and enqueued dispatches.
@@ -68,7 +73,7 @@ def role_for(method: str, path: str) -> Role:
     """The role ``method path`` needs, ``path`` being a route's template."""
     if is_admin_path(path):
         return "admin"
-    if method in ("GET", "HEAD"):
+    if method in ("GET", "HEAD") or (method, path) in READ_ROUTES:
         return "read"
     if (method, path) in OPERATE_ROUTES:
         return "operate"

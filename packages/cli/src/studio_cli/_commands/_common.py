@@ -11,6 +11,7 @@ from .._output import (
     emit_json,
     fmt_duration,
     fmt_time,
+    note,
     print_record,
     print_rows,
     say,
@@ -154,6 +155,9 @@ def record_json(record: Schedule | Run) -> dict[str, Any]:
     """A record as its JSON document (every field; tuples as lists, nested records as
     objects)."""
     out = record.to_row()
+    drifted = getattr(record, "drifted", None)
+    if drifted is not None:  # a schedule: whether its set's file no longer matches it
+        out["drifted"] = drifted
     children = out.get("chain_children")
     if children is not None:
         out["chain_children"] = [child.to_row() for child in children]
@@ -167,7 +171,15 @@ def show_schedule_result(
     as_json: bool,
     fields: Sequence[str] | None = None,
 ) -> None:
-    """Report a write on a schedule: the schedule as JSON, or one human line (+ next fire)."""
+    """Report a write on a schedule: the schedule as JSON, or one human line (+ next fire).
+
+    A set-owned schedule the write made differ from its set's file gets a warning on stderr
+    (the write stands; the next apply of the set restores the file's version)."""
+    if schedule.drifted:
+        note(
+            f"warning: schedule {schedule.name!r} is managed by schedule set "
+            f"{schedule.owner_key!r}; the next apply of the set restores the file's version"
+        )
     if as_json:
         emit_json(record_json(schedule))
         return

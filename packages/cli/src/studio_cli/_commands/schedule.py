@@ -34,7 +34,8 @@ from ._common import (
 from .run_ops import cancel, cancel_runs, logs
 from .schedule_backfill import backfill
 from .schedule_edit import create, update
-from .schedule_sets import validate
+from .schedule_github import github_cursor
+from .schedule_sets import apply, export, plan, validate
 from .schedule_status import LIST_COLUMNS, health_cells, status
 from .trigger import trigger
 
@@ -58,6 +59,10 @@ schedule_group.add_command(logs)
 schedule_group.add_command(cancel)
 schedule_group.add_command(validate)
 schedule_group.add_command(status)
+schedule_group.add_command(plan)
+schedule_group.add_command(apply)
+schedule_group.add_command(export)
+schedule_group.add_command(github_cursor)
 
 
 @schedule_group.command("list")

@@ -20,6 +20,7 @@ from ._actor import cli_actor
 from ._common import db_option, json_option, show_schedule_result
 from ._notify_flags import NOTIFY_OPTIONS, new_notify, notify_changes
 from ._policy_flags import POLICY_CLEARABLE, POLICY_OPTIONS, merge_retry, policy_values
+from .schedule_quick import CreateCommand
 
 if TYPE_CHECKING:
     from studio_scheduler_core import Schedule
@@ -58,6 +59,9 @@ _FIELD_OPTIONS: list[Callable[[F], F]] = [
     click.option("--description", help="Free-text description."),
     click.option("--cron", metavar="EXPR", help="Cron trigger: a 5-field cron expression."),
     duration_option("--interval", help="Interval trigger: seconds, or 30s/15m/6h/2d."),
+    click.option(
+        "--at", metavar="INSTANT", help="One-shot trigger: an RFC 3339 instant with its offset."
+    ),
     click.option("--github-repo", metavar="OWNER/NAME", help="GitHub pull-request poll trigger."),
     click.option(
         "--github-filter", metavar="JSON", help='PR filter, e.g. \'{"event": "pr_opened"}\'.'
@@ -135,6 +139,7 @@ def _trigger_fields(opts: dict[str, Any]) -> dict[str, Any]:
         for flag, key in (
             ("--cron", "cron"),
             ("--interval", "interval"),
+            ("--at", "at"),
             ("--github-repo", "github_repo"),
         )
         if opts[key] is not None
@@ -146,6 +151,8 @@ def _trigger_fields(opts: dict[str, Any]) -> dict[str, Any]:
         data.update(trigger_type="cron", cron_expr=opts["cron"])
     if opts["interval"] is not None:
         data.update(trigger_type="interval", interval_sec=opts["interval"])
+    if opts["at"] is not None:
+        data.update(trigger_type="at", at=opts["at"])
     if opts["github_repo"] is not None:
         data.update(trigger_type="github_poll", github_repo=opts["github_repo"])
     return data
@@ -232,7 +239,7 @@ def _infer_action(data: dict[str, Any]) -> str:
     return implied[0][1] if implied else "agent"
 
 
-@click.command("create")
+@click.command("create", cls=CreateCommand)
 @click.argument("name")
 @_field_options
 @click.option("--disabled", is_flag=True, help="Create the schedule disabled.")
@@ -241,7 +248,9 @@ def _infer_action(data: dict[str, Any]) -> str:
 def create(name: str, disabled: bool, db: str | None, as_json: bool, **opts: Any) -> None:
     """Create a schedule NAME.
 
-    One of --cron, --interval or --github-repo is its trigger.
+    One of --cron, --interval, --at or --github-repo is its trigger. The typed quick-create,
+    'studio schedule create command NAME --every 5m -- ARGV...', makes a command schedule in
+    one line (see 'studio schedule create command X --help').
 
     \b
     Examples:
@@ -250,7 +259,9 @@ def create(name: str, disabled: bool, db: str | None, as_json: bool, **opts: Any
     """
     data = _field_values(opts)
     if "trigger_type" not in data:
-        raise click.UsageError("a trigger is required: pass --cron, --interval or --github-repo")
+        raise click.UsageError(
+            "a trigger is required: pass --cron, --interval, --at or --github-repo"
+        )
     data = {"name": name, **data}
     data.setdefault("action_kind", _infer_action(data))
     notify = new_notify(opts)

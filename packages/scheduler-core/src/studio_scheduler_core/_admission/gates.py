@@ -1,4 +1,4 @@
-"""Admission: threshold → overlap → budget → max_runs → slot.
+"""Admission: threshold → overlap → rate_limit → budget → max_runs → slot.
 
 :class:`Admission` holds the in-process bookkeeping (in-flight top-level fires per schedule,
 max_runs claims, global slot holders) and returns a :class:`Decision` with a reason code.
@@ -18,6 +18,7 @@ import aiosqlite
 from .._records.schedule import Schedule
 from .._settings import SchedulerSettings
 from ..abc import ThresholdDecision, ThresholdGate
+from .rate_limit import RATE_LIMIT, RateWindows
 from .store import admitted_run_count, fired_run_count, schedule_spend
 
 Outcome = Literal["fire", "skip", "defer", "advance", "disable"]
@@ -101,6 +102,8 @@ class Admission:
         self.dispatched: dict[str, Reservation] = {}
         """run id → the reservation of a fire committed ``queued`` for any node's worker."""
         self._capacity_cache: Decision | None = None
+        self.rates = RateWindows(conn)
+        """Each rate-limited schedule's fires inside its window."""
 
     @property
     def cap(self) -> int:
@@ -181,6 +184,8 @@ class Admission:
             return None
         if row["threshold_config"] is not None or row["max_runs"] is not None:
             return None
+        if row["rate_limit"] is not None:
+            return None
         if row["budget_usd"] is not None or row["budget_tokens"] is not None:
             return None
         if row["overlap_policy"] != "allow" and self.in_flight(str(row["id"])):
@@ -245,6 +250,18 @@ class Admission:
                 metadata={"overlap_policy": "skip"},
             )
 
+        rate_limit = schedule.rate_limit
+        if rate_limit is not None:
+            rate = await self.rates.check(sid, rate_limit, now=now)
+            if not rate.allowed and not manual:
+                return Decision(
+                    "defer",
+                    RATE_LIMIT,
+                    f"rate limit reached ({rate.fires} fires in the last "
+                    f"{rate_limit['window_sec']} s, at most {rate_limit['max_fires']})",
+                    metadata={**rate_limit, "fires": rate.fires, "retry_at": rate.retry_at},
+                )
+
         budget_usd, budget_tokens = schedule.budget_usd, schedule.budget_tokens
         if budget_usd is not None or budget_tokens is not None:
             if self.in_flight(sid):
@@ -300,4 +317,6 @@ class Admission:
         self.slots[token] = reservation
         if max_runs is not None:
             self._claims[sid] = self._claims.get(sid, 0) + 1
+        if rate_limit is not None:
+            self.rates.record(sid, now)
         return Decision("fire", reservation=reservation, context=context)

@@ -149,3 +149,17 @@ async def schedule_spend(conn: aiosqlite.Connection, schedule_id: str) -> tuple[
     )
     assert row is not None
     return float(row["cost"]), int(row["tokens"])
+
+
+async def fire_times_since(
+    conn: aiosqlite.Connection, schedule_id: str, since: float
+) -> list[float]:
+    """When the schedule's top-level fires at or after ``since`` fired (skips, deferral records
+    and retries of an attempt excluded), oldest first: the rate-limit window's history."""
+    rows = await fetch_all(
+        conn,
+        "SELECT fired_at FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
+        "AND status <> 'skipped' AND retry_of IS NULL AND fired_at >= ? ORDER BY fired_at",
+        (schedule_id, since),
+    )
+    return [float(row["fired_at"]) for row in rows if row["fired_at"] is not None]

@@ -43,6 +43,7 @@ from .._policies.overlap import OverlapPolicies, Revoke
 from .._records.codec import decode_schedule
 from .._records.schedule import Schedule
 from .._schedules.jitter import jitter_until
+from .._triggers.once import consumed_updates
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
 from . import store
@@ -264,7 +265,9 @@ class Evaluator:
             next_fire_at=nxt,
             set_next=advance and occ.advance,
             stamp_fired=False,
-            updates=occ.schedule_updates,
+            updates={**occ.schedule_updates, **consumed_updates(schedule)}
+            if advance and occ.advance
+            else occ.schedule_updates,
             guards=occ.guards,
         )
 

@@ -16,7 +16,7 @@ from studio_state import backend_of, fetch_one, fetch_value, write_transaction
 
 DUE_COLUMNS = (
     "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
-    "max_runs, budget_usd, budget_tokens, jitter_sec"
+    "max_runs, budget_usd, budget_tokens, jitter_sec, rate_limit"
 )
 """What the due scan reads: enough to decide a plain deferral; full rows are read on demand."""
 

@@ -33,7 +33,11 @@ from .._observe.events import emit
 from .._records.codec import TERMINAL_RUN_STATUSES, dumps
 from .._records.counters import count_end_sync, count_fire_sync
 from .._schedules.store import drop_buffered
+from .._triggers.once import ONCE, ONCE_SUMMARY
 from . import store
+
+DISABLE_SUMMARY = {ONCE: ONCE_SUMMARY}
+"""The summary of each disable a claim carries."""
 
 ClaimKind = Literal["occurrence", "manual", "follow_up"]
 
@@ -75,10 +79,55 @@ def _claim_sets(claim: ScheduleClaim, now: float) -> tuple[dict[str, Any], list[
     return sets, guards
 
 
+def claim_disable(claim: ScheduleClaim) -> str | None:
+    """The reason code when ``claim`` disables its (enabled: guarded) schedule, e.g. an
+    ``at`` schedule's one occurrence."""
+    if claim.kind == "occurrence" and claim.updates.get("enabled") == 0:
+        return str(claim.updates.get("disabled_reason") or "")
+    return None
+
+
 def _apply_claim_sync(db: sqlite3.Connection, claim: ScheduleClaim, now: float) -> bool:
     if claim.kind == "follow_up":
         return store.schedule_exists_sync(db, claim.schedule_id)
-    return store.update_schedule_sync(db, claim.schedule_id, *_claim_sets(claim, now))
+    won = store.update_schedule_sync(db, claim.schedule_id, *_claim_sets(claim, now))
+    reason = claim_disable(claim)
+    if won and reason is not None:
+        # The disable rides on the claim: its transition row goes in the same transaction.
+        record_transitions_sync(db, [_disabled_transition(claim.schedule_id, reason, now)])
+    return won
+
+
+def _disabled_transition(schedule_id: str, reason_code: str, now: float) -> Transition:
+    return Transition(
+        entity_type="schedule",
+        entity_id=schedule_id,
+        previous_status="enabled",
+        status="disabled",
+        reason_code=reason_code,
+        reason_summary=DISABLE_SUMMARY.get(reason_code, reason_code),
+        actor="scheduler",
+        created_at=now,
+    )
+
+
+async def _notify_claim_disables(
+    conn: aiosqlite.Connection, claims: Sequence[ScheduleClaim], now: float
+) -> None:
+    for claim in claims:
+        reason = claim_disable(claim)
+        if reason is None:
+            continue
+        summary = DISABLE_SUMMARY.get(reason, reason)
+        await notify_schedule_disabled(
+            conn, claim.schedule_id, reason_code=reason, reason_summary=summary, now=now
+        )
+        emit(
+            "disable",
+            f"schedule {claim.schedule_id} disabled [{reason}]: {summary}",
+            schedule_id=claim.schedule_id,
+            reason_code=reason,
+        )
 
 
 async def _apply_claim(conn: aiosqlite.Connection, claim: ScheduleClaim, now: float) -> bool:
@@ -129,13 +178,16 @@ async def commit_fires(
     if not writes:
         return []
     terminal = [w.run.get("status") in TERMINAL_RUN_STATUSES for w in writes]
-    if not any(terminal):
+    disables = any(claim_disable(w.claim) is not None for w in writes)
+    if not any(terminal) and not disables:
         return await run_write_transaction(conn, lambda db: _write_fires(db, writes, now))
     async with write_transaction(conn):
         won = await run_write_transaction(conn, lambda db: _write_fires(db, writes, now))
         for write, landed, ended in zip(writes, won, terminal, strict=True):
             if landed and ended:
                 await notify_run(conn, str(write.run["id"]), now=now)
+        landed_claims = [w.claim for w, landed in zip(writes, won, strict=True) if landed]
+        await _notify_claim_disables(conn, landed_claims, now)
         return won
 
 
@@ -221,6 +273,7 @@ async def write_skip(
                     )
                 )
         await record_transitions(conn, rows)
+        await _notify_claim_disables(conn, [claim], now)
         if disable is not None and disabled:
             # after the transition row: the dispatch's dedup key names it
             await notify_schedule_disabled(

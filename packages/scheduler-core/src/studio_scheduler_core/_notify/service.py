@@ -43,6 +43,7 @@ GATE_DISABLES = frozenset(
         "schedule.disabled.max_runs",
         "schedule.disabled.github_auth",
         "schedule.disabled.failure",  # pause_on_failure, after a run's last attempt
+        "schedule.disabled.once",  # an ``at`` schedule after its one occurrence
     }
 )
 """Reason codes of the gates whose disable is notified (an operator's disable is not)."""

@@ -6,11 +6,13 @@ update field sets, the follow-up overlay keys and the API's models follow from t
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
-from .column import column, from_row, to_row
+from .column import column, create_fields, from_row, specs, to_row
 from .vocab import (
     ACTION_KIND_ALIASES,
     MAX_BUDGET_USD,
@@ -29,6 +31,8 @@ _IN = column(create=True)
 _POLICY = column(create=True, own_check=True)
 """A policy input field, checked by ``_policies.fields``."""
 _MODEL_KINDS = ("agent", "flow", "fanout", "engine")
+ManagedBy = Literal["api", "cli", "set"]
+"""Which door a schedule came in by: the API, the CLI, or a ``ScheduleSet`` apply."""
 """The kinds that take a model (``engine`` is the launcher's own kind, reachable by follow-ups)."""
 
 
@@ -167,6 +171,33 @@ class Schedule(Action, _Trigger):
     )
     """``{"max_attempts", "backoff_sec", "backoff_factor", "max_backoff_sec"}``; a follow-up's
     overlay may set its own (a follow-up never inherits the schedule's)."""
+    # Migration 16: the ``at`` trigger's instant and the rolling-window gate.
+    at: str | None = field(default=None, metadata=column(create=True, own_check=True))
+    """``trigger_type: at``: the RFC 3339 instant (explicit offset) as given."""
+    rate_limit: Mapping[str, Any] | None = field(
+        default=None, metadata=column(create=True, json=True, own_check=True)
+    )
+    """``{"max_fires", "window_sec"}``: at most that many fires in any window of that length."""
+    # Migration 17: who manages the schedule; for a set's schedule its owner, member, digest.
+    managed_by: ManagedBy = field(default="api", metadata=column())
+    """``api``, ``cli`` or ``set`` (written by create and by a set's apply, never by input)."""
+    owner_key: str | None = field(default=None, metadata=column())
+    """The owner key of the ``ScheduleSet`` that owns the schedule (``None``: unowned)."""
+    set_member: str | None = field(default=None, metadata=column())
+    """The member name the schedule has in its set's document."""
+    set_digest: str | None = field(default=None, metadata=column())
+    """The digest of the member's resolved form at the set's last apply."""
+
+    @property
+    def digest(self) -> str:
+        """The digest of the schedule's behaviour (its input fields), as a set member's."""
+        return fields_digest(set_fields(self.to_row()))
+
+    @property
+    def drifted(self) -> bool:
+        """A set-managed schedule whose fields no longer have the digest of its last apply
+        (edited through the API, the CLI or the dashboard since)."""
+        return self.set_digest is not None and self.digest != self.set_digest
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Schedule:
@@ -176,3 +207,44 @@ class Schedule(Action, _Trigger):
     def to_row(self) -> dict[str, Any]:
         """The record as the public dict the service returns."""
         return to_row(self)
+
+
+def set_fields(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The input fields of a schedule (``row``: a stored row or a normalised input) in the
+    canonical form a set member's digest is taken of: numbers as floats, lists as lists.
+
+    A schedule Studio disabled itself (max runs, budget, a pause on failure, a fired ``at``)
+    counts as enabled: the document still says ``enabled: true``, and an apply should not
+    re-arm it.
+    """
+    out = {name: _canonical(shape, row.get(name)) for name, shape in _CREATE_SHAPES}
+    if not out.get("enabled") and disabled_by_studio(row.get("disabled_reason")):
+        out["enabled"] = True
+    return out
+
+
+def _canonical(shape: str, value: Any) -> Any:
+    if value is not None and shape == "number":
+        return float(value)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def disabled_by_studio(reason: Any) -> bool:
+    """Whether ``disabled_reason`` is a reason code Studio wrote itself (not an operator's)."""
+    return (
+        isinstance(reason, str)
+        and reason.startswith("schedule.disabled.")
+        and reason != "schedule.disabled.manual"
+    )
+
+
+def fields_digest(values: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``values`` (sorted keys, no spaces)."""
+    text = json.dumps(
+        values, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_CREATE_NAMES = frozenset(create_fields(Schedule))
+_CREATE_SHAPES = tuple((s.name, s.shape) for s in specs(Schedule) if s.name in _CREATE_NAMES)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Literal, get_args
 
-TriggerType = Literal["cron", "interval", "github_poll"]
+TriggerType = Literal["cron", "interval", "github_poll", "at"]
 TRIGGER_TYPES: Final[tuple[str, ...]] = get_args(TriggerType)
 """Every ``schedules.trigger_type``."""
 

@@ -26,6 +26,9 @@ MAX_BACKOFF_SEC = 86_400
 MAX_BACKOFF_FACTOR = 10
 MAX_CATCHUP_WINDOW_SEC = 366 * 86_400
 MAX_JITTER_SEC = 86_400
+RATE_LIMIT_KEYS = ("max_fires", "window_sec")
+MAX_RATE_WINDOW_SEC = 366 * 86_400
+MAX_RATE_FIRES = 1_000_000
 
 
 def _err(field: str, message: str) -> ScheduleValidationError:
@@ -106,3 +109,21 @@ def check_policies(row: MutableMapping[str, Any]) -> None:
     if pause is not None and not isinstance(pause, bool):
         raise _err("pause_on_failure", f"must be a boolean, got {pause!r}")
     row["retry"] = check_retry(row.get("retry"))
+
+
+def check_rate_limit(value: Any, field: str = "rate_limit") -> dict[str, int] | None:
+    """``{"max_fires", "window_sec"}`` (both required, positive integers), or ``None``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise _err(field, f"must be an object, got {type(value).__name__}")
+    for key in value:
+        if key not in RATE_LIMIT_KEYS:
+            raise _err(f"{field}.{key}", f"unknown key (allowed: {', '.join(RATE_LIMIT_KEYS)})")
+    for key in RATE_LIMIT_KEYS:
+        if key not in value:
+            raise _err(f"{field}.{key}", "is required")
+    return {
+        "max_fires": _int(f"{field}.max_fires", value["max_fires"], 1, MAX_RATE_FIRES),
+        "window_sec": _int(f"{field}.window_sec", value["window_sec"], 1, MAX_RATE_WINDOW_SEC),
+    }

@@ -26,7 +26,7 @@ from .._exceptions import (
 )
 from .._records.codec import encode_schedule
 from .._records.run import Run, RunWithChain
-from .._records.schedule import Schedule
+from .._records.schedule import ManagedBy, Schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times
 from . import store
@@ -60,7 +60,9 @@ _LIVE = ("queued", "running")
 
 
 class ScheduleService:
-    """Create/validate/update/enable/disable/delete schedules, and read schedules and runs."""
+    """Create/validate/update/enable/disable/delete schedules, and read schedules and runs.
+
+    ``managed_by`` (``api`` or ``cli``: the door it serves) is recorded on what it creates."""
 
     def __init__(
         self,
@@ -69,8 +71,10 @@ class ScheduleService:
         settings: SchedulerSettings,
         clock: Clock = time.time,
         on_change: Callable[[], None] | None = None,
+        managed_by: ManagedBy = "api",
     ) -> None:
         self._conn = conn
+        self._managed_by = managed_by
         self._settings = settings
         self._clock = clock
         self._on_change = on_change
@@ -100,6 +104,7 @@ class ScheduleService:
             id=new_id(),
             next_fire_at=first_fire_at(row, now=now, timezone=self._settings.timezone),
             poller_consecutive_401=0,
+            managed_by=self._managed_by,
             created_at=now,
             updated_at=now,
         )

@@ -4,18 +4,20 @@ the optional threshold gate."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from .._records.column import maximum
 from .._records.schedule import Schedule
 from .._triggers.cron import CronError, check_expression, next_after
+from .._triggers.once import parse_at
 from .checks import err, finite, positive_int
 
 TRIGGER_FIELDS: Mapping[str, tuple[str, ...]] = {
     "cron": ("cron_expr",),
     "interval": ("interval_sec",),
     "github_poll": ("github_repo", "github_filter", "poll_interval_sec"),
+    "at": ("at",),
 }
 """The fields each trigger type owns (refused under any other trigger type)."""
 GITHUB_FILTER_KEYS = ("state", "base", "draft", "same_repo_only", "event")
@@ -103,8 +105,32 @@ def _check_github(row: dict[str, Any]) -> None:
         raise err("threshold_config", "applies only to cron and interval schedules")
 
 
-def check_trigger(row: dict[str, Any], *, timezone: str, now: float) -> None:
-    """Validate (and normalise, in place) the trigger fields and the threshold gate."""
+def _check_at(row: MutableMapping[str, Any], *, now: float, fresh: bool) -> None:
+    value = row.get("at")
+    if value is None:
+        raise err("at", "is required for trigger_type 'at'")
+    if not isinstance(value, str):
+        raise err("at", f"must be an RFC 3339 string, got {type(value).__name__}")
+    try:
+        instant = parse_at(value)
+    except ValueError as exc:
+        raise err("at", str(exc)) from None
+    if fresh and instant <= now and row.get("missed_fire_policy") != "run_once":
+        raise err(
+            "at",
+            f"{value!r} is in the past (set missed_fire_policy 'run_once' to fire it at once)",
+        )
+    row["at"] = value.strip()
+    if row.get("threshold_config") is not None:
+        raise err("threshold_config", "applies only to cron and interval schedules")
+
+
+def check_trigger(row: dict[str, Any], *, timezone: str, now: float, fresh_at: bool = True) -> None:
+    """Validate (and normalise, in place) the trigger fields and the threshold gate.
+
+    ``fresh_at``: the ``at`` instant is new (create, or changed by an update), so an instant
+    in the past is refused unless ``missed_fire_policy`` is ``run_once``.
+    """
     trigger = row["trigger_type"]
     for other, fields in TRIGGER_FIELDS.items():
         if other == trigger:
@@ -128,6 +154,8 @@ def check_trigger(row: dict[str, Any], *, timezone: str, now: float) -> None:
         row["interval_sec"] = positive_int(
             "interval_sec", row["interval_sec"], maximum(Schedule, "interval_sec")
         )
+    elif trigger == "at":
+        _check_at(row, now=now, fresh=fresh_at)
     else:
         _check_github(row)
     row["threshold_config"] = check_threshold(row.get("threshold_config"))

@@ -9,7 +9,7 @@ trigger rules live in :mod:`.trigger_rules`, action and follow-up rules in
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 from zoneinfo import ZoneInfoNotFoundError
 
@@ -26,7 +26,8 @@ from .._settings import SchedulerSettings
 from .._triggers.cron import zone
 from .action_rules import check_action, check_cwd, check_overlay
 from .checks import err, finite, positive_int, str_list
-from .policy_fields import check_overlap_policy, check_policies
+from .policy_fields import check_overlap_policy, check_policies, check_rate_limit
+from .sets.durations import parse_duration
 from .trigger_rules import TRIGGER_FIELDS, check_trigger
 
 CREATE_FIELDS = create_fields(Schedule)
@@ -47,6 +48,11 @@ _COUNT_FIELDS = tuple(
     if s.shape == "int" and s.meta.maximum is not None and s.name not in _TRIGGER_OWNED
 )
 """Bounded integer fields outside the trigger (checked as ``1..maximum``), in column order."""
+_SECONDS_FIELDS = tuple(
+    s.name for s in _CREATE_SPECS if s.shape == "int" and s.name.endswith("_sec")
+)
+"""Fields in seconds: each also takes a duration (``"90s"``, ``"15m"``, ``"2h"``, ``"1d"``)."""
+_NESTED_SECONDS = (("retry", ("backoff_sec", "max_backoff_sec")), ("rate_limit", ("window_sec",)))
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_NAME = 200
 MAX_DESCRIPTION = 4000
@@ -80,6 +86,18 @@ def check_disable_reason(reason: Any) -> str | None:
     if len(reason.strip()) > MAX_DISABLE_REASON:
         raise err("reason", f"must be at most {MAX_DISABLE_REASON} characters")
     return reason.strip()
+
+
+def _durations(row: MutableMapping[str, Any]) -> None:
+    """Duration strings in seconds fields (top level, ``retry``, ``rate_limit``) as seconds."""
+    for field in _SECONDS_FIELDS:
+        if isinstance(row.get(field), str):
+            row[field] = parse_duration(field, row[field])
+    for name, keys in _NESTED_SECONDS:
+        value = row.get(name)
+        if isinstance(value, Mapping) and any(isinstance(value.get(k), str) for k in keys):
+            parsed = {k: parse_duration(f"{name}.{k}", value[k]) for k in keys if k in value}
+            row[name] = {**value, **parsed}
 
 
 def _check_types(row: dict[str, Any]) -> None:
@@ -185,12 +203,15 @@ def normalize(
             raise err(str(key), "unknown field")
     row = _merge(data, base)
     row["name"] = check_name(row.get("name"))
+    _durations(row)
     _check_types(row)
     _check_enums(row)
     row["timezone"] = check_timezone(row.get("timezone"))
-    check_trigger(row, timezone=row["timezone"] or settings.timezone, now=now)
+    fresh_at = base is None or row.get("at") != base.get("at")
+    check_trigger(row, timezone=row["timezone"] or settings.timezone, now=now, fresh_at=fresh_at)
     _check_limits(row)
     check_policies(row)
+    row["rate_limit"] = check_rate_limit(row.get("rate_limit"))
     if row.get("project") is not None and not row["project"].strip():
         raise err("project", "must not be blank")
     check_action(row, settings=settings)

@@ -37,6 +37,8 @@ from . import (
     v09_v14_nodes,
     v15_run_logs,
     v16_health_counters,
+    v17_at_rate_limit,
+    v18_schedule_sets,
 )
 from .v09_v14_nodes import WAKE_CHANNEL
 
@@ -49,6 +51,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     *v09_v14_nodes.MIGRATIONS,
     *v15_run_logs.MIGRATIONS,
     *v16_health_counters.MIGRATIONS,
+    *v17_at_rate_limit.MIGRATIONS,
+    *v18_schedule_sets.MIGRATIONS,
 )
 """Every migration in version order."""
 

@@ -13,6 +13,7 @@ from .._exceptions import ScheduleValidationError
 from .._records.vocab import MAX_INTERVAL_SEC
 from . import store
 from .cron import CronError, check_expression, iso, next_after
+from .once import parse_at
 
 logger = logging.getLogger("studio_scheduler_core")
 
@@ -85,6 +86,8 @@ def first_fire_at(schedule: Mapping[str, Any], *, now: float, timezone: str) -> 
         return now + int(schedule["interval_sec"])
     if trigger == "github_poll":
         return now
+    if trigger == "at":
+        return parse_at(str(schedule["at"]))
     return None
 
 

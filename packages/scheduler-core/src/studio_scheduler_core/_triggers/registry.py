@@ -9,6 +9,7 @@ import aiosqlite
 
 from ..abc import Closeable, Occurrence, TriggerSource
 from .cadence import advance
+from .once import OnceTrigger
 
 
 class CadenceTrigger:
@@ -70,5 +71,5 @@ class TriggerRegistry:
 
 
 def default_registry() -> TriggerRegistry:
-    """cron and interval (github_poll registers its own source)."""
-    return TriggerRegistry([CadenceTrigger("cron"), CadenceTrigger("interval")])
+    """cron, interval and at (github_poll registers its own source)."""
+    return TriggerRegistry([CadenceTrigger("cron"), CadenceTrigger("interval"), OnceTrigger()])

@@ -2,7 +2,8 @@
 ``Dispatch``), so a new column reaches the API without editing a model.
 
 Requests take each input field by its shape (a ``Literal`` stays a ``Literal``, a tuple is a
-list, a mapping an object) with the early bound of ``_bounds`` on numbers; responses take every
+list, a mapping an object) with the early bound of ``_bounds`` on numbers, and a seconds field
+(``*_sec``) also takes a duration string; responses take every
 public column with plain types (a stored ``Literal`` is a ``str``).
 """
 
@@ -14,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_origin
 
-from pydantic import Field, create_model
+from pydantic import BeforeValidator, Field, create_model
 
-from studio_scheduler_core import Spec
+from studio_scheduler_core import ScheduleValidationError, Spec, parse_duration
 
 from .._bounds import FIELD_LIMITS, MIN_COUNT
 from .base import RequestModel, ResponseModel
@@ -69,9 +70,26 @@ def _plain(base: Any) -> Any:
     return base
 
 
+def _seconds(field: str) -> BeforeValidator:
+    """A seconds field also takes a duration (``"90s"``, ``"15m"``, ``"2h"``, ``"1d"``)."""
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_duration(field, value)
+        except ScheduleValidationError as exc:
+            raise ValueError(exc.message) from None
+
+    return BeforeValidator(convert)
+
+
 def _request_type(view: FieldView) -> Any:
     base, _ = _strip_none(view.annotation)
     limit = FIELD_LIMITS.get(view.name)
+    if base is int and view.name.endswith("_sec"):
+        bound = Field(ge=MIN_COUNT, le=limit) if limit is not None else Field()
+        return Annotated[int, _seconds(view.name), bound]
     if limit is not None and base is int:
         return Annotated[int, Field(ge=MIN_COUNT, le=limit)]
     if limit is not None and base is float:

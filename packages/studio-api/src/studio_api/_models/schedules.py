@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from studio_scheduler_core import (
     Action,
@@ -24,7 +24,7 @@ from studio_scheduler_core import (
 )
 
 from .base import RequestModel, ResponseModel
-from .derive import of_specs, request_model, response_model
+from .derive import FieldView, of_specs, request_model, response_model
 from .examples import schedule_create_examples
 from .stats import HEALTH_VIEWS
 
@@ -82,8 +82,9 @@ else:
     )
     ScheduleUpdate = request_model(
         "ScheduleUpdate",
-        "Body of ``PATCH /api/schedules/{id}``: only the keys sent are changed (null clears).",
-        _PATCH,
+        "Body of ``PATCH /api/schedules/{id}``: only the keys sent are changed (null clears; "
+        "``github_cursor``: a github_poll schedule's cursor, null resets it).",
+        [*_PATCH, FieldView("github_cursor", str | None, None, False)],
         partial=True,
     )
     RunCreate = request_model(
@@ -92,12 +93,32 @@ else:
         _ADHOC,
         partial=False,
     )
-    ScheduleOut = response_model(
-        "ScheduleOut",
+    _ScheduleRecordOut = response_model(
+        "ScheduleRecordOut",
         "A stored schedule (every column; JSON columns decoded) and, in the list and the "
         "one-schedule views, its health (``health`` holds the verdict).",
         [*of_specs(s for s in _SCHEDULE if s.meta.public), *HEALTH_VIEWS],
     )
+
+    class ScheduleOut(_ScheduleRecordOut):
+        """A stored schedule (every column; JSON columns decoded), whether a set-managed
+        schedule has ``drifted`` from its set's last apply, and ``warnings`` saying so."""
+
+        drifted: bool = False
+        """Managed by a set and edited outside it since the set's last apply."""
+        warnings: list[str] = Field(default_factory=list)
+        """What the caller should know about the schedule (a drifted set-owned schedule)."""
+
+        @model_validator(mode="after")
+        def _warn_drift(self) -> ScheduleOut:
+            if self.drifted and not self.warnings:
+                self.warnings = [
+                    f"managed by schedule set {self.owner_key!r} (member {self.set_member!r}) "
+                    "and changed outside it: the next apply of the set restores the file's "
+                    "version"
+                ]
+            return self
+
     RunOut = response_model(
         "RunOut",
         "A schedule run (every column of ``schedule_runs``; JSON columns decoded).",

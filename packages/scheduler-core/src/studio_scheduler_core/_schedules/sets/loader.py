@@ -8,6 +8,7 @@ error.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Hashable
 from pathlib import Path
@@ -88,6 +89,8 @@ def parse_document(text: str, source: str) -> dict[str, Any]:
     Raises :class:`ScheduleSetUnreadable` for malformed YAML (with its line and column), more
     than one document, or a top level that is not a mapping.
     """
+    if text.lstrip().startswith("{"):
+        return _parse_json(text, source)
     try:
         documents = list(yaml.load_all(text, Loader=SetLoader))
     except yaml.MarkedYAMLError as exc:
@@ -103,6 +106,37 @@ def parse_document(text: str, source: str) -> dict[str, Any]:
     if len(documents) != 1:
         raise ScheduleSetUnreadable(source, f"must hold one document, found {len(documents)}")
     document = documents[0]
+    if not isinstance(document, dict):
+        raise ScheduleSetUnreadable(
+            source, f"must be a mapping (apiVersion, kind, ...), got {type(document).__name__}"
+        )
+    return document
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a schedule accepts")
+
+
+def _parse_json(text: str, source: str) -> dict[str, Any]:
+    """A document written as JSON (a subset of YAML, read the same way, several times faster
+    than the YAML parser); errors as the YAML path reports them."""
+    try:
+        document = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ScheduleSetUnreadable(
+            source, f"malformed JSON: {exc.msg}", line=exc.lineno, column=exc.colno
+        ) from None
+    except ValueError as exc:
+        raise ScheduleSetUnreadable(source, f"malformed JSON: {exc}") from None
     if not isinstance(document, dict):
         raise ScheduleSetUnreadable(
             source, f"must be a mapping (apiVersion, kind, ...), got {type(document).__name__}"

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+PlanAction = Literal["create", "update", "unchanged", "disable", "delete", "error"]
+"""What a plan does with one member (or one owned schedule absent from the documents)."""
+Snapshot = tuple[str, str | None, str | None, str, bool]
+"""What a plan saw of a row: its behaviour digest, owner key, set digest, managed_by, enabled."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,8 +68,98 @@ class ScheduleSetReport:
     files: tuple[str, ...]
     members: tuple[ScheduleSetMember, ...]
     problems: tuple[ScheduleSetProblem, ...]
+    owners: tuple[str, ...] = ()
+    """The owner keys the documents declare, in file order."""
 
     @property
     def ok(self) -> bool:
         """No problems."""
         return not self.problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSetChange:
+    """One line of a plan: what happens to ``name`` (member ``member`` of ``owner``).
+
+    ``fields`` holds ``{field: (old, new)}`` for an update; ``schedule_id`` and ``seen`` the
+    stored row the plan compared with (``seen``: what it saw, checked again by the apply);
+    ``target`` the member a create or update writes; ``running`` the running runs of a
+    schedule a forced prune deletes (the caller cancels them first).
+    """
+
+    owner: str
+    member: str
+    name: str
+    action: PlanAction
+    fields: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    detail: str = ""
+    schedule_id: str | None = None
+    seen: Snapshot | None = None
+    target: ScheduleSetMember | None = None
+    running: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"member", "name", "action", "fields", "detail"}`` (fields as ``[old, new]``)."""
+        return {
+            "member": self.member,
+            "name": self.name,
+            "action": self.action,
+            "fields": {k: [old, new] for k, (old, new) in self.fields.items()},
+            "detail": self.detail,
+        }
+
+    def __str__(self) -> str:
+        """``ACTION name`` with the changed fields or the detail."""
+        text = f"{self.action.upper()} {self.name}"
+        if self.fields:
+            text += ": " + ", ".join(
+                f"{k} {_short(old)} -> {_short(new)}" for k, (old, new) in self.fields.items()
+            )
+        if self.detail:
+            text += f" ({self.detail})" if self.fields else f": {self.detail}"
+        return text
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSetPlan:
+    """What applying documents would do: one :class:`ScheduleSetChange` per member, and per
+    owned schedule the documents no longer hold, for the ``owners`` they declare."""
+
+    owners: tuple[str, ...]
+    changes: tuple[ScheduleSetChange, ...]
+
+    def count(self, action: PlanAction) -> int:
+        """How many changes have this action."""
+        return sum(1 for c in self.changes if c.action == action)
+
+    @property
+    def errors(self) -> tuple[ScheduleSetChange, ...]:
+        """The ``error`` changes (an apply with any writes nothing)."""
+        return tuple(c for c in self.changes if c.action == "error")
+
+    @property
+    def has_changes(self) -> bool:
+        """Anything to create, update, disable or delete (or an error)."""
+        return any(c.action != "unchanged" for c in self.changes)
+
+    def summary(self) -> str:
+        """``Plan: N to create, N to update, N to disable, N to delete, N errors.``"""
+        return (
+            f"Plan: {self.count('create')} to create, {self.count('update')} to update, "
+            f"{self.count('disable')} to disable, {self.count('delete')} to delete, "
+            f"{self.count('error')} errors."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"owner", "owners", "changes"}``; ``owner`` is ``None`` when several owners are
+        planned together (each change's ``name`` starts with its owner)."""
+        return {
+            "owner": self.owners[0] if len(self.owners) == 1 else None,
+            "owners": list(self.owners),
+            "changes": [c.to_json() for c in self.changes],
+        }

@@ -10,22 +10,22 @@ field, so that one bad field does not hide another.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..._exceptions import ScheduleValidationError
+from ..._records.schedule import fields_digest, set_fields
 from ..._records.vocab import MAX_INTERVAL_SEC
 from ..._settings import SchedulerSettings
 from ..trigger_rules import TRIGGER_FIELDS
 from ..validation import normalize
 from .blocks import Draft
 from .document import DocumentDraft, walk
-from .loader import ScheduleSetUnreadable, read_document
+from .loader import MAX_DOCUMENT_BYTES, ScheduleSetUnreadable, parse_document, read_document
 from .records import ScheduleSetMember, ScheduleSetProblem, ScheduleSetReport
 
 SUFFIXES = (".yaml", ".yml")
@@ -40,11 +40,9 @@ _MAX_PASSES = 50
 
 
 def digest(fields: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of the canonical JSON of ``fields`` (sorted keys, no spaces)."""
-    text = json.dumps(
-        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """The digest of a member's resolved fields: SHA-256 (hex) of the canonical JSON of its
+    input fields (:func:`set_fields`), the same a stored schedule's :attr:`Schedule.digest` is."""
+    return fields_digest(set_fields(fields))
 
 
 def _path_of(draft: Draft, field: str) -> str:
@@ -180,12 +178,52 @@ def validate_schedule_sets(
     for entry in missing:
         given, _, message = entry.partition("\0")
         problems.append(ScheduleSetProblem(file=given, path="", message=message))
+    sources = [
+        (label, partial(read_document, file, label), str(file.resolve().parent))
+        for label, file in files
+    ]
+    return _check_documents(sources, problems, settings=settings, now=when)
+
+
+def validate_schedule_set_text(
+    text: str,
+    *,
+    source: str,
+    base_dir: str,
+    settings: SchedulerSettings,
+    now: float | None = None,
+) -> ScheduleSetReport:
+    """Check one ``ScheduleSet`` document given as text (YAML, or JSON, which it reads too),
+    as :func:`validate_schedule_sets` checks a file; ``source`` names it in problems and a
+    relative ``cwd`` resolves against ``base_dir``. A text of :data:`MAX_DOCUMENT_BYTES` or
+    more is refused before it is parsed."""
+    when = time.time() if now is None else now
+    size = len(text.encode("utf-8"))
+
+    def read() -> dict[str, Any]:
+        if size >= MAX_DOCUMENT_BYTES:
+            raise ScheduleSetUnreadable(
+                source, f"is {size} bytes; a document must be smaller than {MAX_DOCUMENT_BYTES}"
+            )
+        return parse_document(text, source)
+
+    return _check_documents([(source, read, base_dir)], [], settings=settings, now=when)
+
+
+def _check_documents(
+    sources: Sequence[tuple[str, Callable[[], dict[str, Any]], str]],
+    problems: list[ScheduleSetProblem],
+    *,
+    settings: SchedulerSettings,
+    now: float,
+) -> ScheduleSetReport:
     members: list[ScheduleSetMember] = []
     owners: dict[str, str] = {}
+    declared: list[str] = []
     names: dict[str, str] = {}
-    for label, file in files:
+    for label, read, base_dir in sources:
         try:
-            document = read_document(file, label)
+            document = read()
         except ScheduleSetUnreadable as exc:
             problems.append(
                 ScheduleSetProblem(
@@ -193,9 +231,10 @@ def validate_schedule_sets(
                 )
             )
             continue
-        base_dir = str(file.resolve().parent)
-        doc = walk(document, source=label, base_dir=base_dir, now=when)
+        doc = walk(document, source=label, base_dir=base_dir, now=now)
         claimed = _claim_owner(doc, owners)
+        if claimed and doc.owner is not None:
+            declared.append(doc.owner)
         resolved = _resolve_members(doc, settings, names if claimed else {})
         found = [*doc.problems, *(p for draft in doc.members for p in draft.problems)]
         problems.extend(
@@ -203,9 +242,10 @@ def validate_schedule_sets(
         )
         members.extend(resolved)
     return ScheduleSetReport(
-        files=tuple(label for label, _ in files),
+        files=tuple(label for label, _, _ in sources),
         members=tuple(members) if not problems else (),
         problems=tuple(problems),
+        owners=tuple(declared),
     )
 
 

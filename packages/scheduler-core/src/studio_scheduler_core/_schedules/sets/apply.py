@@ -1,0 +1,268 @@
+"""Applying a plan: every change in one write transaction, or nothing.
+
+A plan with any ERROR writes nothing (:class:`ScheduleSetRefused`). Inside the transaction the
+owners' rows are read again; a row the plan saw that changed (its behaviour, owner, digest,
+``managed_by`` or enabled flag), went away or appeared since fails the apply with "changed
+since plan; re-run" (:class:`ScheduleSetChanged`), also nothing written. On PostgreSQL the
+transaction first takes a transaction-scoped advisory lock per owner key (in key order, so two
+applies cannot deadlock) and reads the rows ``FOR UPDATE``: two nodes applying the same owner
+at once run one after the other, and the second finds the rows changed since its plan.
+Every transition row an apply writes names the actor ``set:<owner>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+from studio_state import (
+    Clock,
+    Transition,
+    new_id,
+    record_transitions,
+    write_transaction,
+)
+
+from ..._exceptions import SchedulerError
+from ..._records.codec import encode_schedule
+from ..._records.schedule import Schedule, disabled_by_studio
+from ..._triggers.cadence import first_fire_at
+from ..store import delete_schedule, drop_buffered, insert_schedule, set_enabled, update_schedule
+from .plan import snapshot
+from .records import ScheduleSetChange, ScheduleSetMember, ScheduleSetPlan
+from .store import lock_owners, owner_rows
+
+UPDATED = "schedule.updated.operator"
+_CADENCE = frozenset(
+    {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone", "at"}
+)
+
+
+class ScheduleSetRefused(SchedulerError):
+    """The plan holds errors (``.errors``, one line each); nothing was written."""
+
+    def __init__(self, errors: Sequence[ScheduleSetChange]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("; ".join(str(e) for e in self.errors))
+
+
+class ScheduleSetChanged(SchedulerError):
+    """A row the plan read changed before the apply wrote (``.names``); nothing was written."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        super().__init__(f"changed since plan; re-run ({', '.join(self.names)})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSetApplied:
+    """What an apply wrote: how many schedules it created, updated, disabled and deleted."""
+
+    created: int = 0
+    updated: int = 0
+    disabled: int = 0
+    deleted: int = 0
+
+    @property
+    def writes(self) -> int:
+        """Schedules written in all."""
+        return self.created + self.updated + self.disabled + self.deleted
+
+
+async def _check_unchanged(
+    conn: aiosqlite.Connection, plan: ScheduleSetPlan
+) -> dict[str, Schedule]:
+    """The owners' rows by id, read again (and locked on PostgreSQL); raises
+    :class:`ScheduleSetChanged` naming every row that differs from what the plan saw."""
+    changed: list[str] = []
+    found_rows: dict[str, Schedule] = {}
+    for owner in plan.owners:
+        rows = await owner_rows(conn, owner, for_update=True)
+        found_rows.update((row.id, row) for row in rows)
+        now_seen = {row.id: (row, snapshot(row)) for row in rows}
+        names = {row.name for row in rows}
+        planned: set[str] = set()
+        for change in plan.changes:
+            if change.owner != owner:
+                continue
+            if change.schedule_id is None:
+                if change.name in names:
+                    changed.append(change.name)
+                continue
+            planned.add(change.schedule_id)
+            found = now_seen.get(change.schedule_id)
+            if found is None or found[1] != change.seen or found[0].name != change.name:
+                changed.append(change.name)
+        changed.extend(row.name for row in rows if row.owner_key == owner and row.id not in planned)
+    if changed:
+        raise ScheduleSetChanged(sorted(set(changed)))
+    return found_rows
+
+
+def _set_columns(member: ScheduleSetMember) -> dict[str, Any]:
+    return {
+        "managed_by": "set",
+        "owner_key": member.owner,
+        "set_member": member.member,
+        "set_digest": member.digest,
+    }
+
+
+class _Writer:
+    """The writes of one apply, inside its transaction."""
+
+    def __init__(self, conn: aiosqlite.Connection, *, now: float, timezone: str) -> None:
+        self.conn = conn
+        self.now = now
+        self.timezone = timezone
+        self.transitions: list[Transition] = []
+
+    def transition(self, schedule_id: str, owner: str, **values: Any) -> None:
+        self.transitions.append(
+            Transition(
+                entity_type="schedule",
+                entity_id=schedule_id,
+                created_at=self.now,
+                actor=f"set:{owner}",
+                **values,
+            )
+        )
+
+    async def create(self, member: ScheduleSetMember) -> None:
+        row: dict[str, Any] = {**member.fields, **_set_columns(member)}
+        row.update(
+            id=new_id(),
+            next_fire_at=first_fire_at(row, now=self.now, timezone=self.timezone),
+            poller_consecutive_401=0,
+            created_at=self.now,
+            updated_at=self.now,
+        )
+        await insert_schedule(self.conn, encode_schedule(row))
+        self.transition(
+            row["id"],
+            member.owner,
+            status="enabled" if row["enabled"] else "disabled",
+            reason_code="schedule.created",
+            reason_summary=f"schedule {member.name!r} created by set {member.owner!r}",
+        )
+
+    async def update(self, row: Schedule, member: ScheduleSetMember) -> None:
+        current = row.to_row()
+        new: dict[str, Any] = {**member.fields, **_set_columns(member)}
+        was = bool(current["enabled"])
+        if not was and new["enabled"] and disabled_by_studio(current["disabled_reason"]):
+            new["enabled"] = False  # Studio paused it (max runs, budget …): not re-armed here
+        enabling = bool(new["enabled"]) and not was
+        if enabling or any(new.get(k) != current.get(k) for k in _CADENCE):
+            new["next_fire_at"] = first_fire_at(
+                {**current, **new}, now=self.now, timezone=self.timezone
+            )
+        if bool(new["enabled"]) != was:
+            new["disabled_reason"] = None if new["enabled"] else "manual"
+        old_values, new_values = encode_schedule(current), encode_schedule(new)
+        diff = {k: v for k, v in new_values.items() if old_values.get(k) != v}
+        if "github_repo" in diff or "github_filter" in diff:
+            diff["github_etag"] = None
+        if not diff:
+            return
+        diff["updated_at"] = self.now
+        await update_schedule(self.conn, row.id, diff)
+        fields = sorted(k for k in diff if k not in ("github_etag", "updated_at"))
+        state = "enabled" if was else "disabled"
+        if bool(new["enabled"]) == was:
+            self.transition(
+                row.id,
+                member.owner,
+                previous_status=state,
+                status=state,
+                reason_code=UPDATED,
+                reason_summary=f"changed by set {member.owner!r}: {', '.join(fields)}",
+                metadata={"fields": fields},
+            )
+            return
+        if not new["enabled"]:
+            await drop_buffered(self.conn, row.id, now=self.now)
+        self.transition(
+            row.id,
+            member.owner,
+            previous_status=state,
+            status="enabled" if new["enabled"] else "disabled",
+            reason_code="schedule.enabled.manual" if new["enabled"] else "schedule.disabled.manual",
+            reason_summary=f"by set {member.owner!r}",
+            metadata={"fields": fields},
+        )
+
+    async def disable(self, change: ScheduleSetChange) -> None:
+        assert change.schedule_id is not None
+        text = f"set {change.owner!r}: absent from its documents"
+        await set_enabled(
+            self.conn,
+            change.schedule_id,
+            enabled=False,
+            reason_code="schedule.disabled.manual",
+            reason_summary=text,
+            disabled_reason=text,
+            actor=f"set:{change.owner}",
+            now=self.now,
+        )
+
+    async def delete(self, row: Schedule, owner: str) -> None:
+        await delete_schedule(self.conn, row.id)
+        self.transition(
+            row.id,
+            owner,
+            previous_status="enabled" if row.enabled else "disabled",
+            status="deleted",
+            reason_code="schedule.deleted.manual",
+            reason_summary=f"schedule {row.name!r} deleted by set {owner!r} (--prune)",
+        )
+
+
+async def apply_schedule_plan(
+    conn: aiosqlite.Connection,
+    plan: ScheduleSetPlan,
+    *,
+    timezone: str,
+    clock: Clock,
+    on_change: Callable[[], None] | None = None,
+) -> ScheduleSetApplied:
+    """Write ``plan`` in one transaction on ``conn`` (``timezone``: the settings' default zone,
+    for the first fire times); ``on_change`` (the engine's wake) is called after a commit
+    that wrote anything.
+
+    Raises :class:`ScheduleSetRefused` when the plan holds errors and
+    :class:`ScheduleSetChanged` when a row changed since the plan read it; nothing is written
+    then. A plan with nothing to change opens no write transaction at all.
+    """
+    if plan.errors:
+        raise ScheduleSetRefused(plan.errors)
+    work = [c for c in plan.changes if c.action != "unchanged"]
+    if not work:
+        return ScheduleSetApplied()
+    counts = {"create": 0, "update": 0, "disable": 0, "delete": 0}
+    async with write_transaction(conn):
+        await lock_owners(conn, list(plan.owners))
+        rows = await _check_unchanged(conn, plan)
+        writer = _Writer(conn, now=clock(), timezone=timezone)
+        for change in work:
+            if change.action == "create" and change.target is not None:
+                await writer.create(change.target)
+            elif change.action == "update" and change.target is not None:
+                await writer.update(rows[str(change.schedule_id)], change.target)
+            elif change.action == "disable":
+                await writer.disable(change)
+            elif change.action == "delete":
+                await writer.delete(rows[str(change.schedule_id)], change.owner)
+            counts[change.action] += 1
+        await record_transitions(conn, writer.transitions)
+    if on_change is not None:
+        on_change()
+    return ScheduleSetApplied(
+        created=counts["create"],
+        updated=counts["update"],
+        disabled=counts["disable"],
+        deleted=counts["delete"],
+    )

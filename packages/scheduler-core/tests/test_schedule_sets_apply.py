@@ -1,0 +1,318 @@
+"""Plan and apply of ScheduleSet documents on a real database (SQLite, and PostgreSQL under the
+``postgres`` selection): create, update, unchanged, disable, delete, errors, adoption, drift,
+the zero-writes cases and the actor of every transition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from studio_scheduler_core import (
+    SchedulerSettings,
+    ScheduleService,
+    ScheduleSetChanged,
+    ScheduleSetPlan,
+    ScheduleSetRefused,
+    apply_schedule_plan,
+    plan_schedule_sets,
+    validate_schedule_sets,
+)
+from studio_scheduler_core.testing import PY
+from studio_state import ManualClock, fetch_all, fetch_value
+
+HEADER = "apiVersion: studio/v1\nkind: ScheduleSet\n"
+
+
+def doc(owner: str, members: dict[str, str]) -> str:
+    """A document of ``owner`` whose members' YAML bodies (flow mappings) are given."""
+    lines = [HEADER + f"metadata: {{name: {owner}}}", "schedules:"]
+    lines += [f"  {name}: {body}" for name, body in members.items()]
+    if not members:
+        lines[-1] = "schedules: {}"
+    return "\n".join(lines) + "\n"
+
+
+def job(every: str = "5m", *, extra: str = "") -> str:
+    return f"{{trigger: {{every: {every}}}, command: {{argv: [{PY}, -c, pass]}}{extra}}}"
+
+
+async def plan_of(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    path: Path,
+    **flags: bool,
+) -> ScheduleSetPlan:
+    report = validate_schedule_sets([path], settings=settings, now=clock())
+    assert report.ok, [str(p) for p in report.problems]
+    return await plan_schedule_sets(conn, report.owners, report.members, **flags)
+
+
+async def apply(conn: Any, settings: SchedulerSettings, clock: ManualClock, plan: Any) -> Any:
+    return await apply_schedule_plan(conn, plan, timezone=settings.timezone, clock=clock)
+
+
+def actions(plan: ScheduleSetPlan) -> dict[str, str]:
+    return {c.name: c.action for c in plan.changes}
+
+
+async def counts(conn: Any) -> tuple[int, int]:
+    schedules = await fetch_value(conn, "SELECT count(*) FROM schedules")
+    transitions = await fetch_value(conn, "SELECT count(*) FROM status_transitions")
+    return int(schedules), int(transitions)
+
+
+async def test_create_then_the_same_file_again_writes_nothing(
+    conn: Any, settings: SchedulerSettings, clock: ManualClock, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"one": job(), "two": job("1h")}))
+    plan = await plan_of(conn, settings, clock, path)
+    assert plan.to_json() == {
+        "owner": "team-a",
+        "owners": ["team-a"],
+        "changes": [
+            {"member": "one", "name": "team-a/one", "action": "create", "fields": {}, "detail": ""},
+            {"member": "two", "name": "team-a/two", "action": "create", "fields": {}, "detail": ""},
+        ],
+    }
+    assert plan.summary() == "Plan: 2 to create, 0 to update, 0 to disable, 0 to delete, 0 errors."
+    applied = await apply(conn, settings, clock, plan)
+    assert (applied.created, applied.writes) == (2, 2)
+    rows = await fetch_all(
+        conn, "SELECT name, managed_by, owner_key, set_member, set_digest FROM schedules"
+    )
+    digests = {m.name: m.digest for m in validate_schedule_sets([path], settings=settings).members}
+    assert sorted((r["name"], r["managed_by"], r["owner_key"], r["set_member"]) for r in rows) == [
+        ("team-a/one", "set", "team-a", "one"),
+        ("team-a/two", "set", "team-a", "two"),
+    ]
+    assert {r["name"]: r["set_digest"] for r in rows} == digests
+    actors = await fetch_all(conn, "SELECT DISTINCT actor FROM status_transitions")
+    assert [r["actor"] for r in actors] == ["set:team-a"]
+
+    before = await counts(conn)
+    stamps = await fetch_all(conn, "SELECT id, updated_at FROM schedules ORDER BY id")
+    again = await plan_of(conn, settings, clock, path)
+    assert set(actions(again).values()) == {"unchanged"} and not again.has_changes
+    assert (await apply(conn, settings, clock, again)).writes == 0
+    assert await counts(conn) == before
+    assert await fetch_all(conn, "SELECT id, updated_at FROM schedules ORDER BY id") == stamps
+
+
+async def test_update_lists_fields_and_keeps_id_and_history(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"one": job("5m")}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    first = await service.resolve("team-a/one")
+    path.write_text(doc("team-a", {"one": job("10m", extra=", description: slower")}))
+    plan = await plan_of(conn, settings, clock, path)
+    (change,) = plan.changes
+    assert change.action == "update"
+    assert change.fields == {"description": (None, "slower"), "interval_sec": (300, 600)}
+    assert str(change).startswith("UPDATE team-a/one: ")
+    await apply(conn, settings, clock, plan)
+    after = await service.resolve("team-a/one")
+    assert after.id == first.id and after.interval_sec == 600 and not after.drifted
+    last = await fetch_all(
+        conn,
+        "SELECT reason_code, actor FROM status_transitions WHERE entity_id = ? ORDER BY rowid",
+        (first.id,),
+    )
+    assert [(r["reason_code"], r["actor"]) for r in last] == [
+        ("schedule.created", "set:team-a"),
+        ("schedule.updated.operator", "set:team-a"),
+    ]
+
+
+async def test_absent_member_is_disabled_and_pruned_through_the_delete_rules(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"one": job(), "two": job()}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    two = await service.resolve("team-a/two")
+    path.write_text(doc("team-a", {"one": job()}))
+
+    plan = await plan_of(conn, settings, clock, path)
+    assert actions(plan) == {"team-a/one": "unchanged", "team-a/two": "disable"}
+    await apply(conn, settings, clock, plan)
+    assert not (await service.get(two.id)).enabled
+    again = await plan_of(conn, settings, clock, path)
+    assert not again.has_changes
+
+    await conn.execute(
+        "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
+        "status, fired_at, created_at) VALUES ('r1', ?, '{}', 'command', '{}', 'running', ?, ?)",
+        (two.id, clock(), clock()),
+    )
+    await conn.commit()
+    refused = await plan_of(conn, settings, clock, path, prune=True)
+    assert actions(refused)["team-a/two"] == "error"
+    assert "--force" in refused.errors[0].detail and "r1" in refused.errors[0].detail
+    with pytest.raises(ScheduleSetRefused):
+        await apply(conn, settings, clock, refused)
+    assert (await service.get(two.id)).id == two.id
+
+    forced = await plan_of(conn, settings, clock, path, prune=True, force=True)
+    (delete,) = forced.errors or [c for c in forced.changes if c.action == "delete"]
+    assert delete.running == ("r1",)
+    assert "Plan: 0 to create, 0 to update, 0 to disable, 1 to delete" in forced.summary()
+    await apply(conn, settings, clock, forced)
+    assert await fetch_value(conn, "SELECT count(*) FROM schedules WHERE id = ?", (two.id,)) == 0
+
+
+async def test_names_held_by_others_are_errors_and_nothing_is_written(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    manual = await service.create(
+        {
+            "name": "team-a/taken",
+            "trigger_type": "interval",
+            "interval_sec": 300,
+            "action_kind": "command",
+            "action_command": PY,
+            "action_command_args": ["-c", "pass"],
+        }
+    )
+    assert manual.managed_by == "api" and manual.owner_key is None
+    other = tmp_path / "b.yaml"
+    other.write_text(doc("team-b", {"theirs": job()}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, other))
+    theirs = await service.resolve("team-b/theirs")
+    await service.update(theirs.id, {"name": "team-a/held"})
+
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"fresh": job(), "taken": job("6m"), "held": job()}))
+    before = await counts(conn)
+    plan = await plan_of(conn, settings, clock, path, adopt=True)
+    assert actions(plan) == {
+        "team-a/fresh": "create",
+        "team-a/taken": "error",
+        "team-a/held": "error",
+    }
+    details = {c.name: c.detail for c in plan.errors}
+    assert "differs in interval_sec" in details["team-a/taken"]
+    assert "owner 'team-b'" in details["team-a/held"]
+    with pytest.raises(ScheduleSetRefused) as refused:
+        await apply(conn, settings, clock, plan)
+    assert len(refused.value.errors) == 2
+    assert await counts(conn) == before
+
+
+async def test_adopt_takes_a_matching_unowned_schedule(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"job": job()}))
+    report = validate_schedule_sets([path], settings=settings, now=clock())
+    manual = await ScheduleService(conn, settings=settings, clock=clock, managed_by="cli").create(
+        dict(report.members[0].fields)
+    )
+    assert manual.managed_by == "cli"
+    plain = await plan_of(conn, settings, clock, path)
+    assert actions(plain) == {"team-a/job": "error"}
+    assert "--adopt" in plain.errors[0].detail
+    plan = await plan_of(conn, settings, clock, path, adopt=True)
+    (change,) = plan.changes
+    assert change.action == "update" and change.fields == {
+        "managed_by": ("cli", "set"),
+        "owner_key": (None, "team-a"),
+    }
+    await apply(conn, settings, clock, plan)
+    adopted = await service.get(manual.id)
+    assert (adopted.managed_by, adopted.owner_key, adopted.set_member) == ("set", "team-a", "job")
+    assert not (await plan_of(conn, settings, clock, path)).has_changes
+
+
+async def test_a_row_changed_since_the_plan_fails_the_apply_with_zero_writes(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"one": job()}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    path.write_text(doc("team-a", {"one": job("7m"), "two": job()}))
+    plan = await plan_of(conn, settings, clock, path)
+    one = await service.resolve("team-a/one")
+    await service.update(one.id, {"description": "edited by hand"})
+    before = await counts(conn)
+    with pytest.raises(ScheduleSetChanged, match="changed since plan; re-run"):
+        await apply(conn, settings, clock, plan)
+    assert await counts(conn) == before
+    assert (await service.get(one.id)).interval_sec == 300
+
+    create_only = tmp_path / "c.yaml"
+    create_only.write_text(doc("team-c", {"new": job()}))
+    racing = await plan_of(conn, settings, clock, create_only)
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, create_only))
+    with pytest.raises(ScheduleSetChanged, match="team-c/new"):
+        await apply(conn, settings, clock, racing)
+
+
+async def test_an_edit_outside_the_set_is_drift_and_the_next_apply_restores_it(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"one": job()}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    one = await service.resolve("team-a/one")
+    assert not one.drifted
+    edited = await service.update(one.id, {"interval_sec": 900})
+    assert edited.drifted and edited.managed_by == "set"
+    plan = await plan_of(conn, settings, clock, path)
+    (change,) = plan.changes
+    assert change.action == "update" and change.fields == {"interval_sec": (900, 300)}
+    assert change.detail.startswith("drifted")
+    await apply(conn, settings, clock, plan)
+    restored = await service.get(one.id)
+    assert restored.interval_sec == 300 and not restored.drifted
+
+
+async def test_a_schedule_studio_disabled_is_not_re_armed(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"one": job()}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    one = await service.resolve("team-a/one")
+    await conn.execute(
+        "UPDATE schedules SET enabled = 0, disabled_reason = 'schedule.disabled.max_runs' "
+        "WHERE id = ?",
+        (one.id,),
+    )
+    await conn.commit()
+    assert not (await service.get(one.id)).drifted
+    assert not (await plan_of(conn, settings, clock, path)).has_changes
