@@ -21,7 +21,10 @@ def test_the_models_follow_the_records() -> None:
     specs = core.record_specs(core.Schedule)
     assert list(_models.ScheduleCreate.model_fields) == [s.name for s in specs if s.meta.create]
     assert "enabled" not in _models.ScheduleUpdate.model_fields
-    assert list(_models.ScheduleOut.model_fields) == [s.name for s in specs if s.meta.public]
+    public = [s.name for s in specs if s.meta.public]
+    # the record's columns first, then what the views add: health and a set's drift
+    assert list(_models.ScheduleOut.model_fields)[: len(public)] == public
+    assert {"health", "drifted", "warnings"} <= set(_models.ScheduleOut.model_fields)
     assert list(_models.RunOut.model_fields) == [s.name for s in core.record_specs(core.Run)]
     public = [
         f.name
