@@ -14,9 +14,9 @@ from studio_scheduler_core import (
     RunNotFound,
     Schedule,
     SchedulerEngine,
+    normalize_cursor,
     read_schedule_health,
     read_schedule_status,
-    normalize_cursor,
     set_github_cursor,
 )
 
