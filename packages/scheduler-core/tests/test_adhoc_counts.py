@@ -135,12 +135,9 @@ async def test_the_migration_counts_the_adhoc_runs_already_there(
         await conn.executemany(_INSERT, rows)
         await conn.commit()
         await ensure_core_schema(conn)  # migration 14 counts what is there
-        assert (
-            await fetch_value(
-                conn, "SELECT max(version) FROM schema_migrations WHERE package = ?", (PACKAGE,)
-            )
-            == len(MIGRATIONS)
-        )
+        assert await fetch_value(
+            conn, "SELECT max(version) FROM schema_migrations WHERE package = ?", (PACKAGE,)
+        ) == len(MIGRATIONS)
         assert MIGRATIONS[13].version == 14  # the migration that counts ad-hoc runs ran here
         runs = AdhocRunService(conn, settings=settings, clock=clock)
         assert await _check(conn, runs) == {
