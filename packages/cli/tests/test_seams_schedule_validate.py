@@ -93,8 +93,8 @@ def test_every_problem_is_one_stderr_line_and_exit_1(tmp_path: Path) -> None:
         f"{bad}: schedules.nightly.command.cwd: "
         f"{str(tmp_path / 'sets' / 'missing')!r} is not an existing directory",
         f"{bad}: schedules.later.timeoutSec: unknown key (fields are snake_case: timeout_sec)",
-        f"{bad}: schedules.later.trigger.every: must be a duration such as '90s', '15m', "
-        "'2h', '1d' (or whole seconds), got 'soon'",
+        f"{bad}: schedules.later.trigger.every: must be whole seconds (an integer) or a "
+        "duration such as '90s', '15m', '2h', '1d', got 'soon'",
         f"{clash}: metadata.name: owner 'team-a' is already declared by {good}",
     ]
 

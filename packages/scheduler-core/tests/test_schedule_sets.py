@@ -248,7 +248,16 @@ def test_timestamps_stay_text_and_integers_are_decimal() -> None:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), (45, 45), (" 5m ", 300), (0, 0)],
+    [
+        ("90s", 90),
+        ("15m", 900),
+        ("2h", 7200),
+        ("1d", 86400),
+        (45, 45),
+        (" 5m ", 300),
+        (0, 0),
+        ("60", 60),
+    ],
 )
 def test_durations_parse(value: Any, seconds: int) -> None:
     assert parse_duration("timeout_sec", value) == seconds

@@ -106,6 +106,7 @@ OPERATIONS = [
     ("POST", "/api/schedules/{schedule_id}/trigger"),
     ("GET", "/api/schedules/{schedule_id}/runs"),
     ("GET", "/api/schedules/{schedule_id}/preview"),
+    ("GET", "/api/schedules/{schedule_id}/status"),
     ("POST", "/api/schedules/{schedule_id}/backfill"),
     ("POST", "/api/runs"),
     ("GET", "/api/runs"),
@@ -120,6 +121,13 @@ OPERATIONS = [
     ("POST", "/api/dispatch/{dispatch_id}/retry"),
     ("GET", "/api/audit"),
     ("POST", "/api/admin/maintenance"),
+    ("GET", "/api/stats/activity"),
+    ("GET", "/api/stats/spend"),
+    ("POST", "/api/schedule-sets/plan"),
+    ("POST", "/api/schedule-sets/apply"),
+    ("GET", "/api/tokens"),
+    ("POST", "/api/tokens"),
+    ("DELETE", "/api/tokens/{name}"),
 ]
 MAX_EXAMPLES = 25
 

@@ -10,6 +10,7 @@ public column with plain types (a stored ``Literal`` is a ``str``).
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -70,11 +71,15 @@ def _plain(base: Any) -> Any:
     return base
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def _seconds(field: str) -> BeforeValidator:
     """A seconds field also takes a duration (``"90s"``, ``"15m"``, ``"2h"``, ``"1d"``)."""
 
     def convert(value: Any) -> Any:
-        if not isinstance(value, str):
+        # digits (signed or not) stay for the integer check, so its bounds name the field
+        if not isinstance(value, str) or _INTEGER.fullmatch(value.strip()):
             return value
         try:
             return parse_duration(field, value)

@@ -11,11 +11,11 @@ UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 """The unit suffixes and their seconds."""
 MAX_DURATION_SEC = 3660 * 86_400
 """The longest duration parsed (about ten years); each field then applies its own bound."""
-_DURATION = re.compile(r"([0-9]{1,10})([smhd])")
+_DURATION = re.compile(r"([0-9]{1,10})([smhd]?)")
 
 
 def parse_duration(field: str, value: Any) -> int:
-    """``value`` in whole seconds: an integer as given, or a number with one unit suffix.
+    """``value`` in whole seconds: an integer (or its digits) as given, or a number with one unit suffix.
 
     Raises :class:`~studio_scheduler_core.ScheduleValidationError` naming ``field`` for
     anything else (a float, a negative number, an unknown unit, a value beyond
@@ -26,12 +26,12 @@ def parse_duration(field: str, value: Any) -> int:
     if isinstance(value, int):
         seconds = value
     elif isinstance(value, str) and (match := _DURATION.fullmatch(value.strip())):
-        seconds = int(match.group(1)) * UNITS[match.group(2)]
+        seconds = int(match.group(1)) * UNITS[match.group(2) or "s"]
     else:
         raise err(
             field,
-            f"must be a duration such as '90s', '15m', '2h', '1d' (or whole seconds), "
-            f"got {value!r}",
+            f"must be whole seconds (an integer) or a duration such as '90s', '15m', '2h', "
+            f"'1d', got {value!r}",
         )
     if not 0 <= seconds <= MAX_DURATION_SEC:
         shown = seconds if seconds.bit_length() < 64 else f"{seconds.bit_length()} bits"
