@@ -116,9 +116,7 @@ def test_owner_and_drift_from_a_hand_edit_until_the_next_apply(
     expect(page.locator("#schedule-owner")).to_contain_text("unowned")
 
     # edited by hand through the API: saved (not refused), and drifted everywhere it shows
-    patched = studio.request(
-        "PATCH", f"/api/schedules/{hourly['id']}", json={"interval_sec": 600}
-    )
+    patched = studio.request("PATCH", f"/api/schedules/{hourly['id']}", json={"interval_sec": 600})
     assert patched.status_code == 200, patched.text
     assert patched.json()["drifted"] is True
     page.goto(f"{studio.url}/schedules")
@@ -297,3 +295,20 @@ def test_every_verdict_is_drawn_with_its_own_glyph_and_word(
         "1"
     )
     expect(page.locator("#health-remaining")).to_contain_text("no limit")
+
+
+def test_an_at_trigger_and_a_rate_limit_are_shown(studio: StudioProcess, page: Page) -> None:
+    once = create(
+        studio, "once", trigger_type="at", interval_sec=None, at="2030-01-05T09:00:00+01:00"
+    )
+    limited = create(studio, "limited", rate_limit={"max_fires": 3, "window_sec": "1h"})
+    page.goto(f"{studio.url}/schedules")
+    expect(cell(page, "once", "Trigger")).to_contain_text("at 2030-01-05T09:00:00+01:00")
+    page.locator('form.filters select[name="trigger_type"]').select_option("at")
+    page.locator("form.filters").get_by_role("button", name="Filter").click()
+    expect(page.locator("tr[data-schedule]")).to_have_count(1)
+    expect(page.locator('tr[data-schedule="once"]')).to_be_visible()
+    page.goto(f"{studio.url}/schedules/{once['id']}")
+    expect(page.locator("dl.settings")).to_contain_text("at 2030-01-05T09:00:00+01:00")
+    page.goto(f"{studio.url}/schedules/{limited['id']}")
+    expect(page.locator("dl.settings")).to_contain_text("at most 3 fires in any 1 h 00 min")

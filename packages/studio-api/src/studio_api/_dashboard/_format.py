@@ -61,9 +61,7 @@ VERDICT_MEANINGS = {
     "never_fired": "enabled, and it has not fired yet",
     "healthy": "its last run did not fail and it fires on time",
     "failing": "its last run ended failed or timed out",
-    "overdue": (
-        "no fire, poll or check for longer than max(3 × its cadence, its cadence + 5 min)"
-    ),
+    "overdue": ("no fire, poll or check for longer than max(3 × its cadence, its cadence + 5 min)"),
 }
 
 
