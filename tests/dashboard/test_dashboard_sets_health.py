@@ -132,6 +132,7 @@ def test_owner_and_drift_from_a_hand_edit_until_the_next_apply(
     page.goto(f"{studio.url}/schedules/{hourly['id']}")
     expect(page.locator("h1 [data-drifted]")).to_contain_text("drifted")
     expect(page.locator("p[data-warning]")).to_contain_text("the next apply of the set restores")
+    shots.take(page, "schedule-drifted")
 
     # the edit form of a set-owned schedule says who owns it before anything is saved
     page.goto(f"{studio.url}/schedules/{nightly['id']}/edit")
