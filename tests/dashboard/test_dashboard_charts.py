@@ -125,7 +125,7 @@ def test_edit_sends_only_what_changed_and_blank_clears() -> None:
     assert patch_body(typed, before) == {
         "name": "",
         "description": None,
-        "interval_sec": "60",
+        "interval_sec": 60,
         "action_command_args": ["-c", "print(2)"],
         "budget_usd": "1.5",
         "pause_on_failure": True,

@@ -35,11 +35,11 @@ def test_the_form_becomes_the_api_body_of_the_chosen_trigger_and_kind() -> None:
     assert schedule_body(form) == {
         "name": "n",
         "trigger_type": "interval",
-        "interval_sec": "60",
+        "interval_sec": 60,
         "action_kind": "command",
         "action_command": "python3",
         "action_command_args": ["-c", "print('a b')"],
-        "timeout_sec": "90",
+        "timeout_sec": 90,
         "enabled": True,
     }
     agent = schedule_body(
@@ -60,12 +60,16 @@ def test_the_form_becomes_the_api_body_of_the_chosen_trigger_and_kind() -> None:
         "enabled": False,
     }
     assert argv_lines("a\n\n  \nb c") == ["a", "b c"]
+    # a duration with its unit goes as typed; whole seconds as an integer
+    typed = {"trigger_type": "interval", "interval_sec": " 15m ", "timeout_sec": "0090"}
+    assert schedule_body(typed)["interval_sec"] == "15m"
+    assert schedule_body(typed)["timeout_sec"] == 90
 
 
 @pytest.mark.parametrize(
     ("fields", "field", "words"),
     [
-        ({"interval_sec": "soon"}, "interval_sec", "integer"),
+        ({"interval_sec": "soon"}, "interval_sec", "duration"),
         ({"interval_sec": "0"}, "interval_sec", ""),
         ({"timezone": "Mars/Olympus"}, "timezone", "Mars/Olympus"),
         ({"timeout_sec": "-5"}, "timeout_sec", ""),

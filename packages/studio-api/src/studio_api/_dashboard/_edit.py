@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from ._actions import checked_form
-from ._forms import argv_lines
+from ._forms import argv_lines, duration_value
 from ._internal import call_api
 from ._pages import api_get
 from ._render import Visitor, render, signer_of, to_login, visitor, with_flash
@@ -69,8 +69,9 @@ def form_values(schedule: dict[str, Any]) -> dict[str, str]:
 def patch_body(form: dict[str, str], before: dict[str, str]) -> dict[str, Any]:
     """The ``PATCH`` body: each field whose input differs from ``before`` (the stored values).
 
-    Text goes as typed (numbers too: the API converts or refuses them, naming the field);
-    a blank optional input becomes ``null``; arguments are one per line, no shell splitting.
+    Text goes as typed (numbers too: the API converts or refuses them, naming the field;
+    whole seconds of a ``*_sec`` field as an integer); a blank optional input becomes ``null``;
+    arguments are one per line, no shell splitting.
     """
     body: dict[str, Any] = {}
     for name in (*TEXT_FIELDS, *CHOICE_FIELDS):
@@ -79,7 +80,10 @@ def patch_body(form: dict[str, str], before: dict[str, str]) -> dict[str, Any]:
         typed = form[name].strip()
         if typed == before.get(name, ""):
             continue
-        body[name] = typed if typed or name in _REQUIRED else None
+        if name.endswith("_sec") and typed:
+            body[name] = duration_value(typed)
+        else:
+            body[name] = typed if typed or name in _REQUIRED else None
     for name in LIST_FIELDS:
         if name not in form:
             continue

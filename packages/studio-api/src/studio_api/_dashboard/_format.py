@@ -51,7 +51,23 @@ _TONES = {
     "healthy": "good",
     "failing": "bad",
     "overdue": "bad",
+    "drifted": "warn",
 }
+
+
+#: What each health verdict means, shown on hover beside its word and glyph.
+VERDICT_MEANINGS = {
+    "disabled": "not enabled: it does not fire",
+    "never_fired": "enabled, and it has not fired yet",
+    "healthy": "its last run did not fail and it fires on time",
+    "failing": "its last run ended failed or timed out",
+    "overdue": ("no fire, poll or check for longer than max(3 × its cadence, its cadence + 5 min)"),
+}
+
+
+def verdict_meaning(verdict: str | None) -> str:
+    """The sentence a health verdict stands for (empty for an unknown one)."""
+    return VERDICT_MEANINGS.get(verdict or "", "")
 
 
 def zone_of(name: str | None, fallback: str) -> ZoneInfo:

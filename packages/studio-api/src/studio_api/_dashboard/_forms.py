@@ -44,6 +44,14 @@ FORM_KINDS = ("command", "agent", "playbook")
 _OPTIONAL_TEXT = ("description", "timezone", "action_cwd")
 
 
+def duration_value(text: str) -> int | str:
+    """A ``*_sec`` input as the API takes it: whole seconds typed as digits become an integer
+    (the API reads a string as a duration with a unit, ``"15m"``); anything else goes as typed,
+    for the API to accept or refuse naming the field."""
+    typed = text.strip()
+    return int(typed) if typed.isascii() and typed.isdigit() and len(typed) < 19 else typed
+
+
 def argv_lines(text: str) -> list[str]:
     """The command's arguments: one per line, as typed (no shell splitting); blank lines drop."""
     return [line for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
@@ -53,8 +61,9 @@ def schedule_body(form: dict[str, str]) -> dict[str, Any]:
     """The ``POST /api/schedules`` body of a create form.
 
     Values go to the API as typed (numbers as text: the API's model converts or refuses
-    them, naming the field); only the inputs of the chosen trigger type and action kind are
-    sent, so a field left filled under another choice does not count.
+    them, naming the field; whole seconds as integers, see :func:`duration_value`); only the
+    inputs of the chosen trigger type and action kind are sent, so a field left filled under
+    another choice does not count.
     """
     trigger = form.get("trigger_type", "")
     kind = form.get("action_kind", "")
@@ -68,11 +77,11 @@ def schedule_body(form: dict[str, str]) -> dict[str, Any]:
         if form.get(field, "").strip():
             body[field] = form[field].strip()
     if form.get("timeout_sec", "").strip():
-        body["timeout_sec"] = form["timeout_sec"].strip()
+        body["timeout_sec"] = duration_value(form["timeout_sec"])
     if trigger == "cron" and form.get("cron_expr", "").strip():
         body["cron_expr"] = form["cron_expr"]
     elif trigger == "interval" and form.get("interval_sec", "").strip():
-        body["interval_sec"] = form["interval_sec"].strip()
+        body["interval_sec"] = duration_value(form["interval_sec"])
     if kind == "command":
         if form.get("action_command", "").strip():
             body["action_command"] = form["action_command"].strip()

@@ -44,6 +44,7 @@ _env.filters.update(
     icon=_format.status_icon,
     tone=_format.status_tone,
     code_breaks=_format.code_breaks,
+    meaning=_format.verdict_meaning,
 )
 
 
