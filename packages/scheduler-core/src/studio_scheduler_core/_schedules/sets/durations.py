@@ -15,7 +15,7 @@ _DURATION = re.compile(r"([0-9]{1,10})([smhd]?)")
 
 
 def parse_duration(field: str, value: Any) -> int:
-    """``value`` in whole seconds: an integer (or its digits) as given, or a number with one unit suffix.
+    """``value`` in whole seconds: an integer (or its digits), or a number with a unit suffix.
 
     Raises :class:`~studio_scheduler_core.ScheduleValidationError` naming ``field`` for
     anything else (a float, a negative number, an unknown unit, a value beyond
