@@ -24,6 +24,17 @@ _SCHEDULES: dict[str, tuple[str, dict[str, Any]]] = {
             "action_command_args": ["-c", "print('report')"],
         },
     ),
+    "at-command": (
+        "at trigger (one-shot at an RFC 3339 instant), command action",
+        {
+            "name": "migrate-once",
+            "trigger_type": "at",
+            "at": "2035-01-05T09:00:00+01:00",
+            "action_kind": "command",
+            "action_command": "python3",
+            "action_command_args": ["-c", "print('migrated')"],
+        },
+    ),
     "interval-agent": (
         "interval trigger, agent action",
         {
