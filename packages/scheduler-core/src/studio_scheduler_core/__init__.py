@@ -84,6 +84,7 @@ from ._records.schedule import Action, Schedule
 from ._records.vocab import (
     ACTION_KIND_ALIASES,
     ACTION_KINDS,
+    ENGINE_ACTOR,
     ERROR_CLASSES,
     FINAL_RUN_STATUSES,
     MISSED_FIRE_POLICIES,
@@ -139,6 +140,7 @@ __all__ = [
     "Column",
     "DEFAULT_NOTIFY_ON",
     "DatabaseUnavailable",
+    "ENGINE_ACTOR",
     "ERROR_CLASSES",
     "EVENTS_LOGGER",
     "EngineHealth",

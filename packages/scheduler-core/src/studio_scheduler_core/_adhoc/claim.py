@@ -29,6 +29,7 @@ from .._records.codec import dumps
 from .._records.run import Run
 from .._records.schedule import Action
 from .._records.terminal import StatusChange, apply, clip
+from .._records.vocab import ENGINE_ACTOR
 from .lease import CLAIMED, lease_transition
 
 CONCURRENCY_LOCK_PREFIX = "studio.concurrency_key:"
@@ -82,7 +83,7 @@ async def commit_claim(
     The row is an ad-hoc run, or a scheduled fire the leader queued for any node's worker
     (its invocation is then named after the schedule, as a fire the leader runs is)."""
     scheduled = run.schedule_id is not None
-    actor = "worker" if scheduled else "adhoc_worker"
+    actor = ENGINE_ACTOR
     read_attempts = run.lease_attempts
     attempt = read_attempts + 1
     failed = fire.setup_error is not None

@@ -9,6 +9,7 @@ from typing import Any
 from studio_state import Transition, run_to_completion
 
 from .._records.terminal import clip
+from .._records.vocab import ENGINE_ACTOR
 from .env import FireEnv, Prepared
 from .occurrence import FireWrite, ScheduleClaim, commit_fires
 
@@ -67,9 +68,9 @@ async def commit_batch(env: FireEnv, fires: Sequence[tuple[Prepared, ScheduleCla
 
 def fire_actor(fire: Prepared) -> str:
     """Who a fire's transition rows name: the operator of a manual fire (its trigger
-    context's ``actor``), otherwise the engine (``scheduler``)."""
+    context's ``actor``), otherwise the engine (:data:`ENGINE_ACTOR`)."""
     actor = fire.trigger_context.get("actor") if fire.kind == "manual" else None
-    return str(actor) if actor else "scheduler"
+    return str(actor) if actor else ENGINE_ACTOR
 
 
 def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:

@@ -32,6 +32,7 @@ from .._notify.service import notify_run, notify_schedule_disabled
 from .._observe.events import emit
 from .._records.codec import TERMINAL_RUN_STATUSES, dumps
 from .._records.counters import count_end_sync, count_fire_sync
+from .._records.vocab import ENGINE_ACTOR
 from .._schedules.store import drop_buffered
 from .._triggers.once import ONCE, ONCE_SUMMARY
 from . import store
@@ -106,7 +107,7 @@ def _disabled_transition(schedule_id: str, reason_code: str, now: float) -> Tran
         status="disabled",
         reason_code=reason_code,
         reason_summary=DISABLE_SUMMARY.get(reason_code, reason_code),
-        actor="scheduler",
+        actor=ENGINE_ACTOR,
         created_at=now,
     )
 
@@ -226,7 +227,7 @@ def skipped_run(
         reason_code=reason_code,
         reason_summary=summary,
         evidence_refs=[{"kind": "schedule", "id": schedule_id}],
-        actor="scheduler",
+        actor=ENGINE_ACTOR,
         metadata=metadata,
         created_at=now,
     )
@@ -268,7 +269,7 @@ async def write_skip(
                         status="disabled",
                         reason_code=reason_code,
                         reason_summary=summary,
-                        actor="scheduler",
+                        actor=ENGINE_ACTOR,
                         created_at=now,
                     )
                 )
@@ -361,6 +362,7 @@ async def write_deferrals(
                 record.reason_code,
                 record.summary,
                 evidence,
+                ENGINE_ACTOR,
                 metadata,
                 now,
                 run_id,

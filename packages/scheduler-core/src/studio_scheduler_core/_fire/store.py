@@ -77,7 +77,7 @@ _DEFERRAL_RUN = (
 _DEFERRAL_TRANSITION = (
     "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
     "reason_code, reason_summary, evidence_refs, actor, metadata, created_at) "
-    "SELECT ?, 'schedule_run', ?, NULL, 'skipped', ?, ?, ?, 'scheduler', ?, ? "
+    "SELECT ?, 'schedule_run', ?, NULL, 'skipped', ?, ?, ?, ?, ?, ? "
     "WHERE EXISTS (SELECT 1 FROM schedule_runs WHERE id = ?)"
 )
 _RECORD_CHILD = (
