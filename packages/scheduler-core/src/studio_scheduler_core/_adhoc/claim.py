@@ -26,6 +26,7 @@ from .._fire.commit import invocation_row
 from .._fire.env import Prepared
 from .._notify.service import notify_run
 from .._records.codec import dumps
+from .._records.invocation import NewInvocation
 from .._records.run import Run
 from .._records.schedule import Action
 from .._records.terminal import StatusChange, apply, clip
@@ -142,7 +143,7 @@ async def commit_claim(
 async def _write_claim(
     conn: aiosqlite.Connection,
     fire: Prepared,
-    invocation: Mapping[str, Any],
+    invocation: NewInvocation,
     change: StatusChange,
     inv_reason: str,
     summary: str,

@@ -32,6 +32,7 @@ from .._notify.service import notify_run, notify_schedule_disabled
 from .._observe.events import emit
 from .._records.codec import TERMINAL_RUN_STATUSES, dumps
 from .._records.counters import count_end_sync, count_fire_sync
+from .._records.invocation import NewInvocation
 from .._records.vocab import ENGINE_ACTOR
 from .._schedules.store import drop_buffered
 from .._triggers.once import ONCE, ONCE_SUMMARY
@@ -64,8 +65,10 @@ class ScheduleClaim:
     guards: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _claim_sets(claim: ScheduleClaim, now: float) -> tuple[dict[str, Any], list[store.Guard]]:
-    sets: dict[str, Any] = {"updated_at": now}
+def _claim_sets(
+    claim: ScheduleClaim, now: float
+) -> tuple[dict[str, store.ColumnValue], list[store.Guard]]:
+    sets: dict[str, store.ColumnValue] = {"updated_at": now}
     if claim.stamp_fired:
         sets["last_fired_at"] = now
     guards: list[store.Guard] = []
@@ -142,7 +145,7 @@ class FireWrite:
 
     claim: ScheduleClaim
     run: Mapping[str, Any]
-    invocation: Mapping[str, Any] | None
+    invocation: NewInvocation | None
     transitions: Sequence[Transition]
 
 

@@ -176,7 +176,7 @@ async def _commit_waiting(
                     entity_type="invocation",
                     entity_id=fire.invocation_id,
                     status=status,
-                    reason_code=str(invocation["status_reason_code"]),
+                    reason_code=invocation.status_reason_code,
                     evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
                     actor=ENGINE_ACTOR,
                     created_at=now,
