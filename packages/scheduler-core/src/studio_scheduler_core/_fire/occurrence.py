@@ -30,7 +30,7 @@ from studio_state import (
 
 from .._notify.service import notify_run, notify_schedule_disabled
 from .._observe.events import emit
-from .._records.codec import TERMINAL_RUN_STATUSES, dumps
+from .._records.codec import TERMINAL_RUN_STATUSES, ColumnValue, dumps
 from .._records.counters import count_end_sync, count_fire_sync
 from .._records.invocation import NewInvocation
 from .._records.vocab import ENGINE_ACTOR
@@ -67,8 +67,8 @@ class ScheduleClaim:
 
 def _claim_sets(
     claim: ScheduleClaim, now: float
-) -> tuple[dict[str, store.ColumnValue], list[store.Guard]]:
-    sets: dict[str, store.ColumnValue] = {"updated_at": now}
+) -> tuple[dict[str, ColumnValue], list[store.Guard]]:
+    sets: dict[str, ColumnValue] = {"updated_at": now}
     if claim.stamp_fired:
         sets["last_fired_at"] = now
     guards: list[store.Guard] = []

@@ -75,9 +75,6 @@ _RECORD_CHILD = (
 )
 
 
-ColumnValue = str | int | float | None
-"""A value a scalar column is written with or guarded on (``None``: NULL)."""
-
 Guard = tuple[str, Any]
 """``(column, value)``: the row must hold ``value`` there (``None``: ``IS NULL``)."""
 
