@@ -21,7 +21,7 @@ from ._adhoc.worker import AdhocWorker
 from ._admission.usage import report_usage
 from ._engine.engine import SchedulerEngine
 from ._engine.leadership import FileLockLeadership, PostgresLeadership
-from ._engine.reports import EngineHealth, Limits
+from ._engine.reports import EngineHealth, Limits, TickReport
 from ._exceptions import (
     DatabaseUnavailable,
     EngineLocked,
@@ -197,6 +197,7 @@ __all__ = [
     "Spend",
     "SpendRow",
     "TRIGGER_TYPES",
+    "TickReport",
     "TriggerRegistry",
     "TriggerType",
     "__version__",
