@@ -75,6 +75,8 @@ async def _engine_history(db: Path, workdir: Path) -> str:
             notify={"deliver_to": "ops", "on": ["failed", "disabled"]},
         )
         created = await engine.service.create(data, actor=OPERATOR)
+        # a library call that names no operator is Studio's own change
+        await engine.service.create(command_schedule(flaky, name="quiet", enabled=False))
         await fire_due(engine, clock, float(created.next_fire_at or clock()))
         first, planned = await runs_at_depth(engine.conn, created.id, 0)
         assert (first["status"], planned["status"]) == ("failed", "retry_wait")
@@ -141,6 +143,7 @@ def test_every_engine_transition_names_studio_and_the_audit_lists_them(
         "dispatch.pending.enqueued",  # the notifications
         "dispatch.delivering.claimed",  # delivered by the served engine's own pass
         "dispatch.delivered.transport_ok",
+        "schedule.created",  # the library call that named no operator
     } <= engine_reasons, sorted(engine_reasons)
     # the operator's own change keeps its name
     assert [r["reason_code"] for r in rows if r["actor"] == OPERATOR] == ["schedule.created"]
