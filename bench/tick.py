@@ -139,7 +139,7 @@ async def ours_deferred(n: int) -> dict[str, float]:
                 "SELECT COUNT(*) FROM schedule_runs WHERE status_reason_code = "
                 "'schedule.deferred.capacity'",
             )
-            counts = report["schedules"]
+            counts = report.get("schedules") or {}
             return {
                 "ms": elapsed,
                 "fired": counts.get("fire", 0),

@@ -74,16 +74,21 @@ def _sql_text(node: ast.AST) -> str | None:
 
 
 def test_one_function_builds_the_invocation_row() -> None:
-    """A dict with an invocation's ``schedule_run_id`` and ``skill`` is built in one place:
-    a fire's commit, a waiting row's start and a worker's claim all call it."""
+    """An invocation's row (a dict, or a ``NewInvocation``, with its ``schedule_run_id`` and
+    ``skill``) is built in one place: a fire's commit, a waiting row's start and a worker's
+    claim all call it."""
     builders = []
     for module, tree in _modules():
         for name, function in _functions(tree):
             for node in ast.walk(function):
                 if isinstance(node, ast.Dict):
                     keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
-                    if {"schedule_run_id", "skill"} <= keys:
-                        builders.append(f"{module}:{name}")
+                elif isinstance(node, ast.Call):  # a record built from keywords
+                    keys = {k.arg for k in node.keywords}
+                else:
+                    continue
+                if {"schedule_run_id", "skill"} <= keys:
+                    builders.append(f"{module}:{name}")
     assert sorted(set(builders)) == ["_fire/commit.py:invocation_row"]
     for module, function in (
         ("_fire/commit.py", "fire_write"),

@@ -21,7 +21,7 @@ from ._adhoc.worker import AdhocWorker
 from ._admission.usage import report_usage
 from ._engine.engine import SchedulerEngine
 from ._engine.leadership import FileLockLeadership, PostgresLeadership
-from ._engine.reports import EngineHealth, Limits
+from ._engine.reports import EngineHealth, Limits, TickReport
 from ._exceptions import (
     DatabaseUnavailable,
     EngineLocked,
@@ -84,6 +84,7 @@ from ._records.schedule import Action, Schedule
 from ._records.vocab import (
     ACTION_KIND_ALIASES,
     ACTION_KINDS,
+    ENGINE_ACTOR,
     ERROR_CLASSES,
     FINAL_RUN_STATUSES,
     MISSED_FIRE_POLICIES,
@@ -139,6 +140,7 @@ __all__ = [
     "Column",
     "DEFAULT_NOTIFY_ON",
     "DatabaseUnavailable",
+    "ENGINE_ACTOR",
     "ERROR_CLASSES",
     "EVENTS_LOGGER",
     "EngineHealth",
@@ -195,6 +197,7 @@ __all__ = [
     "Spend",
     "SpendRow",
     "TRIGGER_TYPES",
+    "TickReport",
     "TriggerRegistry",
     "TriggerType",
     "__version__",

@@ -26,9 +26,11 @@ from .._fire.commit import invocation_row
 from .._fire.env import Prepared
 from .._notify.service import notify_run
 from .._records.codec import dumps
+from .._records.invocation import NewInvocation
 from .._records.run import Run
 from .._records.schedule import Action
 from .._records.terminal import StatusChange, apply, clip
+from .._records.vocab import ENGINE_ACTOR
 from .lease import CLAIMED, lease_transition
 
 CONCURRENCY_LOCK_PREFIX = "studio.concurrency_key:"
@@ -82,7 +84,7 @@ async def commit_claim(
     The row is an ad-hoc run, or a scheduled fire the leader queued for any node's worker
     (its invocation is then named after the schedule, as a fire the leader runs is)."""
     scheduled = run.schedule_id is not None
-    actor = "worker" if scheduled else "adhoc_worker"
+    actor = ENGINE_ACTOR
     read_attempts = run.lease_attempts
     attempt = read_attempts + 1
     failed = fire.setup_error is not None
@@ -141,7 +143,7 @@ async def commit_claim(
 async def _write_claim(
     conn: aiosqlite.Connection,
     fire: Prepared,
-    invocation: Mapping[str, Any],
+    invocation: NewInvocation,
     change: StatusChange,
     inv_reason: str,
     summary: str,

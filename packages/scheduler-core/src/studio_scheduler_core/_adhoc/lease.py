@@ -31,6 +31,7 @@ from studio_state import Transition, write_transaction
 
 from .._notify.service import notify_run
 from .._records.terminal import StatusChange, apply, clip
+from .._records.vocab import ENGINE_ACTOR
 from .._recovery.orphans import OrphanReaper
 from .._recovery.reconcile import DAEMON_RESTART, NODE_LOST, find_orphans, terminate_orphans
 from . import store
@@ -214,7 +215,7 @@ async def _recover_row(
     meta = {"leased_by": row.leased_by, "lease_attempts": attempts}
     invocation_id = row.invocation_id
     run_change = StatusChange(
-        "schedule_runs", run_id, status, reason, summary, "adhoc_worker", now,
+        "schedule_runs", run_id, status, reason, summary, ENGINE_ACTOR, now,
         sets=sets, guards=guards, metadata=meta,
     )  # fmt: skip
     async with write_transaction(conn):
@@ -222,7 +223,7 @@ async def _recover_row(
             return None
         if invocation_id:
             invocation_change = StatusChange(
-                "invocations", invocation_id, inv_status, reason, summary, "adhoc_worker", now,
+                "invocations", invocation_id, inv_status, reason, summary, ENGINE_ACTOR, now,
                 sets={"ended_at": now}, evidence_refs=[{"kind": "schedule_run", "id": run_id}],
             )  # fmt: skip
             await apply(conn, [invocation_change])
@@ -266,7 +267,7 @@ async def requeue_unstarted(
     """
     summary = f"worker {worker_id} stopped before this run's child started; queued again"
     run_change = StatusChange(
-        "schedule_runs", run_id, "queued", REQUEUED_SHUTDOWN, summary, "adhoc_worker", now,
+        "schedule_runs", run_id, "queued", REQUEUED_SHUTDOWN, summary, ENGINE_ACTOR, now,
         sets={
             "leased_by": None,
             "lease_expires_at": None,
@@ -279,7 +280,7 @@ async def requeue_unstarted(
         metadata={"worker_id": worker_id, "lease_attempt": attempt},
     )  # fmt: skip
     invocation_change = StatusChange(
-        "invocations", invocation_id, "aborted", REQUEUED_SHUTDOWN, summary, "adhoc_worker", now,
+        "invocations", invocation_id, "aborted", REQUEUED_SHUTDOWN, summary, ENGINE_ACTOR, now,
         sets={"ended_at": now}, evidence_refs=[{"kind": "schedule_run", "id": run_id}],
     )  # fmt: skip
     async with write_transaction(conn):

@@ -36,6 +36,7 @@ from .._notify.service import StoredNotify, check_notify, notify_run
 from .._records.codec import dumps, run_record
 from .._records.run import Run
 from .._records.terminal import StatusChange, apply
+from .._records.vocab import ENGINE_ACTOR
 from .._schedules.store import ADHOC_PAGE_KEY, page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize
 from .._settings import SchedulerSettings
@@ -198,7 +199,7 @@ class AdhocRunService:
                 status="queued",
                 reason_code=ENQUEUED,
                 reason_summary=summary,
-                actor=actor or "adhoc_service",
+                actor=actor or ENGINE_ACTOR,
                 metadata={"concurrency_key": accepted.concurrency_key},
                 now=now,
             )

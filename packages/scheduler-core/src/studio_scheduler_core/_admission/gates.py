@@ -11,7 +11,7 @@ import asyncio
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import aiosqlite
 
@@ -72,6 +72,16 @@ class Reservation:
                 self.on_release()
 
 
+class SlotHolder(TypedDict):
+    """A fire holding a global slot: its schedule, its run (once committed), since when, and
+    the path that admitted it (a JSON object of the engine's health and limits reports)."""
+
+    schedule_id: str
+    run_id: str | None
+    since: float
+    path: str
+
+
 @dataclass
 class Decision:
     """An admission verdict: ``outcome`` with ``reason_code``; ``reservation`` when admitted."""
@@ -118,10 +128,10 @@ class Admission:
         """Top-level fires of ``schedule_id`` currently admitted in this process."""
         return len(self.running.get(schedule_id, ()))
 
-    def holders(self) -> list[dict[str, Any]]:
+    def holders(self) -> list[SlotHolder]:
         """Current slot holders, oldest first."""
         return [
-            {"schedule_id": r.schedule_id, "run_id": r.run_id, "since": r.since, "path": r.path}
+            SlotHolder(schedule_id=r.schedule_id, run_id=r.run_id, since=r.since, path=r.path)
             for r in sorted(self.slots.values(), key=lambda r: r.token)
         ]
 

@@ -40,7 +40,6 @@ from .._fire.pipeline import StartFire, commit_fires, stage_fire
 from .._fire.retry import next_retry_at
 from .._observe.summary import coalesced_event
 from .._policies.overlap import OverlapPolicies, Revoke
-from .._records.codec import decode_schedule
 from .._records.schedule import Schedule
 from .._schedules.jitter import jitter_until
 from .._triggers.once import consumed_updates
@@ -227,10 +226,9 @@ class Evaluator:
                 self._defer(row, deferred)
                 return "defer"
         try:
-            found = await store.due_schedule(self._env.conn, sid, row["next_fire_at"])
-            if found is None:
+            schedule = await store.due_schedule(self._env.conn, sid, row["next_fire_at"])
+            if schedule is None:
                 return "lost"  # changed since the scan: the next pass sees its new state
-            schedule = decode_schedule(found)
             occurrences = await source.occurrences(
                 self._env.conn, schedule, now=now, timezone=self.timezone
             )

@@ -13,12 +13,12 @@ from .._fire.dbfile import StorageHealth
 from .._observe.store import count_pending_dispatches
 from .._settings import SchedulerSettings
 from .delivery import BACKLOG_EVERY, transports_health
-from .reports import EngineHealth, Limits, TransportName
+from .reports import ConcernName, EngineHealth, Limits, TickReport, TransportName
 from .running import Running
 
 logger = logging.getLogger("studio_scheduler_core")
 
-Concern = tuple[str, Callable[[float], Awaitable[Any]]]
+Concern = tuple[ConcernName, Callable[[float], Awaitable[Any]]]
 
 #: Why each transport is missing, as the health report words it.
 MISSING_TRANSPORT: dict[TransportName, str] = {
@@ -46,13 +46,13 @@ def paused_reason(stuck: Mapping[TransportName, int]) -> str | None:
 
 async def run_concerns(
     concerns: Sequence[Concern], now: float, storage: StorageHealth
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[TickReport, list[str]]:
     """Run each concern in order; a failure is logged (a storage fault once) and isolated.
 
     Returns what each concern reported and the errors, a storage fault met meanwhile (by a
     terminal write) included.
     """
-    report: dict[str, Any] = {}
+    report: TickReport = {}
     errors: list[str] = []
     for name, concern in concerns:
         try:

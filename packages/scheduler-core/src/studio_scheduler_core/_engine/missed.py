@@ -5,10 +5,10 @@ first evaluation pass."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._fire.occurrence import skipped_run, write_skip
-from .._records.codec import decode_schedule
 from .._schedules.jitter import catchup_expired, jitter_delay
 from ..abc import Occurrence, TriggerSource
 from . import store
@@ -36,10 +36,10 @@ async def missed_pass(ev: Evaluator, now: float) -> dict[str, int]:
             if source is None or not source.missed_fire_applies:
                 continue
             try:
-                full = await store.schedule_row(ev.conn, str(row["id"]))
-                if full is None:
+                schedule = await store.schedule_row(ev.conn, str(row["id"]))
+                if schedule is None:
                     continue
-                outcome = await _missed(ev, source, decode_schedule(full), now)
+                outcome = await _missed(ev, source, schedule, now)
             except Exception:
                 logger.exception("missed-fire handling of schedule %s failed", row["id"])
                 outcome = "error"
@@ -51,7 +51,7 @@ async def missed_pass(ev: Evaluator, now: float) -> dict[str, int]:
 
 
 async def _missed(
-    ev: Evaluator, source: TriggerSource, schedule: dict[str, Any], now: float
+    ev: Evaluator, source: TriggerSource, schedule: Mapping[str, Any], now: float
 ) -> str:
     due = schedule.get("next_fire_at")
     if due is not None and due + jitter_delay(schedule, due, timezone=ev.timezone) > now:

@@ -1,6 +1,8 @@
 """The outbox as the engine's delivery concern sees it, on either backend.
 
-On SQLite the outbox's functions run on the engine's own connection. On PostgreSQL the
+On SQLite the outbox's functions run on the engine's own connection. Either way a pass's
+transition rows name the engine (:data:`ENGINE_ACTOR`) as their actor, not the outbox's own
+default. On PostgreSQL the
 outbox's PostgreSQL functions (:mod:`studio_outbox.postgres`) take psycopg async
 connections: :class:`PostgresOutbox` opens two of its own on the database's URL, on first
 use — one for delivery passes (each step commits its own short transaction, its claims
@@ -16,6 +18,8 @@ import aiosqlite
 
 import studio_outbox
 from studio_state import Clock
+
+from .._records.vocab import ENGINE_ACTOR
 
 if TYPE_CHECKING:
     import psycopg
@@ -54,7 +58,11 @@ class SqliteOutbox:
         self, *, clock: Clock, transport: Any, webhook_transport: Any
     ) -> dict[str, int]:
         return await studio_outbox.deliver_due_dispatches(
-            self._conn, clock=clock, transport=transport, webhook_transport=webhook_transport
+            self._conn,
+            clock=clock,
+            transport=transport,
+            webhook_transport=webhook_transport,
+            actor=ENGINE_ACTOR,
         )
 
     async def aclose(self) -> None:
@@ -98,7 +106,11 @@ class PostgresOutbox:
         if self._passes is None or self._passes.closed:
             self._passes = await self._open()
         return await postgres.deliver_due_dispatches(
-            self._passes, clock=clock, transport=transport, webhook_transport=webhook_transport
+            self._passes,
+            clock=clock,
+            transport=transport,
+            webhook_transport=webhook_transport,
+            actor=ENGINE_ACTOR,
         )
 
     async def aclose(self) -> None:

@@ -3,10 +3,36 @@ objects with known keys, which the API's health and limits routes serialise as t
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
+
+from .._admission.gates import SlotHolder
+from .._recovery.store import WalCheckpoint
 
 TransportName = Literal["argv", "webhook"]
 """A delivery transport: the notify template's argv, or an HTTP webhook."""
+
+
+ConcernName = Literal[
+    "children", "reapers", "checkpoint", "dispatch", "worker", "dispatched", "cancels", "schedules"
+]
+"""A tick's concerns (:meth:`Running.concerns`), the keys of its :class:`TickReport`."""
+
+
+class TickReport(TypedDict, total=False):
+    """What one tick reported: each concern that ran, by name (``None``: nothing was due, or
+    the concern failed and was logged); ``leader`` is ``False`` on a node that does not lead;
+    a tick the database refused reports only ``database`` (why)."""
+
+    children: int | None
+    reapers: int | None
+    checkpoint: WalCheckpoint | None
+    dispatch: str | None
+    worker: None
+    dispatched: dict[str, int] | None
+    cancels: int | None
+    schedules: dict[str, int] | None
+    leader: bool
+    database: str
 
 
 class TransportState(TypedDict):
@@ -29,8 +55,7 @@ class Limits(TypedDict):
 
     max_scheduled_concurrent: int
     in_flight: int
-    # each holder is the admission gate's JSON object (schedule_id, run_id, since, path)
-    holders: list[Any]
+    holders: list[SlotHolder]
     max_adhoc_concurrent: int
     adhoc_in_flight: int
 
@@ -54,7 +79,7 @@ class EngineHealth(TypedDict):
     transports: Transports
     database_error: str | None
     global_cap: int
-    holders: list[Any]
+    holders: list[SlotHolder]
     node_id: str
     leader: bool
     backend: str

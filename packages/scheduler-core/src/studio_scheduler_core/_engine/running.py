@@ -67,8 +67,8 @@ class Running:
         worker's queue (leased rows taken by guarded claims, so nodes share them without
         taking one twice) and the sweep of its own machine for children of ended runs;
         schedules, reapers and scheduled slots stay with the leader."""
-        pass_ = ("worker", lambda now: worker.run(self.conn, now=now))
-        children = ("children", lambda now: self.children.tick(self.conn, now))
+        pass_: Concern = ("worker", lambda now: worker.run(self.conn, now=now))
+        children: Concern = ("children", lambda now: self.children.tick(self.conn, now))
         if self.run_logs is not None:
             # Part of the sweep of this node's machine: the logs of its ended runs not yet
             # stored (the sweep reports the processes it found, as before).

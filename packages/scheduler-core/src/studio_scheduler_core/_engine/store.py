@@ -8,11 +8,14 @@ read: ``enabled = 1 AND next_fire_at <= now`` in ``(next_fire_at, id)`` order).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import aiosqlite
 
 from studio_state import backend_of, fetch_one, fetch_value, write_transaction
+
+from .._records.codec import decode_schedule
 
 DUE_COLUMNS = (
     "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
@@ -90,19 +93,23 @@ async def due_backlog(conn: aiosqlite.Connection, now: float) -> tuple[int, floa
 
 async def due_schedule(
     conn: aiosqlite.Connection, schedule_id: str, next_fire_at: Any
-) -> dict[str, Any] | None:
-    """The full raw row, if still enabled and due at the ``next_fire_at`` the scan read."""
-    return await fetch_one(
+) -> Mapping[str, Any] | None:
+    """The full row, decoded as the trigger sources read it (:class:`~studio_scheduler_core.
+    abc.Occurrence`'s ``schedule``), if still enabled and due at the ``next_fire_at`` the scan
+    read."""
+    row = await fetch_one(
         conn,
         "SELECT * FROM schedules WHERE id = ? AND enabled = 1 "
         "AND next_fire_at IS NOT DISTINCT FROM ?",
         (schedule_id, next_fire_at),
     )
+    return None if row is None else decode_schedule(row)
 
 
-async def schedule_row(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any] | None:
-    """The full raw schedule row, or ``None``."""
-    return await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
+async def schedule_row(conn: aiosqlite.Connection, schedule_id: str) -> Mapping[str, Any] | None:
+    """The full schedule row, decoded as the trigger sources read it, or ``None``."""
+    row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
+    return None if row is None else decode_schedule(row)
 
 
 async def webhook_due_at(conn: aiosqlite.Connection) -> float | None:

@@ -23,6 +23,7 @@ from ..abc import Leadership, WorkerPass
 from .database import EngineDatabase
 from .figures import Concern, Figures, run_concerns
 from .leadership import PostgresLeadership
+from .reports import TickReport
 from .running import Running
 from .takeover import take_over
 from .waker import Waker
@@ -155,7 +156,7 @@ class EngineLoop:
         return await run.delivery.next_due(target)
 
     # -- one tick ---------------------------------------------------------------------------
-    async def tick_once(self) -> dict[str, Any]:
+    async def tick_once(self) -> TickReport:
         """Run one tick's concerns in order; each one's failure is logged and isolated.
 
         Order: reapers, WAL checkpoint, dispatch delivery, worker pass, schedule evaluation.

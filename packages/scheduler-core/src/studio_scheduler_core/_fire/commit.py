@@ -4,11 +4,12 @@ schedule claim, in the occurrence transaction (one transaction for a batch of fi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from studio_state import Transition, run_to_completion
 
+from .._records.invocation import NewInvocation
 from .._records.terminal import clip
+from .._records.vocab import ENGINE_ACTOR
 from .env import FireEnv, Prepared
 from .occurrence import FireWrite, ScheduleClaim, commit_fires
 
@@ -67,9 +68,9 @@ async def commit_batch(env: FireEnv, fires: Sequence[tuple[Prepared, ScheduleCla
 
 def fire_actor(fire: Prepared) -> str:
     """Who a fire's transition rows name: the operator of a manual fire (its trigger
-    context's ``actor``), otherwise the engine (``scheduler``)."""
+    context's ``actor``), otherwise the engine (:data:`ENGINE_ACTOR`)."""
     actor = fire.trigger_context.get("actor") if fire.kind == "manual" else None
-    return str(actor) if actor else "scheduler"
+    return str(actor) if actor else ENGINE_ACTOR
 
 
 def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
@@ -147,25 +148,25 @@ def fire_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:
     return FireWrite(claim=claim, run=run, invocation=invocation, transitions=transitions)
 
 
-def invocation_row(fire: Prepared, now: float, *, skill: str | None = None) -> dict[str, Any]:
+def invocation_row(fire: Prepared, now: float, *, skill: str | None = None) -> NewInvocation:
     """The ``invocations`` row of a fire that starts now (``failed`` at once when its setup
     was refused): the one builder every start uses (a fire's commit, a waiting row's start,
     a worker's claim). ``skill`` defaults to the schedule's (``scheduled:<name>``)."""
     failed = fire.setup_error is not None
     reason, summary = fire.setup_error or ("run.started.ok", "")
-    return {
-        "id": fire.invocation_id,
-        "schedule_run_id": fire.run_id,
-        "skill": skill or f"scheduled:{fire.schedule.name}",
-        "status": "failed" if failed else "running",
-        "prompt": fire.prompt,
-        "started_at": now,
-        "ended_at": now if failed else None,
-        "status_reason_code": reason,
-        "status_reason_summary": clip(summary) if failed else None,
-        "created_at": now,
-        "updated_at": now,
-    }
+    return NewInvocation(
+        id=fire.invocation_id,
+        schedule_run_id=fire.run_id,
+        skill=skill or f"scheduled:{fire.schedule.name}",
+        status="failed" if failed else "running",
+        prompt=fire.prompt,
+        started_at=now,
+        ended_at=now if failed else None,
+        status_reason_code=reason,
+        status_reason_summary=clip(summary) if failed else None,
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def queued_write(fire: Prepared, claim: ScheduleClaim, now: float) -> FireWrite:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,8 +86,9 @@ class Prepared:
     cwd: str | None = None
     prompt: str | None = None
     setup_error: tuple[str, str] | None = None
-    run_guards: dict[str, Any] = field(default_factory=dict)
-    """Further ``column = value`` guards of the terminal run write (an ad-hoc run's lease)."""
+    run_guards: Mapping[str, str | int | None] = field(default_factory=dict)
+    """Further ``column = value`` guards of the terminal run write (an ad-hoc run's lease:
+    ``leased_by``, ``lease_attempts``)."""
     queued: bool = False
     """Committed ``queued`` for a worker to claim: this process does not run it."""
     timeout_sec: int | None = None

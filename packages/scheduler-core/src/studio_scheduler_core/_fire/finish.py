@@ -23,6 +23,7 @@ from studio_state import (
 
 from .._notify.service import notify_run
 from .._records.terminal import StatusChange, apply_sync, clip
+from .._records.vocab import ENGINE_ACTOR
 from . import store
 from .dbfile import StorageHalted, one_line
 from .env import FireEnv, Prepared
@@ -218,7 +219,7 @@ def _terminal_changes(
         status,
         reason_code,
         summary,
-        "scheduler",
+        ENGINE_ACTOR,
         now,
         sets={
             "exit_code": exit_code,
@@ -236,7 +237,7 @@ def _terminal_changes(
         inv_status,
         inv_reason,
         summary,
-        "scheduler",
+        ENGINE_ACTOR,
         now,
         sets={"ended_at": now},
         evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],

@@ -30,8 +30,10 @@ from studio_state import (
 
 from .._notify.service import notify_run, notify_schedule_disabled
 from .._observe.events import emit
-from .._records.codec import TERMINAL_RUN_STATUSES, dumps
+from .._records.codec import TERMINAL_RUN_STATUSES, ColumnValue, dumps
 from .._records.counters import count_end_sync, count_fire_sync
+from .._records.invocation import NewInvocation
+from .._records.vocab import ENGINE_ACTOR
 from .._schedules.store import drop_buffered
 from .._triggers.once import ONCE, ONCE_SUMMARY
 from . import store
@@ -63,8 +65,10 @@ class ScheduleClaim:
     guards: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _claim_sets(claim: ScheduleClaim, now: float) -> tuple[dict[str, Any], list[store.Guard]]:
-    sets: dict[str, Any] = {"updated_at": now}
+def _claim_sets(
+    claim: ScheduleClaim, now: float
+) -> tuple[dict[str, ColumnValue], list[store.Guard]]:
+    sets: dict[str, ColumnValue] = {"updated_at": now}
     if claim.stamp_fired:
         sets["last_fired_at"] = now
     guards: list[store.Guard] = []
@@ -106,7 +110,7 @@ def _disabled_transition(schedule_id: str, reason_code: str, now: float) -> Tran
         status="disabled",
         reason_code=reason_code,
         reason_summary=DISABLE_SUMMARY.get(reason_code, reason_code),
-        actor="scheduler",
+        actor=ENGINE_ACTOR,
         created_at=now,
     )
 
@@ -141,7 +145,7 @@ class FireWrite:
 
     claim: ScheduleClaim
     run: Mapping[str, Any]
-    invocation: Mapping[str, Any] | None
+    invocation: NewInvocation | None
     transitions: Sequence[Transition]
 
 
@@ -226,7 +230,7 @@ def skipped_run(
         reason_code=reason_code,
         reason_summary=summary,
         evidence_refs=[{"kind": "schedule", "id": schedule_id}],
-        actor="scheduler",
+        actor=ENGINE_ACTOR,
         metadata=metadata,
         created_at=now,
     )
@@ -268,7 +272,7 @@ async def write_skip(
                         status="disabled",
                         reason_code=reason_code,
                         reason_summary=summary,
-                        actor="scheduler",
+                        actor=ENGINE_ACTOR,
                         created_at=now,
                     )
                 )
@@ -361,6 +365,7 @@ async def write_deferrals(
                 record.reason_code,
                 record.summary,
                 evidence,
+                ENGINE_ACTOR,
                 metadata,
                 now,
                 run_id,

@@ -20,6 +20,7 @@ from studio_state import Transition, new_id, record_transitions
 from .._records.run import Run
 from .._records.schedule import Action, Schedule
 from .._records.terminal import clip
+from .._records.vocab import ENGINE_ACTOR
 from .._schedules.store import get_schedule, insert_run_row, set_enabled
 from . import store
 
@@ -112,7 +113,7 @@ async def plan_retry(
                 reason_code=RETRY_SCHEDULED,
                 reason_summary=summary,
                 evidence_refs=[{"kind": "schedule_run", "id": run_id}],
-                actor="scheduler",
+                actor=ENGINE_ACTOR,
                 metadata={"retry_of": run_id, "attempt": attempt, "retry_at": due},
                 created_at=now,
             )

@@ -20,6 +20,7 @@ from studio_state import fetch_one, run_sync, run_write_transaction
 
 from .._notify.store import retry_planned as retry_planned
 from .._records.codec import dumps, run_record
+from .._records.invocation import INVOCATION_COLUMNS, NewInvocation
 from .._records.run import Run
 from .._schedules.store import (
     INSERTED_JSON_COLUMNS,
@@ -50,19 +51,7 @@ _INSERT_RUN = (
     f"INSERT INTO schedule_runs ({', '.join(_RUN_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(_RUN_COLUMNS))})"
 )
-_INV_COLUMNS = (
-    "id",
-    "schedule_run_id",
-    "skill",
-    "status",
-    "prompt",
-    "started_at",
-    "ended_at",
-    "status_reason_code",
-    "status_reason_summary",
-    "created_at",
-    "updated_at",
-)
+_INV_COLUMNS = INVOCATION_COLUMNS
 _INSERT_INV = (
     f"INSERT INTO invocations ({', '.join(_INV_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(_INV_COLUMNS))})"
@@ -77,7 +66,7 @@ _DEFERRAL_RUN = (
 _DEFERRAL_TRANSITION = (
     "INSERT INTO status_transitions (id, entity_type, entity_id, previous_status, status, "
     "reason_code, reason_summary, evidence_refs, actor, metadata, created_at) "
-    "SELECT ?, 'schedule_run', ?, NULL, 'skipped', ?, ?, ?, 'scheduler', ?, ? "
+    "SELECT ?, 'schedule_run', ?, NULL, 'skipped', ?, ?, ?, ?, ?, ? "
     "WHERE EXISTS (SELECT 1 FROM schedule_runs WHERE id = ?)"
 )
 _RECORD_CHILD = (
@@ -143,9 +132,9 @@ def schedule_exists_sync(db: sqlite3.Connection, schedule_id: str) -> bool:
     return db.execute("SELECT 1 FROM schedules WHERE id = ?", (schedule_id,)).fetchone() is not None
 
 
-def insert_invocation_sync(db: sqlite3.Connection, invocation: Mapping[str, Any]) -> None:
+def insert_invocation_sync(db: sqlite3.Connection, invocation: NewInvocation) -> None:
     """:func:`insert_invocation` on ``db``."""
-    db.execute(_INSERT_INV, tuple(invocation.get(c) for c in _INV_COLUMNS))
+    db.execute(_INSERT_INV, invocation.params())
 
 
 def insert_run_sync(db: sqlite3.Connection, run: Mapping[str, Any]) -> None:
@@ -167,8 +156,8 @@ async def disable_schedule(
     return changed
 
 
-async def insert_invocation(conn: aiosqlite.Connection, invocation: Mapping[str, Any]) -> None:
-    """Insert an ``invocations`` row from its dict (:func:`insert_invocation_sync` in one
+async def insert_invocation(conn: aiosqlite.Connection, invocation: NewInvocation) -> None:
+    """Insert an ``invocations`` row from its record (:func:`insert_invocation_sync` in one
     trip)."""
     await run_sync(conn, lambda db: insert_invocation_sync(db, invocation))
 

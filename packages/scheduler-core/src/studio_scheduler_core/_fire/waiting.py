@@ -29,6 +29,7 @@ from .._records.codec import dumps
 from .._records.run import Run
 from .._records.schedule import Schedule
 from .._records.terminal import StatusChange, apply, clip
+from .._records.vocab import ENGINE_ACTOR
 from .._schedules.followups import follow_up_action
 from . import store
 from .commit import invocation_row
@@ -110,7 +111,7 @@ async def _start(
             status,
             reason,
             summary,
-            "scheduler",
+            ENGINE_ACTOR,
             now,
             previous=previous,
             sets=columns,
@@ -134,7 +135,7 @@ async def _start(
             "status_reason_summary": clip(summary),
         },
         evidence_refs=refs,
-        actor="scheduler",
+        actor=ENGINE_ACTOR,
         metadata=metadata,
     )
 
@@ -175,9 +176,9 @@ async def _commit_waiting(
                     entity_type="invocation",
                     entity_id=fire.invocation_id,
                     status=status,
-                    reason_code=str(invocation["status_reason_code"]),
+                    reason_code=invocation.status_reason_code,
                     evidence_refs=[{"kind": "schedule_run", "id": fire.run_id}],
-                    actor="scheduler",
+                    actor=ENGINE_ACTOR,
                     created_at=now,
                 )
             ],

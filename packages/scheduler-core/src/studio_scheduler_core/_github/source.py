@@ -180,7 +180,7 @@ class GithubPollSource:
             # Events filtered out between two fires are passed by the next fire's cursor;
             # the last fire also passes the filtered-out events after it.
             value = format_cursor(held.final_cursor if last else item.key)
-            updates: dict[str, Any] = {"github_cursor": value}
+            updates: dict[str, str | None] = {"github_cursor": value}
             if last:
                 updates["github_etag"] = held.etag
             out.append(
@@ -202,7 +202,12 @@ class GithubPollSource:
 
     # -- one poll ---------------------------------------------------------------------------
     async def _poll(
-        self, conn: aiosqlite.Connection, schedule: dict[str, Any], *, planned: float, now: float
+        self,
+        conn: aiosqlite.Connection,
+        schedule: Mapping[str, Any],
+        *,
+        planned: float,
+        now: float,
     ) -> None:
         sid = str(schedule["id"])
         repo = str(schedule.get("github_repo") or "")
@@ -247,7 +252,7 @@ class GithubPollSource:
     async def _found(
         self,
         conn: aiosqlite.Connection,
-        schedule: dict[str, Any],
+        schedule: Mapping[str, Any],
         result: ScanResult,
         fp: str,
         cursor: Key | None,

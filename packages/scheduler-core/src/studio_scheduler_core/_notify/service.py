@@ -29,6 +29,7 @@ from studio_outbox import enqueue_dispatch
 from .._exceptions import ScheduleValidationError
 from .._records.codec import _loads
 from .._records.run import Run
+from .._records.vocab import ENGINE_ACTOR
 from . import store
 
 NOTIFY_KEYS = ("deliver_to", "on", "ack_required", "max_attempts")
@@ -239,7 +240,7 @@ async def notify_run(conn: aiosqlite.Connection, run_id: str, *, now: float) -> 
         max_attempts=config.max_attempts,
         schedule_run_id=run_id,
         clock=lambda: now,
-        actor="scheduler",
+        actor=ENGINE_ACTOR,
     )
 
 
@@ -280,5 +281,5 @@ async def notify_schedule_disabled(
         ack_required=config.ack_required,
         max_attempts=config.max_attempts,
         clock=lambda: now,
-        actor="scheduler",
+        actor=ENGINE_ACTOR,
     )

@@ -24,6 +24,7 @@ from .._fire.pipeline import StartFire, Waiting, fire_waiting
 from .._notify.service import notify_run
 from .._records.run import Run
 from .._records.terminal import StatusChange, apply
+from .._records.vocab import ENGINE_ACTOR
 from .._schedules.buffer import (
     BUFFER_FULL,
     BUFFERED,
@@ -121,7 +122,7 @@ class OverlapPolicies:
                     "cancelled",
                     CANCELLED_OVERLAP,
                     summary,
-                    "scheduler",
+                    ENGINE_ACTOR,
                     now,
                     sets={"ended_at": now},
                 )
@@ -134,7 +135,7 @@ class OverlapPolicies:
                         "cancelled",
                         CANCELLED_OVERLAP,
                         summary,
-                        "scheduler",
+                        ENGINE_ACTOR,
                         now,
                         sets={"ended_at": now},
                     )
@@ -201,7 +202,7 @@ class OverlapPolicies:
                             "skipped",
                             decision.reason_code,
                             decision.message,
-                            "scheduler",
+                            ENGINE_ACTOR,
                             now,
                             previous="waiting_dependency",
                             sets={"ended_at": now},

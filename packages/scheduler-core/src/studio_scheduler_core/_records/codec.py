@@ -17,6 +17,10 @@ SCHEDULE_COLUMNS = columns(Schedule)
 _SCHEDULE_LIST_COLUMNS = list_columns(Schedule)
 _SCHEDULE_BOOL_COLUMNS = bool_columns(Schedule)
 
+ColumnValue = str | int | float | None
+"""A value a column is written with or guarded on, as stored (a JSON column's text; ``None``:
+NULL)."""
+
 ROWID = "rowid"
 """On PostgreSQL, the identity column standing in for SQLite's rowid: ``SELECT *`` returns it
 there, and it is no field of a schedule or a run."""
@@ -61,9 +65,9 @@ def decode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def encode_schedule(row: Mapping[str, Any]) -> dict[str, Any]:
+def encode_schedule(row: Mapping[str, Any]) -> dict[str, ColumnValue]:
     """A normalised schedule dict as column values for an INSERT/UPDATE."""
-    out: dict[str, Any] = {}
+    out: dict[str, ColumnValue] = {}
     for column, value in row.items():
         if column in SCHEDULE_JSON_COLUMNS:
             out[column] = dumps(value)

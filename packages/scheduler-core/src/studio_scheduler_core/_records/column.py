@@ -208,7 +208,7 @@ def maximum(record: type[Any], name: str) -> float:
 
 @dataclass(frozen=True)
 class _Build:
-    defaults: dict[str, Any]
+    defaults: dict[str, object]
     required: frozenset[str]
     names: frozenset[str]
     listy: tuple[str, ...]

@@ -85,3 +85,9 @@ ErrorClass = Literal[
 ]
 ERROR_CLASSES: Final[tuple[str, ...]] = get_args(ErrorClass)
 """Every ``schedule_runs.error_class``: what kind of failure a failed or timed-out run had."""
+
+ENGINE_ACTOR: Final = "studio"
+"""The actor of every ``status_transitions`` row the engine writes on its own (fires, retries,
+finishes, reaping and reconciliation, notifications, its outbox delivery); which part of the
+engine acted is in the row's reason code and metadata, not its actor. An operator's change
+names the operator instead (a token's name, ``cli:<user>``, ``set:<owner>``)."""

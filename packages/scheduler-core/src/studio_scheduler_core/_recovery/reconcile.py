@@ -27,6 +27,7 @@ from studio_state import write_transaction
 
 from .._notify.service import notify_run
 from .._records.terminal import StatusChange, apply
+from .._records.vocab import ENGINE_ACTOR
 from . import store
 from .orphans import OrphanReaper
 
@@ -57,10 +58,13 @@ async def _terminalize(
     status: str,
     reason_code: str,
     summary: str,
-    actor: str,
+    by: str,
     now: float,
 ) -> int:
-    """Guarded ``running`` → status for runs and invocations, with transitions, one txn."""
+    """Guarded ``running`` → status for runs and invocations, with transitions, one txn.
+
+    The rows name the engine as their actor; ``by`` (the recovery pass that acted) goes in
+    their metadata."""
     changes = [
         StatusChange(
             "schedule_runs",
@@ -68,12 +72,12 @@ async def _terminalize(
             status,
             reason_code,
             summary,
-            actor,
+            ENGINE_ACTOR,
             now,
             sets={"ended_at": now, "error_detail": summary},
             keep=("error_detail",),
             evidence_refs=[{"kind": "schedule_run", "id": run.id}],
-            metadata={"child_pid": run.child_pid},
+            metadata={"child_pid": run.child_pid, "by": by},
         )
         for run in runs
     ]
@@ -84,10 +88,11 @@ async def _terminalize(
             status,
             reason_code,
             summary,
-            actor,
+            ENGINE_ACTOR,
             now,
             sets={"ended_at": now},
             evidence_refs=[{"kind": "invocation", "id": invocation_id}],
+            metadata={"by": by},
         )
         for invocation_id in invocation_ids
     ]
@@ -191,7 +196,7 @@ async def reconcile_startup(
         status="failed",
         reason_code=NODE_LOST if node_lost else DAEMON_RESTART,
         summary=summary,
-        actor="scheduler_leader_takeover" if node_lost else "scheduler_startup_reconciliation",
+        by="leader_takeover" if node_lost else "startup_reconciliation",
         now=now,
     )
     await terminate_orphans(pids, reaper)
@@ -247,6 +252,6 @@ async def reap_stale(
         reason_code=DEADLINE,
         summary=f"still running after the {deadline_seconds:g}s invocation deadline "
         "with no live process",
-        actor="scheduler_reaper",
+        by="reaper",
         now=now,
     )

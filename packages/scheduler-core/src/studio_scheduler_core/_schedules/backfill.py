@@ -19,6 +19,7 @@ import aiosqlite
 from studio_state import Transition, lock_row, new_id, record_transitions, write_transaction
 
 from .._exceptions import FireRefused, ScheduleValidationError
+from .._records.vocab import ENGINE_ACTOR
 from .._triggers.cadence import schedule_zone
 from .._triggers.cron import next_after, zone
 from . import store
@@ -151,7 +152,7 @@ async def backfill(
                     reason_code=BACKFILL_QUEUED,
                     reason_summary=summary,
                     evidence_refs=[{"kind": "schedule", "id": sid}],
-                    actor=actor or "schedule_service",
+                    actor=actor or ENGINE_ACTOR,
                     metadata={"due_at": due},
                     created_at=now,
                 )

@@ -47,7 +47,7 @@ def jitter_delay(schedule: Mapping[str, Any], due: float | None, *, timezone: st
 
 
 def with_jitter(
-    schedule: Mapping[str, Any], times: Sequence[dict[str, Any]], *, timezone: str
+    schedule: Mapping[str, Any], times: Sequence[Mapping[str, Any]], *, timezone: str
 ) -> list[dict[str, Any]]:
     """Preview entries with each occurrence's ``jitter_sec`` (the delay it will wait)."""
     return [

@@ -46,8 +46,8 @@ Schedules = list[Schedule]
 Runs = list[Run]
 """A page of runs."""
 
-SERVICE_ACTOR = "schedule_service"
-"""The actor of a change made without naming an operator (one of Studio's own names)."""
+SERVICE_ACTOR = "studio"
+"""The actor of a change made without naming an operator: Studio's own (``ENGINE_ACTOR``)."""
 UPDATED = "schedule.updated.operator"
 """A schedule's stored fields changed (``metadata.fields`` names them)."""
 

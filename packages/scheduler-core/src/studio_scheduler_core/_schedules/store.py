@@ -38,7 +38,7 @@ from .._records.codec import (
 from .._records.run import Run
 from .._records.schedule import Schedule
 from .._records.terminal import StatusChange, apply
-from .._records.vocab import RUN_STATUSES
+from .._records.vocab import ENGINE_ACTOR, RUN_STATUSES
 
 RUN_PAGE_KEY = ("fired_at", "created_at", "id")
 """A schedule's runs page order (each descending): the run fields a keyset cursor carries."""
@@ -250,7 +250,7 @@ async def set_enabled(
     reason_summary: str | None = None,
     disabled_reason: str | None = None,
     next_fire_at: float | None = None,
-    actor: str = "scheduler",
+    actor: str = ENGINE_ACTOR,
     metadata: dict[str, Any] | None = None,
 ) -> bool:
     """Enable or disable a schedule, guarded on its current state, with its transition row.
@@ -363,7 +363,7 @@ async def drop_buffered(conn: aiosqlite.Connection, schedule_id: str, *, now: fl
             "skipped",
             DROPPED_DISABLED,
             "the schedule was disabled while this occurrence waited in its buffer",
-            "scheduler",
+            ENGINE_ACTOR,
             now,
             previous="waiting_dependency",
             sets={"ended_at": now},

@@ -8,7 +8,7 @@ test checks :data:`SQL` against SQLite's planner).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import aiosqlite
@@ -141,8 +141,9 @@ async def last_alert_at(conn: aiosqlite.Connection, schedule_id: str) -> float |
     return None if value is None else float(value)
 
 
-async def rows_to_rearm(conn: aiosqlite.Connection, now: float) -> list[dict[str, Any]]:
-    """Enabled rows with no ``next_fire_at``, and enabled cron rows not yet due at ``now``."""
+async def rows_to_rearm(conn: aiosqlite.Connection, now: float) -> Sequence[Mapping[str, Any]]:
+    """Enabled rows with no ``next_fire_at``, and enabled cron rows not yet due at ``now``:
+    their cadence columns, read as the trigger sources read a schedule."""
     return await fetch_all(
         conn,
         "SELECT id, trigger_type, cron_expr, interval_sec, poll_interval_sec, next_fire_at, "
