@@ -170,6 +170,16 @@ def test_every_api_operation_through_every_node(
             ),
             60,
         )
+        # every backfilled run has ended before the deletes below (a running one refuses them)
+        wait_for(
+            lambda: not db_rows(
+                pg_dsn,
+                "SELECT id FROM schedule_runs WHERE schedule_id = ? "
+                "AND status IN ('queued', 'waiting_dependency', 'running', 'retry_wait')",
+                (ids[1],),
+            ),
+            60,
+        )
 
         # Ad-hoc runs and cancels: one long run started through each node, cancelled through
         # the next one.
