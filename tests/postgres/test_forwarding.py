@@ -172,11 +172,13 @@ def test_every_api_operation_through_every_node(
         )
         # every backfilled run has ended before the deletes below (a running one refuses them)
         wait_for(
-            lambda: not db_rows(
-                pg_dsn,
-                "SELECT id FROM schedule_runs WHERE schedule_id = ? "
-                "AND status IN ('queued', 'waiting_dependency', 'running', 'retry_wait')",
-                (ids[1],),
+            lambda: (
+                not db_rows(
+                    pg_dsn,
+                    "SELECT id FROM schedule_runs WHERE schedule_id = ? "
+                    "AND status IN ('queued', 'waiting_dependency', 'running', 'retry_wait')",
+                    (ids[1],),
+                )
             ),
             60,
         )
