@@ -51,7 +51,7 @@ from studio_scheduler_core import (
 
 SRC = Path(studio_scheduler_core.__file__).parent
 DICT_ANY = re.compile(r"dict\[str, Any\]")
-CEILING = 43
+CEILING = 37
 """``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records),
 outside :data:`DOCUMENT_MODULES`."""
 DOCUMENT_MODULES = ("_schedules/sets/",)

@@ -4,7 +4,7 @@ the optional threshold gate."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 from .._records.column import maximum
@@ -55,6 +55,18 @@ class ThresholdConfig(TypedDict):
     op: str
     value: float
     window_minutes: int
+
+
+class TriggerFields(TypedDict, total=False):
+    """The trigger fields :func:`check_trigger` normalised (the trigger type's own, and the
+    threshold gate)."""
+
+    cron_expr: str
+    interval_sec: int
+    at: str
+    github_filter: GithubFilter | None
+    poll_interval_sec: int
+    threshold_config: ThresholdConfig | None
 
 
 _REPO = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
@@ -125,24 +137,26 @@ def check_threshold(value: Mapping[str, Any] | None) -> ThresholdConfig | None:
     )
 
 
-def _check_github(row: dict[str, Any]) -> None:
+def _check_github(row: Mapping[str, Any]) -> TriggerFields:
     repo = row.get("github_repo")
     if not repo:
         raise err("github_repo", "is required for trigger_type 'github_poll'")
     name = repo.split("/", 1)[-1]
     if not _REPO.fullmatch(repo) or name in (".", ".."):
         raise err("github_repo", f"must be 'owner/name', got {repo!r}")
-    row["github_filter"] = check_github_filter(row.get("github_filter"))
-    if row.get("poll_interval_sec") is None:
-        row["poll_interval_sec"] = DEFAULT_POLL_INTERVAL_SEC
-    row["poll_interval_sec"] = positive_int(
-        "poll_interval_sec", row["poll_interval_sec"], maximum(Schedule, "poll_interval_sec")
+    github_filter = check_github_filter(row.get("github_filter"))
+    poll = row.get("poll_interval_sec")
+    poll_interval_sec = positive_int(
+        "poll_interval_sec",
+        DEFAULT_POLL_INTERVAL_SEC if poll is None else poll,
+        maximum(Schedule, "poll_interval_sec"),
     )
     if row.get("threshold_config") is not None:
         raise err("threshold_config", "applies only to cron and interval schedules")
+    return TriggerFields(github_filter=github_filter, poll_interval_sec=poll_interval_sec)
 
 
-def _check_at(row: MutableMapping[str, Any], *, now: float, fresh: bool) -> None:
+def _check_at(row: Mapping[str, Any], *, now: float, fresh: bool) -> str:
     value = row.get("at")
     if value is None:
         raise err("at", "is required for trigger_type 'at'")
@@ -157,13 +171,16 @@ def _check_at(row: MutableMapping[str, Any], *, now: float, fresh: bool) -> None
             "at",
             f"{value!r} is in the past (set missed_fire_policy 'run_once' to fire it at once)",
         )
-    row["at"] = value.strip()
     if row.get("threshold_config") is not None:
         raise err("threshold_config", "applies only to cron and interval schedules")
+    return value.strip()
 
 
-def check_trigger(row: dict[str, Any], *, timezone: str, now: float, fresh_at: bool = True) -> None:
-    """Validate (and normalise, in place) the trigger fields and the threshold gate.
+def check_trigger(
+    row: Mapping[str, Any], *, timezone: str, now: float, fresh_at: bool = True
+) -> TriggerFields:
+    """Validate the trigger fields of input ``row`` and the threshold gate; return the fields
+    normalised (the caller writes them over the row).
 
     ``fresh_at``: the ``at`` instant is new (create, or changed by an update), so an instant
     in the past is refused unless ``missed_fire_policy`` is ``run_once``.
@@ -184,15 +201,18 @@ def check_trigger(row: dict[str, Any], *, timezone: str, now: float, fresh_at: b
             next_after(expr, timezone, now)
         except CronError as exc:
             raise err("cron_expr", str(exc)) from None
-        row["cron_expr"] = expr.strip()
+        out = TriggerFields(cron_expr=expr.strip())
     elif trigger == "interval":
         if row.get("interval_sec") is None:
             raise err("interval_sec", "is required for trigger_type 'interval'")
-        row["interval_sec"] = positive_int(
-            "interval_sec", row["interval_sec"], maximum(Schedule, "interval_sec")
+        out = TriggerFields(
+            interval_sec=positive_int(
+                "interval_sec", row["interval_sec"], maximum(Schedule, "interval_sec")
+            )
         )
     elif trigger == "at":
-        _check_at(row, now=now, fresh=fresh_at)
+        out = TriggerFields(at=_check_at(row, now=now, fresh=fresh_at))
     else:
-        _check_github(row)
-    row["threshold_config"] = check_threshold(row.get("threshold_config"))
+        out = _check_github(row)
+    out["threshold_config"] = check_threshold(row.get("threshold_config"))
+    return out
