@@ -172,9 +172,7 @@ def _check_limits(row: Mapping[str, Any]) -> dict[str, int | float]:
 def _merge(data: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, Any]:
     """The input row: ``data`` over the record's defaults (create) or over ``base`` (update)."""
     if base is None:
-        row: dict[str, Any] = {
-            k: list(v) if isinstance(v, tuple) else v for k, v in _DEFAULTS.items()
-        }
+        row = {k: list(v) if isinstance(v, tuple) else v for k, v in _DEFAULTS.items()}
         row.update({k: v for k, v in data.items() if v is not None or k not in NOT_NULL_FIELDS})
     else:
         for key, value in data.items():
