@@ -121,7 +121,7 @@ from ._schedules.sets.resolve import validate_schedule_set_text, validate_schedu
 from ._schedules.store import ADHOC_PAGE_KEY, RUN_PAGE_KEY
 from ._schema import ensure_schema
 from ._settings import SchedulerSettings
-from ._triggers.cadence import preview_fire_times
+from ._triggers.cadence import PreviewEntry, preview_fire_times
 from ._triggers.registry import CadenceTrigger, TriggerRegistry
 from ._triggers.threshold import MetricThreshold
 
@@ -164,6 +164,7 @@ __all__ = [
     "OrphanReaper",
     "OverlapPolicy",
     "PostgresLeadership",
+    "PreviewEntry",
     "RUN_PAGE_KEY",
     "RUN_STATUSES",
     "Run",

@@ -40,7 +40,9 @@ from .schedule_status import LIST_COLUMNS, health_cells, status
 from .trigger import trigger
 
 if TYPE_CHECKING:
-    from studio_scheduler_core import Run, RunWithChain, Schedule, ScheduleHealth
+    from collections.abc import Mapping, Sequence
+
+    from studio_scheduler_core import PreviewEntry, Run, RunWithChain, Schedule, ScheduleHealth
 
 
 @click.group("schedule")
@@ -291,6 +293,7 @@ def preview(
         raise click.UsageError("give a SCHEDULE or --cron EXPR (one of them)")
     if tz is not None and cron is None:
         raise click.UsageError("--tz applies only to --cron")
+    times: Sequence[Mapping[str, Any]]
     if cron is not None:
         times, zone = _preview_cron(cron, tz, count)
         subject: dict[str, Any] = {"cron_expr": cron}
@@ -345,7 +348,7 @@ def _server_preview(schedule_id: str, count: int) -> tuple[list[dict[str, Any]],
     return list(body["fire_times"]), str(body["timezone"])
 
 
-def _preview_cron(cron: str, tz: str | None, count: int) -> tuple[list[dict[str, Any]], str]:
+def _preview_cron(cron: str, tz: str | None, count: int) -> tuple[list[PreviewEntry], str]:
     from studio_scheduler_core import preview_fire_times
 
     zone = tz or scheduler_settings().timezone

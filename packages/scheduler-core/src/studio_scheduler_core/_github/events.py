@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 DEFAULT_EVENT = "pr_updated"
 MAX_CURSOR_NUMBER = 9_999_999_999
@@ -88,6 +88,28 @@ def fingerprint(repo: str, github_filter: Mapping[str, Any] | None) -> str:
     return json.dumps([repo.lower(), dict(github_filter or {})], sort_keys=True)
 
 
+class PullFields(TypedDict):
+    """What a fire's trigger context tells of one pull request (``github_events`` items)."""
+
+    event: str
+    pr_number: int
+    pr_title: str
+    pr_url: str | None
+    pr_author: str | None
+    pr_state: str | None
+    updated_at: str
+    pr_created_at: str | None
+    pr_closed_at: str | None
+    pr_merged_at: str | None
+    head_sha: str | None
+    head_ref: str | None
+    base_ref: str | None
+    draft: bool
+    head_repo: str | None
+    head_repo_is_fork: bool
+    is_same_repo: bool
+
+
 @dataclass(frozen=True, slots=True)
 class PullEvent:
     """One pull request as an event of the schedule's kind."""
@@ -96,7 +118,7 @@ class PullEvent:
     updated_at: str
     number: int
     dispatchable: bool
-    fields: dict[str, Any]
+    fields: PullFields
 
 
 def _get(mapping: Any, *path: str) -> Any:
@@ -105,6 +127,10 @@ def _get(mapping: Any, *path: str) -> Any:
             return None
         mapping = mapping.get(part)
     return mapping
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _int(value: Any) -> int | None:
@@ -156,26 +182,26 @@ def to_event(
     if when is None:
         return None
     same = is_same_repo(pr, repo)
-    head_repo = _get(pr, "head", "repo", "full_name")
-    fields: dict[str, Any] = {
-        "event": event,
-        "pr_number": number,
-        "pr_title": pr.get("title") if isinstance(pr.get("title"), str) else "",
-        "pr_url": pr.get("html_url"),
-        "pr_author": _get(pr, "user", "login"),
-        "pr_state": pr.get("state"),
-        "updated_at": updated,
-        "pr_created_at": normalize_ts(pr.get("created_at")),
-        "pr_closed_at": normalize_ts(pr.get("closed_at")),
-        "pr_merged_at": normalize_ts(pr.get("merged_at")),
-        "head_sha": _get(pr, "head", "sha"),
-        "head_ref": _get(pr, "head", "ref"),
-        "base_ref": _get(pr, "base", "ref"),
-        "draft": bool(pr.get("draft")),
-        "head_repo": head_repo if isinstance(head_repo, str) else None,
-        "head_repo_is_fork": bool(_get(pr, "head", "repo", "fork")),
-        "is_same_repo": same,
-    }
+    title = pr.get("title")
+    fields = PullFields(
+        event=event,
+        pr_number=number,
+        pr_title=title if isinstance(title, str) else "",
+        pr_url=_text(pr.get("html_url")),
+        pr_author=_text(_get(pr, "user", "login")),
+        pr_state=_text(pr.get("state")),
+        updated_at=updated,
+        pr_created_at=normalize_ts(pr.get("created_at")),
+        pr_closed_at=normalize_ts(pr.get("closed_at")),
+        pr_merged_at=normalize_ts(pr.get("merged_at")),
+        head_sha=_text(_get(pr, "head", "sha")),
+        head_ref=_text(_get(pr, "head", "ref")),
+        base_ref=_text(_get(pr, "base", "ref")),
+        draft=bool(pr.get("draft")),
+        head_repo=_text(_get(pr, "head", "repo", "full_name")),
+        head_repo_is_fork=bool(_get(pr, "head", "repo", "fork")),
+        is_same_repo=same,
+    )
     return PullEvent(
         key=(when, number),
         updated_at=updated,

@@ -13,7 +13,7 @@ recently updated PRs) is its baseline, and older history is not replayed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,22 @@ logger = logging.getLogger("studio_scheduler_core")
 
 MAX_PAGES = 5
 PER_PAGE = 100
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """What turns a page of the listing into events: the event kind, repo and filter."""
+
+    event: str
+    repo: str
+    github_filter: Mapping[str, Any] | None
+
+    def collect(
+        self, pulls: Sequence[Mapping[str, Any]], into: dict[int, PullEvent] | None = None
+    ) -> dict[int, PullEvent]:
+        return collect(
+            pulls, event=self.event, repo=self.repo, github_filter=self.github_filter, into=into
+        )
 
 
 @dataclass
@@ -79,21 +95,21 @@ async def scan(
 ) -> ScanResult:
     """Read the listing for one poll (see the module docstring for the rules)."""
     event = event_name(github_filter)
-    kwargs: dict[str, Any] = {"event": event, "repo": repo, "github_filter": github_filter}
+    listing = _Listing(event, repo, github_filter)
     url = client.pulls_url(repo)
     params = query_params(github_filter)
     if deep is not None:
-        return await _resume(client, deep, url=url, params=params, kwargs=kwargs, now=now)
+        return await _resume(client, deep, url=url, params=params, listing=listing, now=now)
     first = await client.get_pulls(url, params=params, etag=etag, now=now)
     if first.status != "ok":
         return _failed(first, 1)
-    events = collect(first.pulls, **kwargs)
+    events = listing.collect(first.pulls)
     pages, last = 1, first
     while not reached(last.pulls, cursor) and last.next_url and pages < MAX_PAGES:
         page = await client.get_pulls(last.next_url, now=now)
         if page.status != "ok":
             return _failed(page, pages + 1)
-        collect(page.pulls, into=events, **kwargs)
+        listing.collect(page.pulls, into=events)
         pages, last = pages + 1, page
     complete = reached(last.pulls, cursor) or not last.next_url
     if complete or cursor is None:
@@ -122,7 +138,7 @@ async def _resume(
     *,
     url: str,
     params: Mapping[str, str],
-    kwargs: dict[str, Any],
+    listing: _Listing,
     now: float,
 ) -> ScanResult:
     first = await client.get_pulls(url, params=params, now=now)
@@ -140,14 +156,14 @@ async def _resume(
         # unread part would be missed, so the scan starts over from page 1.
         return ScanResult("ok", pages=1, restarted=True)
     events = dict(deep.events)
-    collect(first.pulls, into=events, **kwargs)
+    listing.collect(first.pulls, into=events)
     next_url: str | None = deep.next_url
     pages, done = 1, False
     while pages < MAX_PAGES and next_url:
         page = await client.get_pulls(next_url, now=now)
         if page.status != "ok":
             return _failed(page, pages + 1, deep)
-        collect(page.pulls, into=events, **kwargs)
+        listing.collect(page.pulls, into=events)
         pages, next_url = pages + 1, page.next_url
         if reached(page.pulls, deep.cursor):
             done = True

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .archive import ArchiveLine
 
@@ -219,6 +219,19 @@ def delete_audit(db: sqlite3.Connection, ids: list[str]) -> None:
     db.execute(f"DELETE FROM status_transitions WHERE id IN ({marks(ids)})", ids)
 
 
+class Candidate(NamedTuple):
+    """What a walk's rule reads of a visited row (``None``: the walk does not select it)."""
+
+    status: str | None
+    ended: float | None  # the ``t`` column: when the row ended (else was created)
+    actor: str | None
+
+
+def _candidate(row: Any) -> Candidate:
+    ended = row.get("t")
+    return Candidate(row.get("status"), None if ended is None else float(ended), row.get("actor"))
+
+
 @dataclass(frozen=True)
 class Walk:
     """One table's walk in a pass: which rows it visits and which of them go."""
@@ -227,7 +240,7 @@ class Walk:
     table: str
     columns: str  # selected beside rowid: at least id, created_at and t (when it ended)
     stop: float  # the walk ends at the first row created at or after this
-    qualifies: Callable[[dict[str, Any]], bool]
+    qualifies: Callable[[Candidate], bool]
     keep: Callable[[sqlite3.Connection, list[str]], list[str]] | None
     snapshot: Callable[[sqlite3.Connection, list[str]], Snapshot]
     delete: Callable[[sqlite3.Connection, list[str]], None]
@@ -246,7 +259,7 @@ class Walk:
                 end = True
                 break
             last = int(row["r"])
-            if self.qualifies(row):
+            if self.qualifies(_candidate(row)):
                 ids.append(str(row["id"]))
         if ids and self.keep is not None:
             ids = self.keep(db, ids)
@@ -270,7 +283,7 @@ def walks(
                 "schedule_runs",
                 "id, status, created_at, COALESCE(ended_at, created_at) AS t",
                 runs_cut,
-                lambda r: r["status"] in TERMINAL_RUN and float(r["t"]) < runs_cut,
+                lambda c: c.status in TERMINAL_RUN and c.ended is not None and c.ended < runs_cut,
                 keep_live_parents,
                 snapshot_runs,
                 delete_runs,
@@ -289,7 +302,12 @@ def walks(
                 "dispatch_outbox",
                 "id, status, created_at, COALESCE(updated_at, created_at) AS t",
                 max(rules.values()),
-                lambda r: r["status"] in rules and float(r["t"]) < rules[r["status"]],
+                lambda c: (
+                    c.status is not None
+                    and c.status in rules
+                    and c.ended is not None
+                    and c.ended < rules[c.status]
+                ),
                 None,
                 snapshot_dispatches,
                 delete_dispatches,
@@ -303,7 +321,7 @@ def walks(
                 "status_transitions",
                 "id, created_at, actor",
                 audit_cut,
-                lambda r: r["actor"] is not None and r["actor"] not in STUDIO_ACTORS,
+                lambda c: c.actor is not None and c.actor not in STUDIO_ACTORS,
                 keep_live_entities,
                 snapshot_audit,
                 delete_audit,

@@ -38,21 +38,19 @@ def check_action(row: Mapping[str, Any], *, settings: SchedulerSettings, prefix:
             raise err(f"{prefix}action_flow_yaml", "must be a YAML mapping with string keys")
 
 
-def check_cwd(row: dict[str, Any], settings: SchedulerSettings) -> None:
-    """``action_cwd`` must be an existing absolute directory; a registered project fills it."""
-    cwd = row.get("action_cwd")
+def check_cwd(cwd: Any, project: Any, settings: SchedulerSettings) -> str | None:
+    """``action_cwd`` must be an existing absolute directory; without one, a registered
+    project's directory fills it (snapshotted once, at creation)."""
     if cwd is not None:
         if not os.path.isabs(cwd):
             raise err("action_cwd", f"must be an absolute path, got {cwd!r}")
         if not os.path.isdir(cwd):
             raise err("action_cwd", f"{cwd!r} is not an existing directory")
-        return
-    project = row.get("action_project")
-    if project:
-        registered = settings.project_paths.get(project)
-        if registered and os.path.isabs(registered) and os.path.isdir(registered):
-            # The execution root is snapshotted once, at creation.
-            row["action_cwd"] = registered
+        return str(cwd)
+    registered = settings.project_paths.get(project) if project else None
+    if registered and os.path.isabs(registered) and os.path.isdir(registered):
+        return registered
+    return None
 
 
 def _check_overlay_values(out: dict[str, Any], field: str) -> None:

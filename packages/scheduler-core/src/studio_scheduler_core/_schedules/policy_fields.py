@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from typing import Any, TypedDict
 
 from .._exceptions import ScheduleValidationError
 from .._records.vocab import OVERLAP_POLICIES
@@ -29,6 +29,22 @@ MAX_JITTER_SEC = 86_400
 RATE_LIMIT_KEYS = ("max_fires", "window_sec")
 MAX_RATE_WINDOW_SEC = 366 * 86_400
 MAX_RATE_FIRES = 1_000_000
+
+
+class RetryPolicy(TypedDict):
+    """A validated ``retry`` object: every key filled in."""
+
+    max_attempts: int
+    backoff_sec: int
+    backoff_factor: float
+    max_backoff_sec: int
+
+
+class RateLimit(TypedDict):
+    """A validated ``rate_limit`` object: at most ``max_fires`` fires in ``window_sec``."""
+
+    max_fires: int
+    window_sec: int
 
 
 def _err(field: str, message: str) -> ScheduleValidationError:
@@ -59,7 +75,7 @@ def check_overlap_policy(value: Any) -> str:
     return str(value)
 
 
-def check_retry(value: Any, field: str = "retry") -> dict[str, Any] | None:
+def check_retry(value: Any, field: str = "retry") -> RetryPolicy | None:
     """A retry object with every key filled in (defaults), or ``None``."""
     if value is None:
         return None
@@ -70,14 +86,16 @@ def check_retry(value: Any, field: str = "retry") -> dict[str, Any] | None:
             raise _err(f"{field}.{key}", f"unknown key (allowed: {', '.join(RETRY_KEYS)})")
     if "max_attempts" not in value:
         raise _err(f"{field}.max_attempts", f"is required (1..{MAX_ATTEMPTS})")
-    out: dict[str, Any] = {**RETRY_DEFAULTS, **value}
-    out["max_attempts"] = _int(f"{field}.max_attempts", out["max_attempts"], 1, MAX_ATTEMPTS)
-    out["backoff_sec"] = _int(f"{field}.backoff_sec", out["backoff_sec"], 1, MAX_BACKOFF_SEC)
-    out["backoff_factor"] = _number(
-        f"{field}.backoff_factor", out["backoff_factor"], 1, MAX_BACKOFF_FACTOR
-    )
-    out["max_backoff_sec"] = _int(
-        f"{field}.max_backoff_sec", out["max_backoff_sec"], 1, MAX_BACKOFF_SEC
+    given = {**RETRY_DEFAULTS, **value}
+    out = RetryPolicy(
+        max_attempts=_int(f"{field}.max_attempts", given["max_attempts"], 1, MAX_ATTEMPTS),
+        backoff_sec=_int(f"{field}.backoff_sec", given["backoff_sec"], 1, MAX_BACKOFF_SEC),
+        backoff_factor=_number(
+            f"{field}.backoff_factor", given["backoff_factor"], 1, MAX_BACKOFF_FACTOR
+        ),
+        max_backoff_sec=_int(
+            f"{field}.max_backoff_sec", given["max_backoff_sec"], 1, MAX_BACKOFF_SEC
+        ),
     )
     if out["max_backoff_sec"] < out["backoff_sec"]:
         raise _err(f"{field}.max_backoff_sec", "must be at least backoff_sec")
@@ -111,7 +129,7 @@ def check_policies(row: MutableMapping[str, Any]) -> None:
     row["retry"] = check_retry(row.get("retry"))
 
 
-def check_rate_limit(value: Any, field: str = "rate_limit") -> dict[str, int] | None:
+def check_rate_limit(value: Any, field: str = "rate_limit") -> RateLimit | None:
     """``{"max_fires", "window_sec"}`` (both required, positive integers), or ``None``."""
     if value is None:
         return None
@@ -123,7 +141,7 @@ def check_rate_limit(value: Any, field: str = "rate_limit") -> dict[str, int] | 
     for key in RATE_LIMIT_KEYS:
         if key not in value:
             raise _err(f"{field}.{key}", "is required")
-    return {
-        "max_fires": _int(f"{field}.max_fires", value["max_fires"], 1, MAX_RATE_FIRES),
-        "window_sec": _int(f"{field}.window_sec", value["window_sec"], 1, MAX_RATE_WINDOW_SEC),
-    }
+    return RateLimit(
+        max_fires=_int(f"{field}.max_fires", value["max_fires"], 1, MAX_RATE_FIRES),
+        window_sec=_int(f"{field}.window_sec", value["window_sec"], 1, MAX_RATE_WINDOW_SEC),
+    )

@@ -100,7 +100,8 @@ def _durations(row: MutableMapping[str, Any]) -> None:
             row[name] = {**value, **parsed}
 
 
-def _check_types(row: dict[str, Any]) -> None:
+def _check_types(row: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Refuse a field of the wrong shape; return the list fields as lists of strings."""
     for field in _TEXT_FIELDS:
         value = row.get(field)
         if value is not None and not isinstance(value, str):
@@ -109,26 +110,31 @@ def _check_types(row: dict[str, Any]) -> None:
         value = row.get(field)
         if value is not None and not isinstance(value, Mapping):
             raise err(field, f"must be an object, got {type(value).__name__}")
-    for field in _LIST_FIELDS:
-        row[field] = str_list(field, row.get(field))
+    lists = {field: str_list(field, row.get(field)) for field in _LIST_FIELDS}
     if not isinstance(row.get("enabled"), bool):
         raise err("enabled", f"must be a boolean, got {row.get('enabled')!r}")
     if row.get("description") is not None and len(row["description"]) > MAX_DESCRIPTION:
         raise err("description", f"must be at most {MAX_DESCRIPTION} characters")
+    return lists
 
 
-def _check_enums(row: dict[str, Any]) -> None:
+def _check_enums(row: Mapping[str, Any]) -> dict[str, str]:
+    """Refuse a value outside its vocabulary; return the action kind (an alias resolved) and
+    the overlap policy."""
     if row.get("trigger_type") not in TRIGGER_TYPES:
         raise err("trigger_type", f"must be one of {', '.join(TRIGGER_TYPES)}")
     kind = row.get("action_kind")
     if isinstance(kind, str) and kind in ACTION_KIND_ALIASES:
-        row["action_kind"] = ACTION_KIND_ALIASES[kind]
-    if row.get("action_kind") not in ACTION_KINDS:
+        kind = ACTION_KIND_ALIASES[kind]
+    if kind not in ACTION_KINDS:
         aliases = ", ".join(ACTION_KIND_ALIASES)
         raise err("action_kind", f"must be one of {', '.join(ACTION_KINDS)} (or {aliases})")
     if row.get("missed_fire_policy") not in MISSED_FIRE_POLICIES:
         raise err("missed_fire_policy", _policy_message(MISSED_FIRE_POLICIES))
-    row["overlap_policy"] = check_overlap_policy(row.get("overlap_policy"))
+    return {
+        "action_kind": str(kind),
+        "overlap_policy": check_overlap_policy(row.get("overlap_policy")),
+    }
 
 
 def check_timezone(value: Any) -> str | None:
@@ -145,10 +151,12 @@ def check_timezone(value: Any) -> str | None:
     return name
 
 
-def _check_limits(row: dict[str, Any]) -> None:
+def _check_limits(row: Mapping[str, Any]) -> dict[str, int | float]:
+    """The bounded counts and the budget that ``row`` sets, each checked."""
+    out: dict[str, int | float] = {}
     for field in _COUNT_FIELDS:
         if row.get(field) is not None:
-            row[field] = positive_int(field, row[field], maximum(Schedule, field))
+            out[field] = positive_int(field, row[field], maximum(Schedule, field))
     budget = row.get("budget_usd")
     if budget is not None:
         if isinstance(budget, bool) or not isinstance(budget, int | float):
@@ -157,15 +165,14 @@ def _check_limits(row: dict[str, Any]) -> None:
         bound = maximum(Schedule, "budget_usd")
         if number is None or not 0 < number <= bound:
             raise err("budget_usd", f"must be a finite number > 0 and <= {bound:g}")
-        row["budget_usd"] = number
+        out["budget_usd"] = number
+    return out
 
 
 def _merge(data: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, Any]:
     """The input row: ``data`` over the record's defaults (create) or over ``base`` (update)."""
     if base is None:
-        row: dict[str, Any] = {
-            k: list(v) if isinstance(v, tuple) else v for k, v in _DEFAULTS.items()
-        }
+        row = {k: list(v) if isinstance(v, tuple) else v for k, v in _DEFAULTS.items()}
         row.update({k: v for k, v in data.items() if v is not None or k not in NOT_NULL_FIELDS})
     else:
         for key, value in data.items():
@@ -204,18 +211,19 @@ def normalize(
     row = _merge(data, base)
     row["name"] = check_name(row.get("name"))
     _durations(row)
-    _check_types(row)
-    _check_enums(row)
+    row.update(_check_types(row))
+    row.update(_check_enums(row))
     row["timezone"] = check_timezone(row.get("timezone"))
     fresh_at = base is None or row.get("at") != base.get("at")
-    check_trigger(row, timezone=row["timezone"] or settings.timezone, now=now, fresh_at=fresh_at)
-    _check_limits(row)
+    zone_name = row["timezone"] or settings.timezone
+    row.update(check_trigger(row, timezone=zone_name, now=now, fresh_at=fresh_at))
+    row.update(_check_limits(row))
     check_policies(row)
     row["rate_limit"] = check_rate_limit(row.get("rate_limit"))
     if row.get("project") is not None and not row["project"].strip():
         raise err("project", "must not be blank")
     check_action(row, settings=settings)
-    check_cwd(row, settings)
+    row["action_cwd"] = check_cwd(row.get("action_cwd"), row.get("action_project"), settings)
     for key in ("on_success", "on_fail"):
         row[key] = check_overlay(row.get(key), row, field=key, settings=settings)
     row["notify"] = check_notify(row.get("notify"))

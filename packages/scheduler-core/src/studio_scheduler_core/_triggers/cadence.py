@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import aiosqlite
 
@@ -18,6 +18,14 @@ from .once import parse_at
 logger = logging.getLogger("studio_scheduler_core")
 
 DEFAULT_POLL_INTERVAL_SEC = 300
+
+
+class PreviewEntry(TypedDict):
+    """One previewed fire time: the instant and its RFC 3339 forms in UTC and in the zone."""
+
+    at: float
+    utc: str
+    local: str
 
 
 def interval_next(due: float, interval: float, now: float) -> float:
@@ -110,10 +118,10 @@ def advance(
     return None
 
 
-def _entry(at: float, timezone: str) -> dict[str, Any] | None:
+def _entry(at: float, timezone: str) -> PreviewEntry | None:
     """One preview entry, or ``None`` past the last representable date (year 9999)."""
     try:
-        return {"at": at, "utc": iso(at), "local": iso(at, timezone)}
+        return PreviewEntry(at=at, utc=iso(at), local=iso(at, timezone))
     except (OverflowError, OSError, ValueError):
         return None
 
@@ -128,9 +136,9 @@ def preview_times(
     start: float,
     n: int = 5,
     first: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[PreviewEntry]:
     """The next ``n`` fire times after ``start`` (``first``: a known next instant to begin at)."""
-    out: list[dict[str, Any]] = []
+    out: list[PreviewEntry] = []
     if n <= 0:
         return out
     if trigger_type == "cron":
@@ -172,7 +180,7 @@ def preview_fire_times(
     timezone: str = "UTC",
     start: float,
     n: int = 5,
-) -> list[dict[str, Any]]:
+) -> list[PreviewEntry]:
     """The next ``n`` fire times after ``start``: ``[{"at", "utc", "local"}]``.
 
     For ``studio schedule preview --cron``. A bad expression or interval raises

@@ -32,13 +32,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TypedDict
 
 import aiosqlite
 
 from . import store
 
-MetricResult = tuple[float, dict[str, Any]]
+
+class MetricExtras(TypedDict, total=False):
+    """What a breach reports beside the observed figure (each metric sets its own keys)."""
+
+    unreported_sessions: int
+    spend_is_partial: bool
+    samples: int
+    github_schedule_id: str
+    github_repo: str | None
+
+
+MetricResult = tuple[float, MetricExtras]
 Measure = Callable[[aiosqlite.Connection, float, float, str], Awaitable[MetricResult]]
 
 
@@ -58,7 +69,7 @@ async def _total_cost(
     conn: aiosqlite.Connection, now: float, start: float, own: str
 ) -> MetricResult:
     cost, unreported = await store.session_cost(conn, start)
-    extras: dict[str, Any] = {"unreported_sessions": unreported}
+    extras = MetricExtras(unreported_sessions=unreported)
     if unreported:
         extras["spend_is_partial"] = True
     return cost, extras
