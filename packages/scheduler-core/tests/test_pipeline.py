@@ -50,7 +50,7 @@ async def test_an_adhoc_run_ends_at_its_own_timeout_sec(make_engine, clock, h) -
     assert (row["status"], row["status_reason_code"]) == ("timed_out", "run.timed_out.deadline")
 
 
-@pytest.mark.parametrize("value", [0, -5, 7 * 86400 + 1, "60", True, 1.5])
+@pytest.mark.parametrize("value", [0, -5, 7 * 86400 + 1, "60x", True, 1.5])
 async def test_adhoc_timeout_sec_refusals_name_the_field_and_write_nothing(
     conn, settings, clock, value: Any
 ) -> None:

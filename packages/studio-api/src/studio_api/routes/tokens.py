@@ -87,7 +87,7 @@ def _invalid(exc: InvalidTokenArgument) -> JSONResponse:
     return JSONResponse(error_body(str(exc), field=field), status_code=422)
 
 
-@router.get("", response_model=TokenList)
+@router.get("", response_model=TokenList, responses=responses())
 async def get_tokens(
     engine: EngineDep,
     include_revoked: Annotated[bool, Query(alias="all", description="revoked ones too")] = False,
