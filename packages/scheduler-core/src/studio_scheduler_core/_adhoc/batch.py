@@ -83,7 +83,8 @@ async def claim_batch(
 ) -> Batch:
     """Claim up to ``adhoc_free`` ad-hoc rows and ``scheduled_free`` queued scheduled fires
     in one transaction (see the module's docstring); a failure rolls every claim of the pass
-    back and discards what was prepared."""
+    back and discards what was prepared. The claims are stamped with ``now`` or, if later,
+    the clock's time once the rows are read."""
     conn = env.conn
     runs: list[Run] = []
     staged: list[Staged[Slot]] = []
@@ -112,6 +113,9 @@ async def claim_batch(
                 rows += await store.scheduled_candidates(conn, scheduled_free)
             if not rows:
                 return Batch([], 0)
+            # Stamped when the rows are ours, not when the tick began: a row queued (and
+            # stamped) meanwhile is never claimed "before" it was queued.
+            now = max(now, env.clock())
             await store.lock_concurrency_keys(conn, [run.concurrency_key for run in rows])
             for run in rows:
                 item = await _stage(env, run)
