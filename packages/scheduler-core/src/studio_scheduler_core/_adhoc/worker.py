@@ -10,6 +10,7 @@ through the same fire pipeline as a scheduled fire (reserve a slot → prepare �
 claim → release on failure → start; then execute / finish: same argv, cwd, environment,
 outcome rules and session evidence) in a task of its own, while a watcher renews the lease
 and stops the child if the row stops being this worker's (cancelled, or recovered by another).
+A run's end claims into the slot it freed at once (a pass of its own), not at the next tick.
 
 With ``scheduled_on_any_node`` the pass also claims the scheduled fires the leader queued
 (up to ``max_scheduled_concurrent`` on this node; the leader's admission holds their global
@@ -100,6 +101,8 @@ class AdhocWorker:
         self.runner: FireRunner | None = None
         """Runs the scheduled fires this worker claims (``scheduled_on_any_node``; the engine
         sets its own): their ends, follow-ups and retries are the fire runner's."""
+        self._refills: set[asyncio.Task[None]] = set()
+        """Claim passes started by a run's end (:meth:`_refill`)."""
         self._claiming = asyncio.Lock()
         """One claim pass at a time (the tick's, or one a finished run starts)."""
         self._scheduled: set[str] = set()
@@ -144,7 +147,7 @@ class AdhocWorker:
         self._stopping = True
         if self._env is not None:
             self._env.closing = True  # a failing terminal write is left to recovery now
-        tasks = list(self._tasks.values())
+        tasks = [*self._refills, *self._tasks.values()]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -265,6 +268,23 @@ class AdhocWorker:
             self._wake()  # the rows another node took leave others for these slots
         return launched
 
+    def _refill(self) -> None:
+        """A slot freed: claim into it at once, in a task of its own (the rest of the tick
+        follows the wake-up); with no bound connection yet, the tick's pass does it."""
+        env = self._env
+        if env is None or self._stopping:
+            return
+        task = asyncio.create_task(self._refill_pass(env), name="adhoc-refill")
+        self._refills.add(task)
+        task.add_done_callback(self._refills.discard)
+
+    async def _refill_pass(self, env: FireEnv) -> None:
+        try:
+            for fire, attempt in await self.claim(env.conn, now=self.clock()):
+                self.launch(fire, attempt)
+        except Exception:  # the tick's pass tries again
+            logger.exception("claiming queued runs into a freed slot failed")
+
     # -- execution --------------------------------------------------------------------------
     def launch(self, fire: Prepared, attempt: int) -> None:
         """Execute a fire :meth:`claim` returned, in a task of its own (lease watched)."""
@@ -299,8 +319,10 @@ class AdhocWorker:
             self._scheduled.discard(fire.run_id)
             self._started.discard(fire.run_id)
             self._revoked.discard(fire.run_id)
-            if self._wake is not None and not self._stopping:
-                self._wake()
+            if not self._stopping:
+                self._refill()
+                if self._wake is not None:
+                    self._wake()
 
     async def revoke(self, run_id: str) -> bool:
         """Stop the run's child at once if this worker executes it (its row already changed).
