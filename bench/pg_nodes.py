@@ -251,7 +251,7 @@ def _measure(
 
 
 def _fmt(values: list[float]) -> str:
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f}) /s"
+    return f"{statistics.median(values):,.1f} ({min(values):,.1f}–{max(values):,.1f}) /s"
 
 
 def main() -> None:

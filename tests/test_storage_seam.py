@@ -44,14 +44,13 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
         "_schema/v17_at_rate_limit.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         "_schema/v18_schedule_sets.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         # wave 3's first cut keeps these reads and counter upserts beside their logic; they
-        # are to move into an ``_observe/store.py`` / ``_adhoc/store.py`` seam (listed as
-        # open work in the architecture issue), so each is named here, not allowed by rule
+        # are to move into an ``_observe/store.py`` seam (listed as open work in the
+        # architecture issue), so each is named here, not allowed by rule
         "_observe/health.py": frozenset({STATEMENT}),
         "_observe/stats.py": frozenset({STATEMENT}),
         "_observe/status.py": frozenset({STATEMENT}),
         "_records/counters.py": frozenset({STATEMENT}),
         "_recovery/retention_counters.py": frozenset({STATEMENT}),
-        "_adhoc/claim.py": frozenset({STATEMENT}),
         # the one guarded terminal write of runs and invocations
         "_records/terminal.py": frozenset({STATEMENT}),
         # the database file's write probe
@@ -74,8 +73,6 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
         # integrity check (and table count) of a backup copy on its own connection, and the
         # audit row of each action in its own short transaction
         "_maintenance.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
-        # which node leads (pg_locks and studio_nodes), read to forward a leader-only request
-        "_forward.py": frozenset({STATEMENT}),
     },
     "cli": {},
 }

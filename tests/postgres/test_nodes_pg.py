@@ -15,16 +15,16 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from studio_state.testing import db_rows, free_port, pid_alive
+from studio_api.testing import ServeProcess
+from studio_state.testing import db_rows, pid_alive
 
 # The nodes are real `studio serve` processes of this environment: the postgres test entry
 # must install studio-api and studio-cli (hatch.toml's postgres workspace members).
@@ -38,73 +38,26 @@ FAILOVER_SLACK = 4.0
 TERMINAL = {"completed", "failed", "timed_out", "cancelled", "skipped"}
 
 
-class Node:
-    """One ``studio serve`` process."""
+def start_node(
+    name: str, dsn: str, home: Path, extra_env: dict[str, str] | None = None
+) -> ServeProcess:
+    """One ``studio serve`` node (its home ``home/<name>``), without a node URL: a follower
+    cannot forward to the leader (test_forwarding.py covers nodes that can)."""
+    env = {
+        "LIONAGI_STUDIO_TICK_SECONDS": str(TICK),
+        "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "true,sleep",
+        "LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT": str(CAP),
+        "LIONAGI_STUDIO_NOTIFY_TEMPLATE": '["true", "{deliver_to}"]',
+        **(extra_env or {}),
+    }
+    return ServeProcess(name, dsn, home / name, node_url=False, env=env)
 
-    def __init__(
-        self, name: str, dsn: str, home: Path, extra_env: dict[str, str] | None = None
-    ) -> None:
-        self.name = name
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        home.mkdir(parents=True, exist_ok=True)
-        self.log = home / f"{name}.log"
-        env = {
-            **os.environ,
-            "HOME": str(home),
-            "LIONAGI_STUDIO_NODE_ID": name,
-            "LIONAGI_STUDIO_TICK_SECONDS": str(TICK),
-            "LIONAGI_STUDIO_RUN_LOG_DIR": str(home / "runs"),
-            "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "true,sleep",
-            "LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT": str(CAP),
-            "LIONAGI_STUDIO_NOTIFY_TEMPLATE": '["true", "{deliver_to}"]',
-            **(extra_env or {}),
-        }
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [*studio(), "serve", "--port", str(self.port), "--db", dsn],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
 
-    def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=5) as answer:
-            return json.load(answer)
-
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        request = urllib.request.Request(
-            self.url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return json.load(answer)
-
-    def post_status(self, path: str, body: dict[str, Any]) -> tuple[int, str | None]:
-        """POST expecting a refusal: its status and ``reason_code``."""
-        try:
-            self.post(path, body)
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.load(exc).get("reason_code")
-        return 200, None
-
-    def health(self) -> dict[str, Any] | None:
-        try:
-            return dict(self.get("/api/health"))
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+def post_status(node: ServeProcess, path: str, body: dict[str, Any]) -> tuple[int, str | None]:
+    """POST expecting a refusal: its status and ``reason_code``."""
+    answer = httpx.post(f"{node.url}{path}", json=body, timeout=30)
+    reason = answer.json().get("reason_code") if answer.status_code >= 400 else None
+    return answer.status_code, reason
 
 
 def studio() -> list[str]:
@@ -126,16 +79,11 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 @contextmanager
 def nodes(
     dsn: str, home: Path, names: list[str], extra_env: dict[str, str] | None = None
-) -> Iterator[list[Node]]:
-    started = [Node(name, dsn, home, extra_env) for name in names]
+) -> Iterator[list[ServeProcess]]:
+    started: list[ServeProcess] = []
     try:
-        for node in started:
-            wait_until(
-                lambda node=node: node.health() or node.proc.poll() is not None,
-                60,
-                f"{node.name} serving",
-            )
-            assert node.proc.poll() is None, node.log.read_text()
+        for name in names:
+            started.append(start_node(name, dsn, home, extra_env))
         yield started
     finally:
         for node in started:
@@ -256,7 +204,7 @@ def test_three_nodes_one_leader_and_failover_after_kill_9(pg_dsn: str, tmp_path:
             "every schedule fired",
         )
         in_flight = sample_in_flight(started, seconds=2.0)
-        refused = followers[1].post_status(f"/api/schedules/{long['id']}/trigger", {})
+        refused = post_status(followers[1], f"/api/schedules/{long['id']}/trigger", {})
         # A follower forwards a trigger to the leader; these nodes give no
         # LIONAGI_STUDIO_NODE_URL, so it cannot (test_forwarding.py: nodes that do).
         assert refused[0] == 503, refused
@@ -334,7 +282,7 @@ def test_three_nodes_one_leader_and_failover_after_kill_9(pg_dsn: str, tmp_path:
     assert unfinished == [], unfinished
 
 
-def sample_in_flight(started: list[Node], *, seconds: float) -> list[int]:
+def sample_in_flight(started: list[ServeProcess], *, seconds: float) -> list[int]:
     """The scheduled fires in flight on all nodes together, sampled for ``seconds``."""
     samples: list[int] = []
     deadline = time.monotonic() + seconds

@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ import psycopg
 import pytest
 
 from studio_api import StudioSettings
-from studio_api.testing import StudioServer
+from studio_api.testing import ServeProcess, StudioServer
 from studio_scheduler_core._recovery.archive import manifests_in, read_archive
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_state import connect
@@ -40,67 +39,20 @@ BOUND = 4096
 DAY = 86400.0
 
 
-class Serve:
-    """One ``studio serve`` process with its own home and run-log directory."""
-
-    def __init__(self, name: str, dsn: str, home: Path) -> None:
-        self.name = name
-        self.runs = home / "runs"
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        home.mkdir(parents=True)
-        env = {
-            **os.environ,
-            "HOME": str(home),
-            "LIONAGI_STUDIO_NODE_ID": name,
-            "LIONAGI_STUDIO_NODE_URL": self.url,
-            "LIONAGI_STUDIO_TICK_SECONDS": "0.5",
-            "LIONAGI_STUDIO_RUN_LOG_DIR": str(self.runs),
-            "LIONAGI_STUDIO_RUN_LOG_BYTES": str(BOUND),
-            "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "sh,sleep",
-        }
-        self.log = home / "serve.log"
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "studio_cli", "serve", "--port", str(port), "--db", dsn],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        wait_for(self._up, timeout=60)
-        assert self.proc.poll() is None, self.log.read_text()
-
-    def _up(self) -> bool:
-        if self.proc.poll() is not None:
-            return True
-        try:
-            return httpx.get(f"{self.url}/api/health").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def health(self) -> dict[str, Any]:
-        return dict(httpx.get(f"{self.url}/api/health").json())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+def serve(name: str, dsn: str, home: Path) -> ServeProcess:
+    """One ``studio serve`` node with its own home and run-log directory (bounded small)."""
+    return ServeProcess(name, dsn, home, env={"LIONAGI_STUDIO_RUN_LOG_BYTES": str(BOUND)})
 
 
 @pytest.fixture
-def serving() -> Iterator[list[Serve]]:
-    started: list[Serve] = []
+def serving() -> Iterator[list[ServeProcess]]:
+    started: list[ServeProcess] = []
     yield started
     for node in reversed(started):
         node.stop()
 
 
-def _start(node: Serve, tmp_path: Path, script: str) -> str:
+def _start(node: ServeProcess, tmp_path: Path, script: str) -> str:
     body = {
         "action_kind": "command",
         "action_command": "sh",
@@ -112,7 +64,7 @@ def _start(node: Serve, tmp_path: Path, script: str) -> str:
     return str(answer.json()["run_id"])
 
 
-def _status(node: Serve, run_id: str) -> dict[str, Any]:
+def _status(node: ServeProcess, run_id: str) -> dict[str, Any]:
     return dict(httpx.get(f"{node.url}/api/schedules/runs/{run_id}").json())
 
 
@@ -147,11 +99,11 @@ async def _retention(dsn: str, runs_dir: Path, archive: Path) -> Any:
 
 
 def test_a_dead_nodes_finished_runs_logs_are_served_from_the_database(
-    pg_dsn: str, tmp_path: Path, serving: list[Serve]
+    pg_dsn: str, tmp_path: Path, serving: list[ServeProcess]
 ) -> None:
-    node_a = Serve("node-a", pg_dsn, tmp_path / "a")
+    node_a = serve("node-a", pg_dsn, tmp_path / "a")
     serving.append(node_a)
-    wait_for(lambda: node_a.health()["leader"], timeout=30)
+    wait_for(lambda: (node_a.health() or {}).get("leader"), timeout=30)
     small = _start(node_a, tmp_path, "echo first line; echo second line")
     big = _start(node_a, tmp_path, "i=0; while [ $i -lt 1000 ]; do echo line $i; i=$((i+1)); done")
     for run_id in (small, big):
@@ -160,7 +112,7 @@ def test_a_dead_nodes_finished_runs_logs_are_served_from_the_database(
     wait_for(lambda: _status(node_a, running)["status"] == "running")
     # Node B starts only now, so node A ran (and claimed) all three.
     ids = (small, big, running)
-    node_b = Serve("node-b", pg_dsn, tmp_path / "b")
+    node_b = serve("node-b", pg_dsn, tmp_path / "b")
     serving.append(node_b)
     ran_by = db_rows(pg_dsn, "SELECT node_id FROM schedule_runs WHERE id IN (?, ?, ?)", ids)
     assert {r["node_id"] for r in ran_by} == {"node-a"}
@@ -178,8 +130,7 @@ def test_a_dead_nodes_finished_runs_logs_are_served_from_the_database(
     assert content.startswith(b"line 0\n") and content.endswith(b"line 999\n")
     assert not _stored(pg_dsn, running)
 
-    os.killpg(node_a.proc.pid, signal.SIGKILL)
-    node_a.proc.wait(timeout=10)
+    node_a.kill()
     shutil.rmtree(node_a.runs)
 
     # A running run's live output is on its node only: gone, so 409 naming it. (Node B may

@@ -161,3 +161,25 @@ async def test_errors_get_the_same_answers_in_another_language(
     assert (kind, code) == ("foreign_key", "23503")
     assert constraint == "schedule_runs_schedule_id_fkey"
     assert _busy(server_dsn) == (True, "55P03")
+
+
+async def test_a_read_only_server_is_a_storage_fault_by_its_sqlstate(server_dsn: str) -> None:
+    """A write refused by a read-only session (what a standby or a server made read-only
+    answers) is the storage fault "read-only" by its SQLSTATE, in either language; the
+    API names it so (503), not as an internal error."""
+    from studio_api._errors import storage_problem
+    from studio_state import storage_fault_of
+
+    async with connect(server_dsn) as conn:
+        await conn.execute("SET default_transaction_read_only = on")
+        with pytest.raises(sqlite3.OperationalError) as caught:
+            await conn.execute("CREATE TABLE t_readonly (x integer)")
+    assert storage_fault_of(caught.value) == "readonly"
+    problem = storage_problem(caught.value)
+    assert problem is not None and "the database is read-only" in problem
+    # Not a fault: another refused statement with the same class of error (operational).
+    async with connect(server_dsn) as conn:
+        with pytest.raises(sqlite3.OperationalError) as other:
+            await conn.execute("SELECT * FROM no_such_table")
+    assert storage_fault_of(other.value) is None
+    assert storage_problem(other.value) is None

@@ -24,7 +24,15 @@ from ._connection import (
     dict_row_factory,
     open_connection,
 )
-from ._db_errors import DbErrorClass, ErrorKind, classify_db_error, is_busy_error, violates
+from ._db_errors import (
+    DbErrorClass,
+    ErrorKind,
+    StorageFault,
+    classify_db_error,
+    is_busy_error,
+    storage_fault_of,
+    violates,
+)
 from ._exceptions import (
     ConnectionClosed,
     InvalidSetting,
@@ -90,6 +98,7 @@ __all__ = [
     "SYNCHRONOUS_MODES",
     "SchemaTooNew",
     "StateError",
+    "StorageFault",
     "SynchronousInTransaction",
     "Transition",
     "TransitionFilter",
@@ -127,6 +136,7 @@ __all__ = [
     "run_to_completion",
     "run_write_transaction",
     "split_statements",
+    "storage_fault_of",
     "system_clock",
     "transition",
     "transition_sync",

@@ -15,6 +15,7 @@ import aiosqlite
 
 from ._backend import connect_postgres, is_postgres, postgres_module, register
 from ._exceptions import InvalidSetting
+from ._ownership import GatedConnection
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -116,8 +117,9 @@ async def _open_postgres(
     opened = await asyncio.to_thread(
         partial(connect_postgres, url, synchronous=level, application_name=application_name)
     )
-    # aiosqlite drives whatever its connector returns with sqlite3's DB-API calls.
-    conn = aiosqlite.Connection(
+    # aiosqlite drives whatever its connector returns with sqlite3's DB-API calls; another
+    # task's statement waits for an open transaction instead of running inside it.
+    conn = GatedConnection(
         cast("Callable[[], sqlite3.Connection]", lambda: opened), iter_chunk_size=64
     )
     await conn

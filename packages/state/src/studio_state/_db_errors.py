@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 ErrorKind = Literal["unique", "primary_key", "foreign_key", "not_null", "check", "busy", "other"]
+StorageFault = Literal["readonly", "full", "io", "corrupt", "cantopen"]
+"""A storage fault: the database (or its file system) is read-only, full, failing I/O,
+corrupt, or cannot be opened."""
 
 # SQLite extended result codes (sqlite3.h).
 _SQLITE_KINDS: Final[dict[int, ErrorKind]] = {
@@ -30,6 +33,16 @@ _SQLITE_KINDS: Final[dict[int, ErrorKind]] = {
 }
 _SQLITE_BUSY: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 
+# SQLite primary result codes of a storage fault (the low byte of the extended code).
+_SQLITE_FAULTS: Final[dict[int, StorageFault]] = {
+    8: "readonly",  # SQLITE_READONLY
+    10: "io",  # SQLITE_IOERR
+    11: "corrupt",  # SQLITE_CORRUPT
+    13: "full",  # SQLITE_FULL
+    14: "cantopen",  # SQLITE_CANTOPEN
+    26: "corrupt",  # SQLITE_NOTADB
+}
+
 # PostgreSQL SQLSTATEs (Appendix A of its manual).
 _PG_KINDS: Final[dict[str, ErrorKind]] = {
     "23505": "unique",
@@ -39,6 +52,13 @@ _PG_KINDS: Final[dict[str, ErrorKind]] = {
     "55P03": "busy",  # lock_not_available (NOWAIT, lock_timeout)
     "40001": "busy",  # serialization_failure
     "40P01": "busy",  # deadlock_detected
+}
+_PG_FAULTS: Final[dict[str, StorageFault]] = {
+    "53100": "full",  # disk_full
+    "58030": "io",  # io_error
+    "25006": "readonly",  # read_only_sql_transaction (a standby, a read-only session)
+    "XX001": "corrupt",  # data_corrupted
+    "XX002": "corrupt",  # index_corrupted
 }
 # PostgreSQL names a primary key constraint ``<table>_pkey`` unless told otherwise; Studio's
 # schemas never name one otherwise.
@@ -130,3 +150,19 @@ def violates(exc: BaseException, kind: ErrorKind, *constraints: str) -> bool:
     if found.kind != kind:
         return False
     return not constraints or found.constraint is None or found.constraint in constraints
+
+
+def storage_fault_of(exc: BaseException) -> StorageFault | None:
+    """The storage fault ``exc`` (or the database error it was raised from) reports, by code
+    only: SQLite's result code (read-only, I/O error, corrupt, full, cannot open, not a
+    database) or PostgreSQL's SQLSTATE (disk full, I/O error, read-only transaction, data or
+    index corrupted); ``None`` for anything else, and for errors that carry no code.
+    """
+    for error in _chain(exc):
+        state = _sqlstate(error)
+        if state is not None:
+            return _PG_FAULTS.get(state)
+        code = getattr(error, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return _SQLITE_FAULTS.get(code & 0xFF)
+    return None

@@ -66,7 +66,9 @@ _IDLE_IN_TRANSACTION_MS: Final = 10_000
 
 
 def _sqlite_shape(exc: psycopg.Error) -> str:
-    """The start of SQLite's message for a constraint failure (Studio matches on it)."""
+    """The start of SQLite's message for a constraint failure: the same words for a reader on
+    either backend (nothing decides on them: :func:`studio_state.classify_db_error` reads the
+    SQLSTATE and the constraint's name)."""
     diag = exc.diag
     table = diag.table_name or "?"
     state = exc.sqlstate or ""

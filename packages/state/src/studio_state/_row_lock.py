@@ -32,8 +32,10 @@ async def lock_rows(
     if backend_of(conn) != "postgresql" or not statuses:
         return
     marks = ", ".join("?" * len(statuses))
+    # In ``id`` order: two transactions locking overlapping sets never wait on each other in
+    # opposite orders (a deadlock, which PostgreSQL ends by aborting one of them).
     await conn.execute(
-        f"SELECT id FROM {table} WHERE {column} = ? AND status IN ({marks}) FOR UPDATE",
+        f"SELECT id FROM {table} WHERE {column} = ? AND status IN ({marks}) ORDER BY id FOR UPDATE",
         (value, *statuses),
     )
 

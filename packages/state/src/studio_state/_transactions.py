@@ -17,10 +17,8 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 import aiosqlite
@@ -30,6 +28,7 @@ from ._connection import check_synchronous
 from ._db_errors import is_busy_error
 from ._exceptions import SynchronousInTransaction
 from ._hop import run_sync
+from ._ownership import begin_owning, end_owning, peek, state_of
 
 T = TypeVar("T")
 
@@ -37,22 +36,6 @@ T = TypeVar("T")
 # rarer cases where SQLite reports SQLITE_BUSY at once (e.g. a WAL recovery in progress).
 _BEGIN_RETRIES = 5
 _BEGIN_RETRY_DELAY = 0.05
-
-
-@dataclass
-class _TxnState:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    owner: asyncio.Task[object] | None = None
-
-
-_states: weakref.WeakKeyDictionary[aiosqlite.Connection, _TxnState] = weakref.WeakKeyDictionary()
-
-
-def _state(conn: aiosqlite.Connection) -> _TxnState:
-    state = _states.get(conn)
-    if state is None:
-        state = _states[conn] = _TxnState()
-    return state
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -72,7 +55,7 @@ async def _begin_immediate(conn: aiosqlite.Connection) -> None:
 
 def in_owned_transaction(conn: aiosqlite.Connection) -> bool:
     """Whether the current task is inside a transaction on ``conn`` (its own or its caller's)."""
-    state = _states.get(conn)
+    state = peek(conn)
     task = asyncio.current_task()
     if state is not None and state.owner is not None:
         return state.owner is task
@@ -89,7 +72,7 @@ async def write_transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqli
     - Otherwise the block runs in its own ``BEGIN IMMEDIATE … COMMIT`` (rolled back on any
       exception, cancellation included), serialised with other tasks on the same connection.
     """
-    state = _state(conn)
+    state = state_of(conn)
     task = asyncio.current_task()
     if state.owner is not None and state.owner is task:
         yield conn
@@ -100,28 +83,27 @@ async def write_transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqli
     async with state.lock:
         # Claim ownership before BEGIN: while BEGIN runs, ``conn.in_transaction`` is already
         # true, and another task must wait for the lock rather than join this transaction.
-        state.owner = task
+        mark = begin_owning(state, task)
         try:
-            await _begin_immediate(conn)
-        except asyncio.CancelledError:
-            # The thread may still run the BEGIN the caller gave up on: roll it back (queued
-            # after it) before another task could find the connection in a transaction and
-            # join it.
-            await _settle_rollback(conn)
-            state.owner = None
-            raise
-        except BaseException:
-            state.owner = None
-            raise
-        try:
-            yield conn
-            await conn.commit()
-        except BaseException:
-            if conn.in_transaction:
-                await asyncio.shield(conn.rollback())
-            raise
+            try:
+                await _begin_immediate(conn)
+            except asyncio.CancelledError:
+                # The thread may still run the BEGIN the caller gave up on: roll it back
+                # (queued after it) before another task could find the connection in a
+                # transaction and join it.
+                await _settle_rollback(conn)
+                raise
+            try:
+                yield conn
+                await conn.commit()
+            except BaseException:
+                if conn.in_transaction:
+                    # To its end even if this task is cancelled again meanwhile: the lock
+                    # is only given up once nothing of this transaction is left open.
+                    await _settle_rollback(conn)
+                raise
         finally:
-            state.owner = None
+            end_owning(state, mark)
 
 
 async def _settle_rollback(conn: aiosqlite.Connection) -> None:
@@ -315,7 +297,7 @@ async def run_write_transaction(
     as the server's ``synchronous_commit``.
     """
     level = None if synchronous is None else _LEVELS[check_synchronous(synchronous)]
-    state = _state(conn)
+    state = state_of(conn)
     task = asyncio.current_task()
     owner = state.owner
     if (owner is not None and owner is task) or (owner is None and conn.in_transaction):
@@ -328,9 +310,9 @@ async def run_write_transaction(
     # The lock by hand rather than ``async with``: one coroutine less on every transaction.
     lock = state.lock
     await lock.acquire()
-    state.owner = task
+    mark = begin_owning(state, task)
     try:
         return await _one_hop(conn, fn, level)
     finally:
-        state.owner = None
+        end_owning(state, mark)
         lock.release()

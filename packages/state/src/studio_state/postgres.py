@@ -3,6 +3,7 @@
 :class:`LeaderElection`: leader election for schedule evaluation by a session advisory lock
 on a dedicated connection named ``studio:<node_id>``; a dead leader's lock is released with
 its connection and another candidate takes over within ``tick_seconds``.
+:func:`leading_node`: which node holds that lock now, read on any connection.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._node import APPLICATION_PREFIX, check_node_id, default_node_id
 from ._pg_leader import SCHEDULER_LOCK_KEY, LeaderElection
+from ._pg_leading import leading_node
 
 __all__ = [
     "APPLICATION_PREFIX",
@@ -23,4 +25,5 @@ __all__ = [
     "LeaderElection",
     "check_node_id",
     "default_node_id",
+    "leading_node",
 ]

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from studio_scheduler_core import SchedulerEngine, SchedulerError
-from studio_state import StateError
+from studio_state import StateError, run_sync
 
 from .__about__ import __version__
 from ._auth import PUBLIC_PATHS, AuthMiddleware
@@ -160,12 +160,23 @@ async def apply_synchronous(engine: SchedulerEngine, mode: str) -> str:
         return POSTGRES_SYNCHRONOUS
     conn = engine.conn
     deadline = time.monotonic() + _SYNCHRONOUS_WAIT_SECONDS
+    statement = f"PRAGMA synchronous = {mode.upper()}"
+
+    def set_between_transactions(db: sqlite3.Connection) -> bool:
+        # On the connection's thread, so no other task's statement comes between the check
+        # and the change (SQLite refuses the change inside a transaction).
+        if db.in_transaction:
+            return False
+        db.execute(statement)
+        return True
+
     while (current := await _synchronous_of(conn)) != mode:
-        try:
-            await conn.execute(f"PRAGMA synchronous = {mode.upper()}")
-        except sqlite3.OperationalError as exc:
-            if "transaction" not in str(exc) or time.monotonic() > deadline:
-                raise
+        if not await run_sync(conn, set_between_transactions):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"PRAGMA synchronous: the engine's connection stayed inside a transaction "
+                    f"for {_SYNCHRONOUS_WAIT_SECONDS} s"
+                )
             await asyncio.sleep(0.01)
     return current
 

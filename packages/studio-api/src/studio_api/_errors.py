@@ -10,9 +10,10 @@
   ``ScheduleHasRunningRuns``.
 - 409 ``{"detail"}``: ``InvalidDispatchState``, ``AckTokenMismatch``, ``AckNotRequired``,
   any other outbox or scheduler error.
-- 503 ``{"detail"}`` with ``Retry-After``: SQLite busy or locked; a storage fault (read-only or
-  full file system, I/O error, corrupt or unopenable file: :func:`storage_problem`), whatever
-  error wraps it, with the problem in ``detail``; health reports it (``degraded``).
+- 503 ``{"detail"}`` with ``Retry-After``: the database busy or locked; a storage fault
+  (read-only or full file system, I/O error, corrupt or unopenable file:
+  :func:`storage_problem`), whatever error wraps it, with the problem in ``detail``; health
+  reports it (``degraded``).
 - 500 ``{"detail": "internal server error"}``: anything else, its traceback logged.
 """
 
@@ -52,41 +53,22 @@ from studio_scheduler_core import (
     SchedulerError,
     ScheduleValidationError,
 )
-from studio_state import is_busy_error
+from studio_state import StorageFault, is_busy_error, storage_fault_of
 
 logger = logging.getLogger("studio_api")
 
-# SQLite result codes (primary, without the extended part) that mean the storage refused.
-_FAULT_CODES = {
-    "SQLITE_READONLY": "the database is read-only",
-    "SQLITE_FULL": "the disk is full",
-    "SQLITE_IOERR": "disk I/O error",
-    "SQLITE_CORRUPT": "the database file is corrupt",
-    "SQLITE_NOTADB": "the database file is corrupt",
-    "SQLITE_CANTOPEN": "the database file cannot be opened",
+# What each storage fault (classified by its code: SQLite's result code, PostgreSQL's
+# SQLSTATE; never by the message, which a build, a wrapper or ``lc_messages`` may reword).
+_FAULTS: dict[StorageFault, str] = {
+    "readonly": "the database is read-only",
+    "full": "the disk is full",
+    "io": "disk I/O error",
+    "corrupt": "the database file is corrupt",
+    "cantopen": "the database file cannot be opened",
 }
-# The same, by the messages of SQLite builds or wrappers that do not set ``sqlite_errorname``.
-_FAULT_MESSAGES = {
-    "readonly database": "SQLITE_READONLY",
-    "read-only file system": "SQLITE_READONLY",
-    "database or disk is full": "SQLITE_FULL",
-    "disk i/o error": "SQLITE_IOERR",
-    "database disk image is malformed": "SQLITE_CORRUPT",
-    "file is not a database": "SQLITE_NOTADB",
-    "unable to open database file": "SQLITE_CANTOPEN",
-}
+# The faults the file system's own answer makes more precise.
+_REFINED: frozenset[StorageFault] = frozenset({"io", "readonly", "full"})
 _MAX_CHAIN = 8
-
-
-def _fault_code(exc: BaseException) -> str | None:
-    if not isinstance(exc, sqlite3.Error):
-        return None
-    name = str(getattr(exc, "sqlite_errorname", "") or "")
-    for code in _FAULT_CODES:
-        if name == code or name.startswith(code + "_"):
-            return code
-    text = str(exc).lower()
-    return next((code for words, code in _FAULT_MESSAGES.items() if words in text), None)
 
 
 _FS_ERRNOS = {
@@ -122,7 +104,8 @@ def file_system_state(path: Path | None) -> str | None:
 
 def storage_problem(exc: BaseException, db_path: Path | None = None) -> str | None:
     """A one-line description if ``exc`` (or an exception it was raised from) is a storage
-    fault of SQLite (read-only, full, I/O error, corrupt, cannot open); else ``None``.
+    fault (read-only, full, I/O error, corrupt, cannot open: by SQLite's result code or
+    PostgreSQL's SQLSTATE, :func:`studio_state.storage_fault_of`); else ``None``.
 
     ``db_path`` lets the description say what the file system reports (an I/O error on a file
     system that turned read-only says so). This is the one place that classifies storage
@@ -132,10 +115,10 @@ def storage_problem(exc: BaseException, db_path: Path | None = None) -> str | No
     for _ in range(_MAX_CHAIN):
         if seen is None:
             return None
-        code = _fault_code(seen)
-        if code is not None:
-            what = _FAULT_CODES[code]
-            if code in ("SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_FULL"):
+        fault = storage_fault_of(seen) if isinstance(seen, sqlite3.Error) else None
+        if fault is not None:
+            what = _FAULTS[fault]
+            if fault in _REFINED:
                 state = file_system_state(db_path)
                 if state is not None and state != what:
                     what = f"{what}: {state}"
@@ -276,6 +259,8 @@ def storage_fault_response(app: Any, exc: BaseException) -> JSONResponse | None:
 
 async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     if is_busy_error(exc):
+        # One line: on PostgreSQL a deadlock is a lock-order bug worth seeing in the log.
+        logger.warning("database busy on %s %s: %s", request.method, request.url.path, exc)
         return JSONResponse(
             error_body("database is busy, retry shortly"),
             status_code=503,

@@ -22,7 +22,6 @@ from fastapi import HTTPException, Request
 from fastapi.responses import Response
 
 from studio_scheduler_core import SchedulerEngine, read_node
-from studio_state import fetch_one
 
 from ._node_proxy import CONNECT_TIMEOUT, PROXIED_HEADER
 
@@ -31,13 +30,6 @@ FORWARD_TIMEOUT = 30.0
 
 # The response headers a forwarded answer keeps (the rest describe the leader's connection).
 _KEPT_HEADERS = ("content-type", "retry-after", "x-request-id")
-
-_LEADER_SESSION = (
-    "SELECT a.application_name AS application_name FROM pg_locks l "
-    "JOIN pg_stat_activity a ON a.pid = l.pid "
-    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-    "AND ((l.classid::bigint << 32) | l.objid::bigint) = ? LIMIT 1"
-)
 
 
 @dataclass(frozen=True)
@@ -50,12 +42,11 @@ class Leader:
 
 async def find_leader(engine: SchedulerEngine) -> Leader | None:
     """The node holding the leader lock of ``engine``'s PostgreSQL database, or ``None``."""
-    from studio_state.postgres import APPLICATION_PREFIX, SCHEDULER_LOCK_KEY
+    from studio_state.postgres import leading_node  # psycopg is only needed on PostgreSQL
 
-    row = await fetch_one(engine.conn, _LEADER_SESSION, (SCHEDULER_LOCK_KEY,))
-    if row is None or not str(row["application_name"] or "").startswith(APPLICATION_PREFIX):
+    node_id = await leading_node(engine.conn)
+    if node_id is None:
         return None
-    node_id = str(row["application_name"])[len(APPLICATION_PREFIX) :]
     info = await read_node(engine.conn, node_id)
     url = None if info is None or not info["url"] else str(info["url"]).rstrip("/")
     return Leader(node_id, url)

@@ -212,7 +212,8 @@ class StudioServers:
 class ServeProcess:
     """A real ``studio serve`` process (``python -m studio_cli serve``) of this environment:
     one node of a cluster on the database URL ``db``, with ``home`` as its ``HOME`` and its
-    run-log directory under it; started and serving when the constructor returns.
+    run-log directory under it; started and serving when the constructor returns. The one way
+    the test suites start a served node.
 
     ``node_url``: ``True`` advertises its own address as ``LIONAGI_STUDIO_NODE_URL``,
     ``False`` none, a string that URL (one nothing answers on, say). ``env`` adds or
@@ -267,6 +268,27 @@ class ServeProcess:
         except httpx.HTTPError:
             return None
         return dict(answer.json()) if answer.status_code == 200 else None
+
+    def get(self, path: str, **params: Any) -> Any:
+        """``GET path`` (query ``params``): the JSON answer; an error status raises
+        ``httpx.HTTPStatusError``."""
+        answer = httpx.get(f"{self.url}{path}", params=params, timeout=30)
+        answer.raise_for_status()
+        return answer.json()
+
+    def post(self, path: str, body: Any = None) -> Any:
+        """``POST path`` with the JSON ``body``: the JSON answer; an error status raises
+        ``httpx.HTTPStatusError``."""
+        answer = httpx.post(f"{self.url}{path}", json=body, timeout=30)
+        answer.raise_for_status()
+        return answer.json()
+
+    def kill(self) -> None:
+        """``kill -9`` of its process group (the node and the children it runs), waited for."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL of its process group if it has not exited within 30 s."""

@@ -7,8 +7,9 @@ lease, guarded on the attempt count read and on no other running row holding its
 
 On PostgreSQL (READ COMMITTED) the ``concurrency_key`` guard is a ``NOT EXISTS`` over other
 rows, which a concurrent claim of another row of the same key does not see until it commits:
-the claim first takes a transaction advisory lock on the key, so claims of one key are
-serialised and each one's guard reads the other's committed row.
+the claim first takes a transaction advisory lock on the key
+(:func:`~.store.lock_concurrency_keys`), so claims of one key are serialised and each one's
+guard reads the other's committed row.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import aiosqlite
 
-from studio_state import backend_of, record_transitions, write_transaction
+from studio_state import record_transitions, write_transaction
 
 from .._fire import store as fire_store
 from .._fire.commit import invocation_row
@@ -31,11 +32,8 @@ from .._records.run import Run
 from .._records.schedule import Action
 from .._records.terminal import StatusChange, apply, clip
 from .._records.vocab import ENGINE_ACTOR
+from . import store
 from .lease import CLAIMED, lease_transition
-
-CONCURRENCY_LOCK_PREFIX = "studio.concurrency_key:"
-"""What the advisory lock of a ``concurrency_key`` is named after (hashed to 64 bits)."""
-_KEY_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))"
 
 
 @dataclass
@@ -152,8 +150,8 @@ async def _write_claim(
     key: str | None,
 ) -> bool:
     async with write_transaction(conn):
-        if key is not None and backend_of(conn) == "postgresql":
-            await conn.execute(_KEY_LOCK, (CONCURRENCY_LOCK_PREFIX + key,))
+        # Already held when a claim pass took its batch's keys (a lock held twice is fine).
+        await store.lock_concurrency_keys(conn, [key])
         # The invocation first: schedule_runs.invocation_id references it (not deferred).
         await fire_store.insert_invocation(conn, invocation)
         if not (await apply(conn, [change]))[0]:

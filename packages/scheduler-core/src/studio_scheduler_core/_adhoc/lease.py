@@ -27,7 +27,7 @@ from typing import Any
 import aiosqlite
 
 from studio_launcher import is_same_process, process_start_time
-from studio_state import Transition, write_transaction
+from studio_state import Transition, lock_row, write_transaction
 
 from .._notify.service import notify_run
 from .._records.terminal import StatusChange, apply, clip
@@ -219,6 +219,10 @@ async def _recover_row(
         sets=sets, guards=guards, metadata=meta,
     )  # fmt: skip
     async with write_transaction(conn):
+        if invocation_id:
+            # PostgreSQL: the invocation's row first, in the order the run's terminal write
+            # takes them (invocation, then run), so the two never deadlock.
+            await lock_row(conn, "invocations", invocation_id)
         if not (await apply(conn, [run_change]))[0]:
             return None
         if invocation_id:
@@ -284,6 +288,7 @@ async def requeue_unstarted(
         sets={"ended_at": now}, evidence_refs=[{"kind": "schedule_run", "id": run_id}],
     )  # fmt: skip
     async with write_transaction(conn):
+        await lock_row(conn, "invocations", invocation_id)  # in the terminal write's order
         if not (await apply(conn, [run_change]))[0]:
             return False
         await apply(conn, [invocation_change])

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 
 from studio_launcher import LaunchError, is_same_process, terminate_process_group
-from studio_state import Clock, new_id, record_transition, write_transaction
+from studio_state import Clock, lock_row, new_id, record_transition, write_transaction
 
 from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
 from .._fire import store as fire_store
@@ -275,6 +275,9 @@ class AdhocRunService:
                 )
             ]  # fmt: skip
             if status == "running" and row["invocation_id"]:
+                # PostgreSQL: the invocation's row first, as the run's terminal write takes
+                # them (invocation, then run): the two never wait on each other in a cycle.
+                await lock_row(self._conn, "invocations", row["invocation_id"])
                 changes.append(
                     StatusChange(
                         "invocations", row["invocation_id"], "cancelled", CANCELLED, summary,

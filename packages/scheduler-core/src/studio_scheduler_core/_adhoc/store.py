@@ -8,6 +8,7 @@ implements these functions with the same guards.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import aiosqlite
@@ -63,20 +64,37 @@ _ENQUEUE = (
 )
 
 
+CONCURRENCY_LOCK_PREFIX = "studio.concurrency_key:"
+"""What the advisory lock of a ``concurrency_key`` is named after (hashed to 64 bits)."""
+_KEY_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))"
+
+
 async def candidates(conn: aiosqlite.Connection, limit: int) -> list[Run]:
-    """Up to ``limit`` claimable queued runs (see :data:`CANDIDATES`); on PostgreSQL rows
-    locked by another transaction (a claim in flight) are skipped (``SKIP LOCKED``)."""
+    """Up to ``limit`` claimable queued runs (see :data:`CANDIDATES`). On PostgreSQL, inside
+    the caller's transaction, the rows returned stay locked until it ends and rows another
+    transaction holds (a claim in flight on another node) are skipped (``SKIP LOCKED``)."""
     sql = _CANDIDATES_PG if backend_of(conn) == "postgresql" else CANDIDATES
     return [run_record(row) for row in await fetch_all(conn, sql, (limit,))]
 
 
 async def scheduled_candidates(conn: aiosqlite.Connection, limit: int) -> list[Run]:
     """Up to ``limit`` queued scheduled fires (see :data:`SCHEDULED_CANDIDATES`); on
-    PostgreSQL rows another node's claim holds are skipped."""
+    PostgreSQL locked as :func:`candidates` locks its rows (another node's claims skipped)."""
     sql = SCHEDULED_CANDIDATES
     if backend_of(conn) == "postgresql":
         sql += " FOR UPDATE OF q SKIP LOCKED"
     return [run_record(row) for row in await fetch_all(conn, sql, (limit,))]
+
+
+async def lock_concurrency_keys(conn: aiosqlite.Connection, keys: Iterable[str | None]) -> None:
+    """On PostgreSQL, take the transaction advisory lock of each ``concurrency_key`` given
+    (``None`` ignored), in key order: claims of one key are serialised, and two transactions
+    locking several keys never wait on each other in opposite orders. Nothing on SQLite,
+    whose write transaction already serialises every claim."""
+    if backend_of(conn) != "postgresql":
+        return
+    for key in sorted({key for key in keys if key is not None}):
+        await conn.execute(_KEY_LOCK, (CONCURRENCY_LOCK_PREFIX + key,))
 
 
 async def insert_queued(

@@ -2,20 +2,22 @@
 
 Each pass first recovers rows abandoned by a dead worker, then claims queued ad-hoc rows,
 oldest first, into free slots of its own pool (``max_adhoc_concurrent``; never a scheduled
-slot), at most one running row per ``concurrency_key``. The claim is one guarded transaction
-that sets ``leased_by`` (this worker's ``host:pid:random`` id), ``lease_expires_at`` and
-``lease_attempts + 1`` and inserts the invocation. Each claimed run is launched through the
-same fire pipeline as a scheduled fire (reserve a slot → prepare → commit the claim → release
-on failure → start; then execute / finish: same argv, cwd, environment, outcome rules and
-session evidence) in a task of its own, while a watcher renews the lease and stops the child
-if the row stops being this worker's (cancelled, or recovered by another).
+slot), at most one running row per ``concurrency_key``. Each claim is guarded on its row: it
+sets ``leased_by`` (this worker's ``host:pid:random`` id), ``lease_expires_at`` and
+``lease_attempts + 1`` and inserts the invocation; one pass commits all of its claims in one
+transaction, the candidate rows locked meanwhile (``batch``). Each claimed run is launched
+through the same fire pipeline as a scheduled fire (reserve a slot → prepare → commit the
+claim → release on failure → start; then execute / finish: same argv, cwd, environment,
+outcome rules and session evidence) in a task of its own, while a watcher renews the lease
+and stops the child if the row stops being this worker's (cancelled, or recovered by another).
+A run's end claims into the slot it freed at once (a pass of its own), not at the next tick.
 
 With ``scheduled_on_any_node`` the pass also claims the scheduled fires the leader queued
 (up to ``max_scheduled_concurrent`` on this node; the leader's admission holds their global
 slots), under the same lease, and runs each through the fire runner (``scheduled``).
 
-The claim transaction is in ``claim``, the lease watch in ``watch``, recovery of rows
-abandoned by a dead worker and the lease itself in ``lease``.
+The claim pass is in ``batch``, each row's claim in ``claim``, the lease watch in ``watch``,
+recovery of rows abandoned by a dead worker and the lease itself in ``lease``.
 """
 
 from __future__ import annotations
@@ -35,15 +37,11 @@ from .._fire.dbfile import StorageHealth
 from .._fire.env import FireEnv, Prepared
 from .._fire.execute import execute
 from .._fire.finish import finish
-from .._fire.pipeline import run_steps
-from .._fire.prepare import prepare
 from .._fire.runner import FireRunner
 from .._fire.target import child_db_value
-from .._records.run import Run
 from .._recovery.orphans import OrphanReaper
 from .._settings import SchedulerSettings
-from . import store
-from .claim import Slot, action_of, commit_claim
+from .batch import claim_batch
 from .lease import (
     LEASE_SECONDS,
     MAX_LEASE_ATTEMPTS,
@@ -53,7 +51,6 @@ from .lease import (
     recover_abandoned,
     requeue_unstarted,
 )
-from .scheduled import prepare_scheduled
 from .watch import LeaseWatch
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -104,6 +101,10 @@ class AdhocWorker:
         self.runner: FireRunner | None = None
         """Runs the scheduled fires this worker claims (``scheduled_on_any_node``; the engine
         sets its own): their ends, follow-ups and retries are the fire runner's."""
+        self._refills: set[asyncio.Task[None]] = set()
+        """Claim passes started by a run's end (:meth:`_refill`)."""
+        self._claiming = asyncio.Lock()
+        """One claim pass at a time (the tick's, or one a finished run starts)."""
         self._scheduled: set[str] = set()
         """Claimed scheduled fires not yet finished (bounded apart from the ad-hoc pool)."""
         self.reaper = OrphanReaper()
@@ -146,7 +147,7 @@ class AdhocWorker:
         self._stopping = True
         if self._env is not None:
             self._env.closing = True  # a failing terminal write is left to recovery now
-        tasks = list(self._tasks.values())
+        tasks = [*self._refills, *self._tasks.values()]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -216,92 +217,73 @@ class AdhocWorker:
     async def claim(self, conn: aiosqlite.Connection, *, now: float) -> list[tuple[Prepared, int]]:
         """Claim queued rows into free slots; return the ``(fire, lease attempt)`` to launch.
 
-        Each row goes through the fire pipeline: a slot is reserved, the fire prepared from
-        the stored action, the claim committed (its own guarded transaction), the slot
-        released if that fails, and the claimed fire started (held open until it ends). A row
-        whose launch setup is refused (executable, cwd, action) is claimed straight to
-        ``failed`` with the fire's setup reason code and is not returned.
+        One pass (:func:`~.batch.claim_batch`) fills every free slot in one transaction: each
+        row goes through the fire pipeline (a slot reserved, the fire prepared from the
+        stored action, its guarded claim committed, the slot released if its guard is lost)
+        and the claimed fires are held open until they end. A row whose launch setup is
+        refused (executable, cwd, action) is claimed straight to ``failed`` with the fire's
+        setup reason code and is not returned. One pass runs at a time; a pass that lost a
+        guard while slots stay free wakes the engine for another at once.
         """
         env = self._bind(conn)
-        if self._stopping:
-            return []
-        rows: list[Run] = []
-        free = self.settings.max_adhoc_concurrent - self.in_flight()
-        if free > 0:
-            rows += await store.candidates(conn, free)
+        async with self._claiming:
+            if self._stopping:
+                return []
+            # A pass whose commit lands as the tick is cancelled is still tracked: stop()
+            # then puts its rows back in the queue instead of leaving them leased by a
+            # worker that is gone.
+            return await run_to_completion(self._claim_pass(env, now))
+
+    async def _claim_pass(self, env: FireEnv, now: float) -> list[tuple[Prepared, int]]:
+        adhoc_free = self.settings.max_adhoc_concurrent - self.in_flight()
+        scheduled_free = 0
         if self.settings.scheduled_on_any_node and self.runner is not None:
             # The leader's admission bounds these across nodes; this bound only keeps one
             # node from taking every queued fire at once.
-            free = self.settings.max_scheduled_concurrent - len(self._scheduled)
-            if free > 0:
-                rows += await store.scheduled_candidates(conn, free)
-        claimed: list[tuple[Prepared, int]] = []
-        for run in rows:
-            try:
-                fire = await self._claim_row(env, run, now=now)
-            except Exception:
-                if not claimed:
-                    raise
-                # The claims already committed are launched; the rest waits for a later pass.
-                logger.exception("claiming queued run %s failed", run.id)
-                break
-            if fire is not None:
-                claimed.append(self._open[fire.run_id])
-        return claimed
+            scheduled_free = self.settings.max_scheduled_concurrent - len(self._scheduled)
+        if adhoc_free <= 0 and scheduled_free <= 0:
+            return []
+        batch = await claim_batch(
+            env,
+            adhoc_free=adhoc_free,
+            scheduled_free=scheduled_free,
+            worker_id=self.worker_id,
+            lease_seconds=self.lease_seconds,
+            now=now,
+        )
+        launched: list[tuple[Prepared, int]] = []
+        for claimed in batch.claimed:
+            fire = claimed.fire
+            if fire.setup_error is not None:
+                if claimed.scheduled and self.runner is not None:
+                    # Its end is a fire's end still: on_fail follow-up, retry pause, hook.
+                    self.runner.start(fire, None)
+                continue
+            fire.run_guards = {"leased_by": self.worker_id, "lease_attempts": claimed.attempt}
+            self._open[fire.run_id] = (fire, claimed.attempt)
+            if claimed.scheduled:
+                self._scheduled.add(fire.run_id)
+            launched.append((fire, claimed.attempt))
+        if batch.lost and self._wake is not None:
+            self._wake()  # the rows another node took leave others for these slots
+        return launched
 
-    async def _claim_row(self, env: FireEnv, run: Run, *, now: float) -> Prepared | None:
-        """One queued row through the pipeline; the started fire, or ``None`` (guard lost, or
-        claimed straight to ``failed``)."""
-        attempt = run.lease_attempts + 1
-        scheduled: Prepared | None = None
-        if run.schedule_id is not None:
-            scheduled = await prepare_scheduled(env, run)
-            if scheduled is None:
-                return None  # its schedule is gone, and its runs with it
-        queued = action_of(run)
+    def _refill(self) -> None:
+        """A slot freed: claim into it at once, in a task of its own (the rest of the tick
+        follows the wake-up); with no bound connection yet, the tick's pass does it."""
+        env = self._env
+        if env is None or self._stopping:
+            return
+        task = asyncio.create_task(self._refill_pass(env), name="adhoc-refill")
+        self._refills.add(task)
+        task.add_done_callback(self._refills.discard)
 
-        def prepare_step() -> Prepared:
-            if scheduled is not None:
-                return scheduled
-            return prepare(
-                env,
-                queued.action,
-                queued.context,
-                kind="adhoc",
-                run_id=run.id,
-                timeout_sec=queued.timeout_sec,
-            )
-
-        async def claim_and_track(fire: Prepared) -> bool:
-            won = await commit_claim(
-                env.conn,
-                fire,
-                run,
-                worker_id=self.worker_id,
-                lease_seconds=self.lease_seconds,
-                now=now,
-            )
-            if won and fire.setup_error is None:
-                fire.run_guards = {"leased_by": self.worker_id, "lease_attempts": attempt}
-                self._open[fire.run_id] = (fire, attempt)
-                if scheduled is not None:
-                    self._scheduled.add(fire.run_id)
-            return won
-
-        async def commit_step(fire: Prepared) -> bool:
-            # A claim that lands as the tick is cancelled is still tracked: stop() then
-            # puts it back in the queue instead of leaving it leased by a worker that is gone.
-            return await run_to_completion(claim_and_track(fire))
-
-        def start(fire: Prepared, slot: Slot | None) -> None:
-            if fire.setup_error is not None and slot is not None:
-                slot.release()  # claimed straight to failed: nothing to run
-            if fire.setup_error is not None and scheduled is not None and self.runner:
-                # Its end is a fire's end still: on_fail follow-up, retry pause, hook.
-                self.runner.start(fire, None)
-
-        fire = await run_steps(prepare_step, commit_step, Slot(), start)
-        return None if fire is None or fire.setup_error is not None else fire
+    async def _refill_pass(self, env: FireEnv) -> None:
+        try:
+            for fire, attempt in await self.claim(env.conn, now=self.clock()):
+                self.launch(fire, attempt)
+        except Exception:  # the tick's pass tries again
+            logger.exception("claiming queued runs into a freed slot failed")
 
     # -- execution --------------------------------------------------------------------------
     def launch(self, fire: Prepared, attempt: int) -> None:
@@ -337,8 +319,10 @@ class AdhocWorker:
             self._scheduled.discard(fire.run_id)
             self._started.discard(fire.run_id)
             self._revoked.discard(fire.run_id)
-            if self._wake is not None and not self._stopping:
-                self._wake()
+            if not self._stopping:
+                self._refill()
+                if self._wake is not None:
+                    self._wake()
 
     async def revoke(self, run_id: str) -> bool:
         """Stop the run's child at once if this worker executes it (its row already changed).
