@@ -168,6 +168,7 @@ async def test_a_read_only_server_is_a_storage_fault_by_its_sqlstate(server_dsn:
     answers) is the storage fault "read-only" by its SQLSTATE, in either language; the
     API names it so (503), not as an internal error."""
     from studio_api._errors import storage_problem
+    from studio_scheduler_core._fire.dbfile import storage_fault
     from studio_state import storage_fault_of
 
     async with connect(server_dsn) as conn:
@@ -177,9 +178,12 @@ async def test_a_read_only_server_is_a_storage_fault_by_its_sqlstate(server_dsn:
     assert storage_fault_of(caught.value) == "readonly"
     problem = storage_problem(caught.value)
     assert problem is not None and "the database is read-only" in problem
+    # the engine's own health (what halts its writes and shows on /api/health) agrees
+    assert storage_fault(caught.value) == "read-only database"
     # Not a fault: another refused statement with the same class of error (operational).
     async with connect(server_dsn) as conn:
         with pytest.raises(sqlite3.OperationalError) as other:
             await conn.execute("SELECT * FROM no_such_table")
     assert storage_fault_of(other.value) is None
     assert storage_problem(other.value) is None
+    assert storage_fault(other.value) is None

@@ -24,7 +24,7 @@ import sqlite3
 
 import aiosqlite
 
-from studio_state import fetch_value
+from studio_state import StorageFault, fetch_value, storage_fault_of
 
 from .._exceptions import DatabaseUnavailable
 
@@ -48,6 +48,14 @@ _SQLITE_WORDS = (
     ("unable to open database file", _SQLITE_FAULTS[14]),
     ("file is not a database", _SQLITE_FAULTS[26]),
 )
+# PostgreSQL's storage faults (classified by SQLSTATE in studio_state), in the same words.
+_BY_CLASS: dict[StorageFault, str] = {
+    "readonly": "read-only database",
+    "io": _SQLITE_FAULTS[10],
+    "corrupt": _SQLITE_FAULTS[11],
+    "full": _SQLITE_FAULTS[13],
+    "cantopen": _SQLITE_FAULTS[14],
+}
 # Faults the file system's own answer makes more precise (an I/O error of a read-only one).
 _REFINED = frozenset({_SQLITE_FAULTS[8], _SQLITE_FAULTS[10], _SQLITE_FAULTS[13]})
 _MAX_CHAIN = 8
@@ -92,10 +100,17 @@ def _direct_fault(exc: BaseException) -> str | None:
         return str(exc)
     if isinstance(exc, DatabaseUnavailable):
         return storage_fault(exc.__cause__) if exc.__cause__ is not None else exc.reason
+    if hasattr(exc, "sqlstate"):
+        # PostgreSQL (a psycopg error or its mapped form): by SQLSTATE alone, never by its
+        # message, which is in the server's language; no SQLSTATE is no storage fault
+        # (a lost connection is the election's and the pool's business)
+        fault = storage_fault_of(exc)
+        return None if fault is None else _BY_CLASS[fault]
     if isinstance(exc, sqlite3.Error):
         code = getattr(exc, "sqlite_errorcode", None)
         if isinstance(code, int) and (code & 0xFF) in _SQLITE_FAULTS:
             return _SQLITE_FAULTS[code & 0xFF]
+        # only an SQLite error raised without a result code is read by its words
         text = str(exc).lower()
         for words, problem in _SQLITE_WORDS:
             if words in text:

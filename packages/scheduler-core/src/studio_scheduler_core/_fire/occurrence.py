@@ -150,12 +150,14 @@ class FireWrite:
 
 
 def _write_fires(db: sqlite3.Connection, writes: Sequence[FireWrite], now: float) -> list[bool]:
-    won: list[bool] = []
-    for write in writes:
+    won = [False] * len(writes)
+    # Schedule rows are taken in id order, the order every other writer of several schedule
+    # rows uses, so two transactions on PostgreSQL cannot each hold a row the other waits for.
+    for index in sorted(range(len(writes)), key=lambda i: writes[i].claim.schedule_id):
+        write = writes[index]
         # Each fire keeps its own guard: a lost claim writes nothing of that fire, and the
         # others in the batch go on.
         if not _apply_claim_sync(db, write.claim, now):
-            won.append(False)
             continue
         if write.invocation is not None:
             store.insert_invocation_sync(db, write.invocation)
@@ -165,7 +167,7 @@ def _write_fires(db: sqlite3.Connection, writes: Sequence[FireWrite], now: float
         count_fire_sync(db, write.claim.schedule_id, now, top_level=top_level)
         if write.run.get("status") in TERMINAL_RUN_STATUSES:
             count_end_sync(db, str(write.run["id"]), now)
-        won.append(True)
+        won[index] = True
     return won
 
 
@@ -318,7 +320,7 @@ async def write_deferrals(
     deleted since the due scan is skipped (with its transition), not a foreign-key failure
     that would roll back the whole batch. Returns how many records were written.
     """
-    items = list(records)
+    items = sorted(records, key=lambda record: record.schedule_id)  # id order, as above
     if not items:
         return 0
     runs: list[tuple[Any, ...]] = []

@@ -19,13 +19,23 @@ async def owner_rows(
     """The rows ``owner`` holds, and every row whose name starts with ``owner/`` (the names
     its members take); with ``for_update`` (PostgreSQL) locked until the transaction ends."""
     prefix = f"{owner}/"
-    lock = " FOR UPDATE" if for_update and backend_of(conn) == "postgresql" else ""
-    rows = await fetch_all(
-        conn,
-        "SELECT * FROM schedules WHERE owner_key = ? OR substr(name, 1, ?) = ? "
-        f"ORDER BY created_at, rowid{lock}",
-        (owner, len(prefix), prefix),
-    )
+    if for_update and backend_of(conn) == "postgresql":
+        # locked in id order (as the engine's fire batches take schedule rows, so the two
+        # cannot deadlock), then given back in creation order
+        rows = await fetch_all(
+            conn,
+            "SELECT * FROM schedules WHERE owner_key = ? OR substr(name, 1, ?) = ? "
+            "ORDER BY id FOR UPDATE",
+            (owner, len(prefix), prefix),
+        )
+        rows = sorted(rows, key=lambda row: (row["created_at"], row["id"]))
+    else:
+        rows = await fetch_all(
+            conn,
+            "SELECT * FROM schedules WHERE owner_key = ? OR substr(name, 1, ?) = ? "
+            "ORDER BY created_at, rowid",
+            (owner, len(prefix), prefix),
+        )
     return [schedule_record(row) for row in rows]
 
 
