@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from studio_scheduler_core import (
     SchedulerError,
@@ -22,7 +23,12 @@ from studio_scheduler_core import (
     parse_duration,
     validate_schedule_sets,
 )
-from studio_scheduler_core._schedules.sets.loader import parse_document, read_document
+from studio_scheduler_core._schedules.sets.loader import (
+    FastSetLoader,
+    SetLoader,
+    parse_document,
+    read_document,
+)
 from studio_scheduler_core.testing import T0
 
 SETTINGS = SchedulerSettings(command_allowlist=("echo", "python3"))
@@ -241,6 +247,55 @@ def test_on_off_yes_no_stay_strings(tmp_path: Path) -> None:
     assert fields["description"] == "yes" and fields["notify"]["on"] == ["failed"]
 
 
+SCALARS = (
+    "a: on\nb: off\nc: yes\nd: no\ne: On\nf: YES\ng: y\nh: n\non: [true, False, TRUE]\n"
+    "at: 2027-01-05T09:00:00+01:00\nday: 2027-01-05\nn: 010\nm: 12\nx: 0x1F\no: 0o17\n"
+    "s: 1_000\nf1: 1.5\nneg: -3\nnull1: ~\nnull2: null\ntext: 'a & b'\n"
+)
+
+
+def test_the_libyaml_loader_keeps_the_same_scalars() -> None:
+    assert (FastSetLoader is not None) == yaml.__with_libyaml__
+    assert FastSetLoader is not None, "PyYAML without libyaml: the fast path is not tested"
+    fast = yaml.load(SCALARS, Loader=FastSetLoader)  # our safe loader
+    assert fast == yaml.load(SCALARS, Loader=SetLoader)
+    assert fast == parse_document(SCALARS, "x")
+    assert {k: fast[k] for k in "abcdefgh"} == dict(
+        zip("abcdefgh", ["on", "off", "yes", "no", "On", "YES", "y", "n"], strict=True)
+    )
+    assert fast["on"] == [True, False, True]
+    assert (fast["at"], fast["day"], fast["n"], fast["x"], fast["o"], fast["s"]) == (
+        "2027-01-05T09:00:00+01:00",
+        "2027-01-05",
+        "010",
+        "0x1F",
+        "0o17",
+        "1_000",
+    )
+    assert (fast["m"], fast["f1"], fast["neg"], fast["null1"], fast["null2"]) == (
+        12,
+        1.5,
+        -3,
+        None,
+        None,
+    )
+    assert fast["text"] == "a & b"
+
+
+def test_the_libyaml_loader_refuses_what_the_python_loader_refuses() -> None:
+    # libyaml's composer takes aliases: the fast path finds the shared node, and the error is
+    # the pure-Python loader's, line and column included.
+    for text, words, where in [
+        ("a: &x [1]\nb: *x\n", "aliases (*name) are not accepted", (2, 4)),
+        ("a: 1\nb: {c: 1, c: 2}\n", "duplicate key 'c'", (2, 11)),
+        ("a: [1\n", "malformed YAML", (2, 1)),
+    ]:
+        with pytest.raises(ScheduleSetUnreadable) as caught:
+            parse_document(text, "x")
+        assert words in caught.value.message, text
+        assert (caught.value.line, caught.value.column) == where, text
+
+
 def test_timestamps_stay_text_and_integers_are_decimal() -> None:
     doc = parse_document("at: 2027-01-05T09:00:00+01:00\nn: 010\nm: 12\nf: 1.5\n", "x")
     assert doc == {"at": "2027-01-05T09:00:00+01:00", "n": "010", "m": 12, "f": 1.5}
@@ -393,5 +448,31 @@ def test_limits_of_a_document(tmp_path: Path) -> None:
     assert [str(p) for p in report.problems] == [
         f"{tmp_path / 'empty'}: holds no *.yaml or *.yml file",
         f"{huge}: is 10485760 bytes; a document must be smaller than 10485760",
-        f"{crowded}: schedules: holds 10001 members; at most 10000",
+        f"{crowded}: schedules: holds 10001 members; a document holds at most 10000",
     ]
+
+
+def _crowded(form: str, members: int, last: str) -> str:
+    if form == "yaml":
+        many = ", ".join([*(f"m{i}: {{a: 1}}" for i in range(members)), last])
+        return f"{HEADER}metadata: {{name: x}}\nschedules: {{{many}}}\n"
+    many = ", ".join([*(f'"m{i}": {{"a": 1}}' for i in range(members)), last])
+    return '{"apiVersion": "studio/v1", "schedules": {' + many + "}}"
+
+
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_too_many_members_is_refused_before_a_member_is_read(form: str) -> None:
+    # YAML: the last member repeats a key, so constructing it is a duplicate-key error (and
+    # validating the others one error each); with one member too many the count, checked on
+    # the composed nodes, comes first. JSON is parsed in one call and counted after it.
+    last = "last: {a: 1, a: 2}" if form == "yaml" else '"last": {"a": 1}'
+    with pytest.raises(ScheduleSetUnreadable) as caught:
+        parse_document(_crowded(form, 10_000, last), "x")
+    assert caught.value.path == "schedules"
+    assert caught.value.message == "holds 10001 members; a document holds at most 10000"
+    if form == "yaml":
+        with pytest.raises(ScheduleSetUnreadable) as within:
+            parse_document(_crowded(form, 9_999, last), "x")
+        assert "duplicate key 'a'" in within.value.message
+    else:
+        assert len(parse_document(_crowded(form, 9_999, last), "x")["schedules"]) == 10_000
