@@ -159,3 +159,22 @@ def test_an_update_of_a_set_owned_schedule_succeeds_and_warns(tmp_path: Path) ->
     studio.run("schedule", "apply", str(path), env=ALLOW)
     restored = studio.ok_json("schedule", "show", "team-a/hourly", env=ALLOW)
     assert (restored["drifted"], restored["interval_sec"]) == (False, 3600)
+
+
+def test_a_file_too_large_or_with_too_many_members_is_one_line(tmp_path: Path) -> None:
+    studio = Studio(tmp_path)
+    many = ", ".join(f"m{i}: {{}}" for i in range(10_001))
+    crowded = tmp_path / "many.yaml"
+    crowded.write_text(_doc("team-c", f"schedules: {{{many}}}\n"))
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"#" * (10 * 1024 * 1024))
+    for command in ("validate", "plan", "apply"):
+        refused = studio.run("schedule", command, str(crowded), env=ALLOW, expect=1)
+        assert refused.stderr.splitlines() == [
+            f"{crowded}: schedules: holds 10001 members; a document holds at most 10000"
+        ], command
+        too_large = studio.run("schedule", command, str(huge), env=ALLOW, expect=1)
+        assert too_large.stderr.splitlines() == [
+            f"{huge}: is 10485760 bytes; a document must be smaller than 10485760"
+        ], command
+    assert _rows(studio) == []

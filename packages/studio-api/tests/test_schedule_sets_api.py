@@ -153,3 +153,28 @@ def test_a_plan_with_errors_is_409_and_nothing_is_written(
     plan = studio.client.post("/api/schedule-sets/plan", content=SET_YAML, headers=YAML)
     assert plan.status_code == 200
     assert [c["action"] for c in plan.json()["changes"]] == ["create", "error"]
+
+
+def test_a_document_too_large_or_with_too_many_members_is_refused(serve: Any) -> None:
+    studio = serve(max_body_bytes=16 * 1024 * 1024)  # the route's own bound is the smaller
+    huge = "#" * (10 * 1024 * 1024)
+    for route in ("/api/schedule-sets/plan", "/api/schedule-sets/apply"):
+        answer = studio.client.post(route, content=huge, headers=YAML)
+        assert answer.status_code == 413, answer.text
+        assert answer.json() == {
+            "detail": "body: is 10485760 bytes; a ScheduleSet document must be smaller than "
+            "10485760 bytes",
+            "field": "body",
+        }
+    many = ", ".join(f"m{i}: {{}}" for i in range(10_001))
+    crowded = (
+        f"apiVersion: studio/v1\nkind: ScheduleSet\nmetadata: {{name: x}}\nschedules: {{{many}}}\n"
+    )
+    answer = studio.client.post("/api/schedule-sets/apply", content=crowded, headers=YAML)
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["errors"]  # one error: the members were never checked
+    assert (error["path"], error["message"]) == (
+        "schedules",
+        "holds 10001 members; a document holds at most 10000",
+    )
+    assert studio.client.get("/api/schedules").json()["total"] == 0

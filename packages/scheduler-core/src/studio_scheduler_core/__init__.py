@@ -107,7 +107,7 @@ from ._schedules.sets.apply import (
 )
 from ._schedules.sets.durations import parse_duration
 from ._schedules.sets.export import ScheduleSetExport, export_schedule_set
-from ._schedules.sets.loader import ScheduleSetUnreadable
+from ._schedules.sets.loader import MAX_DOCUMENT_BYTES, MAX_MEMBERS, ScheduleSetUnreadable
 from ._schedules.sets.plan import plan_schedule_sets
 from ._schedules.sets.records import (
     ScheduleSetChange,
@@ -125,6 +125,8 @@ from ._triggers.registry import CadenceTrigger, TriggerRegistry
 from ._triggers.threshold import MetricThreshold
 
 __all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "MAX_MEMBERS",
     "ACTION_KINDS",
     "ACTION_KIND_ALIASES",
     "ACTIVITY_WINDOWS",

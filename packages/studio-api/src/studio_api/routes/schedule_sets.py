@@ -20,6 +20,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from studio_scheduler_core import (
+    MAX_DOCUMENT_BYTES,
     RunNotCancellable,
     RunNotFound,
     ScheduleSetChanged,
@@ -42,8 +43,35 @@ _FLAGS_DOC = {
 }
 
 
+def _too_large(size: int) -> JSONResponse:
+    return JSONResponse(
+        status_code=413,
+        headers={"Connection": "close"},
+        content={
+            "detail": f"body: is {size} bytes; a ScheduleSet document must be smaller than "
+            f"{MAX_DOCUMENT_BYTES} bytes",
+            "field": "body",
+        },
+    )
+
+
 async def _text(request: Request) -> str | JSONResponse:
-    raw = await request.body()
+    """The body as text; 413 for a document of :data:`MAX_DOCUMENT_BYTES` or more.
+
+    Past the bound nothing more is kept, but the rest is still read (the app's body limit
+    bounds it): a client sends its whole body before it reads the answer, and a socket
+    closed on unread data resets the connection, losing the 413."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size < MAX_DOCUMENT_BYTES:
+            chunks.append(chunk)
+        else:
+            chunks.clear()  # the rest is read (the body limit bounds it) and thrown away
+    if size >= MAX_DOCUMENT_BYTES:
+        return _too_large(size)
+    raw = b"".join(chunks)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
