@@ -171,8 +171,93 @@ async def test_absent_member_is_disabled_and_pruned_through_the_delete_rules(
     (delete,) = forced.errors or [c for c in forced.changes if c.action == "delete"]
     assert delete.running == ("r1",)
     assert "Plan: 0 to create, 0 to update, 0 to disable, 1 to delete" in forced.summary()
-    await apply(conn, settings, clock, forced)
+    applied = await apply(conn, settings, clock, forced)
+    assert (applied.deleted, applied.cancelled) == (1, ("r1",))
     assert await fetch_value(conn, "SELECT count(*) FROM schedules WHERE id = ?", (two.id,)) == 0
+    cancel = await fetch_all(
+        conn,
+        "SELECT previous_status, status, reason_code, actor FROM status_transitions "
+        "WHERE entity_type = 'schedule_run' AND entity_id = 'r1'",
+    )
+    assert [tuple(r.values()) for r in cancel] == [
+        ("running", "cancelled", "run.cancelled.operator", "set:team-a")
+    ]
+
+
+async def _running(conn: Any, schedule_id: str, run_id: str, now: float) -> None:
+    await conn.execute(
+        "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
+        "status, fired_at, created_at) VALUES (?, ?, '{}', 'command', '{}', 'running', ?, ?)",
+        (run_id, schedule_id, now, now),
+    )
+    await conn.commit()
+
+
+async def _run_state(conn: Any, run_id: str) -> tuple[str | None, int]:
+    status = await fetch_value(conn, "SELECT status FROM schedule_runs WHERE id = ?", (run_id,))
+    moves = await fetch_value(
+        conn, "SELECT count(*) FROM status_transitions WHERE entity_id = ?", (run_id,)
+    )
+    return status, int(moves)
+
+
+async def test_a_failed_forced_prune_cancels_nothing(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(doc("team-a", {"one": job(), "two": job()}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    one, two = await service.resolve("team-a/one"), await service.resolve("team-a/two")
+    await _running(conn, two.id, "r1", clock())
+
+    # a plan error elsewhere (a name an unowned schedule holds): refused, the run still runs
+    await service.create({**_unowned("team-a/three"), "action_command": PY})
+    path.write_text(doc("team-a", {"one": job(), "three": job()}))
+    refused = await plan_of(conn, settings, clock, path, prune=True, force=True)
+    assert actions(refused) == {
+        "team-a/one": "unchanged",
+        "team-a/three": "error",
+        "team-a/two": "delete",
+    }
+    with pytest.raises(ScheduleSetRefused):
+        await apply(conn, settings, clock, refused)
+    assert await _run_state(conn, "r1") == ("running", 0)
+
+    # a row changed between the plan and the write: the apply fails, the run still runs
+    path.write_text(doc("team-a", {"one": job("7m")}))
+    forced = await plan_of(conn, settings, clock, path, prune=True, force=True)
+    await service.update(one.id, {"description": "edited by hand"})
+    before = await counts(conn)
+    with pytest.raises(ScheduleSetChanged):
+        await apply(conn, settings, clock, forced)
+    assert await _run_state(conn, "r1") == ("running", 0)
+    assert await counts(conn) == before and (await service.get(two.id)).id == two.id
+
+    # a prune planned without --force, and a run started since: changed since plan
+    await _running(conn, one.id, "r2", clock())
+    await conn.execute("UPDATE schedule_runs SET status = 'completed' WHERE id = 'r1'")
+    await conn.commit()
+    path.write_text(doc("team-a", {"three": job()}))
+    unforced = await plan_of(conn, settings, clock, path, prune=True)
+    assert actions(unforced)["team-a/one"] == "error"  # r2 runs: refused without --force
+    await conn.execute("UPDATE schedule_runs SET status = 'completed' WHERE id = 'r2'")
+    await conn.commit()
+    path.write_text(doc("team-a", {}))
+    quiet = await plan_of(conn, settings, clock, path, prune=True)
+    assert set(actions(quiet).values()) == {"delete"}
+    await _running(conn, two.id, "r3", clock())
+    with pytest.raises(ScheduleSetChanged, match="team-a/two"):
+        await apply(conn, settings, clock, quiet)
+    assert await _run_state(conn, "r3") == ("running", 0)
+    assert await fetch_value(conn, "SELECT count(*) FROM schedules WHERE owner_key = 'team-a'") == 2
+
+
+def _unowned(name: str) -> dict[str, Any]:
+    return {"name": name, "trigger_type": "interval", "interval_sec": 300, "action_kind": "command"}
 
 
 async def test_names_held_by_others_are_errors_and_nothing_is_written(

@@ -52,6 +52,7 @@ def test_plan_apply_and_apply_again(studio: Any, workdir: Path) -> None:
         "disabled": 0,
         "deleted": 0,
         "writes": 2,
+        "cancelled": [],
     }
     listed = studio.client.get("/api/schedules").json()["schedules"]
     assert {(s["name"], s["managed_by"], s["owner_key"], s["drifted"]) for s in listed} == {
@@ -178,3 +179,62 @@ def test_a_document_too_large_or_with_too_many_members_is_refused(serve: Any) ->
         "holds 10001 members; a document holds at most 10000",
     )
     assert studio.client.get("/api/schedules").json()["total"] == 0
+
+
+BUSY = """\
+apiVersion: studio/v1
+kind: ScheduleSet
+metadata: {name: team-a}
+schedules:
+  keep: {trigger: {every: 1h}, command: {argv: [sh, -c, "true"]}}
+  busy: {trigger: {every: 1h}, command: {argv: [sh, -c, "sleep 120"]}}
+"""
+
+
+def test_a_forced_prune_cancels_in_the_apply_and_a_refused_one_cancels_nothing(
+    studio: Any, command_schedule: Callable[..., dict[str, Any]], wait: Any, alive: Any
+) -> None:
+    assert studio.client.post("/api/schedule-sets/apply", content=BUSY, headers=YAML).is_success
+    busy = next(
+        s for s in studio.client.get("/api/schedules").json()["schedules"] if "busy" in s["name"]
+    )
+    run_id = studio.client.post(f"/api/schedules/{busy['id']}/trigger").json()["run_id"]
+
+    def pid() -> int | None:
+        found = studio.client.get(f"/api/schedules/runs/{run_id}").json()["child_pid"]
+        return None if found is None else int(found)
+
+    child = wait(pid)
+    without_busy = BUSY.replace(
+        '  busy: {trigger: {every: 1h}, command: {argv: [sh, -c, "sleep 120"]}}\n', ""
+    )
+    unforced = studio.client.post(
+        "/api/schedule-sets/apply?prune=1", content=without_busy, headers=YAML
+    )
+    assert unforced.status_code == 409 and "--force" in unforced.json()["detail"]
+    assert studio.client.post("/api/schedules", json=command_schedule("team-a/held")).is_success
+    held = without_busy + '  held: {trigger: {every: 1h}, command: {argv: [sh, -c, "true"]}}\n'
+    refused = studio.client.post(
+        "/api/schedule-sets/apply?prune=1&force=1", content=held, headers=YAML
+    )
+    assert refused.status_code == 409, refused.text
+    assert [e["name"] for e in refused.json()["errors"]] == ["team-a/held"]
+    run = studio.client.get(f"/api/schedules/runs/{run_id}").json()
+    assert run["status"] == "running" and alive(child)
+
+    forced = studio.client.post(
+        "/api/schedule-sets/apply?prune=1&force=1", content=without_busy, headers=YAML
+    )
+    assert forced.status_code == 200, forced.text
+    assert forced.json()["applied"]["deleted"] == 1
+    assert forced.json()["applied"]["cancelled"] == [run_id]
+    assert studio.client.get(f"/api/schedules/{busy['id']}").status_code == 404
+    wait(lambda: not alive(child))
+    moves = studio.db_rows(
+        "SELECT previous_status, status, reason_code, actor FROM status_transitions "
+        "WHERE entity_id = ? AND status = 'cancelled'",
+        run_id,
+    )
+    assert [tuple(m.values()) for m in moves] == [
+        ("running", "cancelled", "run.cancelled.operator", "set:team-a")
+    ]

@@ -19,7 +19,6 @@ from .._context import open_db, resolve_db_path, run_async, scheduler_settings
 from .._errors import EXIT_ERROR, EXIT_USAGE, CliError, one_line
 from .._output import emit_json, say
 from ._common import db_option, json_option
-from .run_ops import cancel_runs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -179,16 +178,20 @@ def apply(
         if not as_json:
             _print_plan(result)
         _fail([str(e) for e in result.errors])
-    running = [run for change in result.changes for run in change.running]
-    if running:
-        cancel_runs(db_path, running)
 
     async def _apply() -> ScheduleSetApplied:
         import time
 
+        from studio_scheduler_core import AdhocRunService
+
         async with open_db(db_path) as conn:
+            runs = AdhocRunService(conn, settings=settings)
             return await apply_schedule_plan(
-                conn, result, timezone=settings.timezone, clock=time.time
+                conn,
+                result,
+                timezone=settings.timezone,
+                clock=time.time,
+                stop_process=runs.stop_process,
             )
 
     try:

@@ -12,7 +12,6 @@ resolves against the server's working directory.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
@@ -21,8 +20,6 @@ from fastapi.responses import JSONResponse
 
 from studio_scheduler_core import (
     MAX_DOCUMENT_BYTES,
-    RunNotCancellable,
-    RunNotFound,
     ScheduleSetChanged,
     ScheduleSetPlan,
     apply_schedule_plan,
@@ -39,7 +36,8 @@ SOURCE = "body"
 _FLAGS_DOC = {
     "adopt": "Take unowned schedules whose behaviour matches the member.",
     "prune": "Delete (instead of disable) owned schedules the document no longer holds.",
-    "force": "With prune: cancel the running runs of a schedule being deleted.",
+    "force": "With prune: cancel the running runs of a schedule being deleted (in the apply's "
+    "transaction: an apply that fails cancels nothing).",
 }
 
 
@@ -150,7 +148,8 @@ async def apply_set(
     """Apply the document in the body: the whole plan in one transaction, or nothing.
 
     Answers the plan with ``applied`` (``created``, ``updated``, ``disabled``, ``deleted``,
-    ``writes``) and ``dry_run``. 409 (nothing written) when the plan holds errors or a
+    ``writes``, and ``cancelled``: the running runs a forced prune cancelled, in the same
+    transaction) and ``dry_run``. 409 (nothing written) when the plan holds errors or a
     schedule changed since the plan was read; 422 with ``errors`` for an invalid document.
     Every change is recorded with the actor ``set:<owner>``.
     """
@@ -161,10 +160,6 @@ async def apply_set(
         return _refused(planned)
     if dry_run:
         return {**planned.to_json(), "dry_run": True, "applied": None}
-    for change in planned.changes:
-        for run_id in change.running:
-            with contextlib.suppress(RunNotCancellable, RunNotFound):
-                await engine.runs.cancel(run_id, actor=f"set:{change.owner}")
     try:
         applied = await apply_schedule_plan(
             engine.conn,
@@ -172,6 +167,7 @@ async def apply_set(
             timezone=engine.settings.timezone,
             clock=engine.clock,
             on_change=engine.wake,
+            stop_process=engine.runs.stop_process,
         )
     except ScheduleSetChanged as exc:
         return JSONResponse(
@@ -184,5 +180,6 @@ async def apply_set(
         "disabled": applied.disabled,
         "deleted": applied.deleted,
         "writes": applied.writes,
+        "cancelled": list(applied.cancelled),
     }
     return {**planned.to_json(), "dry_run": False, "applied": counts}

@@ -135,8 +135,8 @@ async def _absent_change(
         )
     detail = "absent from the documents"
     if running:
-        detail += f"; its {len(running)} running run(s) are cancelled first"
-    return replace(base, action="delete", detail=detail, running=running)
+        detail += f"; its {len(running)} running run(s) are cancelled with it"
+    return replace(base, action="delete", detail=detail, running=running, force=force)
 
 
 async def plan_schedule_sets(
