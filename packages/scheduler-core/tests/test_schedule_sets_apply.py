@@ -5,6 +5,7 @@ the zero-writes cases and the actor of every transition.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -401,3 +402,40 @@ async def test_a_schedule_studio_disabled_is_not_re_armed(
     await conn.commit()
     assert not (await service.get(one.id)).drifted
     assert not (await plan_of(conn, settings, clock, path)).has_changes
+
+
+async def test_a_fired_at_member_is_enabled_again_only_by_a_new_instant(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    def at_job(instant: float) -> str:
+        stamp = datetime.fromtimestamp(instant, tz=UTC).isoformat()
+        # run_once: the same file still validates once its instant has passed
+        return (
+            f"{{trigger: {{at: '{stamp}'}}, command: {{argv: [{PY}, -c, pass]}}, "
+            "missed_fire_policy: run_once}"
+        )
+
+    path = tmp_path / "a.yaml"
+    first = clock() + 60
+    path.write_text(doc("team-a", {"once": at_job(first)}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    once = await service.resolve("team-a/once")
+    clock.advance(120)  # it fired: the fire's transaction disabled it
+    await conn.execute(
+        "UPDATE schedules SET enabled = 0, disabled_reason = 'schedule.disabled.once', "
+        "next_fire_at = NULL WHERE id = ?",
+        (once.id,),
+    )
+    await conn.commit()
+    assert not (await plan_of(conn, settings, clock, path)).has_changes  # not re-armed
+
+    path.write_text(doc("team-a", {"once": at_job(clock() + 600)}))
+    plan = await plan_of(conn, settings, clock, path)
+    assert actions(plan) == {"team-a/once": "update"}
+    await apply(conn, settings, clock, plan)
+    rearmed = await service.get(once.id)
+    assert (rearmed.enabled, rearmed.next_fire_at) == (True, clock() + 600)

@@ -16,7 +16,6 @@ import aiosqlite
 
 from studio_state import Clock, lock_row, lock_rows, new_id, record_transition, write_transaction
 
-from .._admission.store import fired_run_count, schedule_spend
 from .._exceptions import (
     RunNotFound,
     ScheduleHasRunningRuns,
@@ -31,6 +30,7 @@ from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times
 from . import store
 from .backfill import backfill
+from .enabling import check_enable
 from .jitter import with_jitter
 from .store import (
     RUN_PAGE_KEY,
@@ -180,7 +180,7 @@ class ScheduleService:
             was_enabled = bool(current["enabled"])
             enabling = row["enabled"] and not was_enabled
             if enabling:
-                await self._check_enable(current | row)
+                await check_enable(self._conn, current, row, now=now)
             cadence = any(k in changes and changes[k] != current.get(k) for k in _CADENCE_FIELDS)
             if cadence or enabling:
                 row["next_fire_at"] = first_fire_at(row, now=now, timezone=self._settings.timezone)
@@ -228,27 +228,6 @@ class ScheduleService:
         self._changed()
         return await self.get(schedule_id)
 
-    async def _check_enable(self, schedule: Mapping[str, Any]) -> None:
-        max_runs = schedule.get("max_runs")
-        if max_runs is not None:
-            fired = await fired_run_count(self._conn, str(schedule["id"]))
-            if fired >= int(max_runs):
-                raise ScheduleValidationError(
-                    "max_runs",
-                    f"already reached ({fired} of {max_runs} runs fired); raise it first",
-                )
-        budget_usd, budget_tokens = schedule.get("budget_usd"), schedule.get("budget_tokens")
-        if budget_usd is not None or budget_tokens is not None:
-            cost, tokens = await schedule_spend(self._conn, str(schedule["id"]))
-            if budget_usd is not None and cost >= float(budget_usd):
-                raise ScheduleValidationError(
-                    "budget_usd", f"exhausted (spent {cost:.4f} of {budget_usd}); raise it first"
-                )
-            if budget_tokens is not None and tokens >= int(budget_tokens):
-                raise ScheduleValidationError(
-                    "budget_tokens", f"exhausted (used {tokens} of {budget_tokens}); raise it first"
-                )
-
     async def enable(self, schedule_id: str, *, actor: str | None = None) -> Schedule:
         """Enable the schedule (re-validated; refused when max_runs or the budget is used up).
 
@@ -260,8 +239,8 @@ class ScheduleService:
         now = self._clock()
         schedule = record.to_row()
         base = {k: schedule.get(k) for k in CREATE_FIELDS}
+        await check_enable(self._conn, schedule, schedule, now=now)
         normalize(base, settings=self._settings, now=now)
-        await self._check_enable(schedule)
         await set_enabled(
             self._conn,
             schedule_id,

@@ -34,6 +34,7 @@ from ..._exceptions import SchedulerError
 from ..._records.codec import encode_schedule
 from ..._records.schedule import Schedule, disabled_by_studio
 from ..._triggers.cadence import first_fire_at
+from ..._triggers.once import ONCE
 from ..store import delete_schedule, drop_buffered, insert_schedule, set_enabled, update_schedule
 from .cancel import CancelledRun, cancel_running
 from .plan import snapshot
@@ -109,6 +110,16 @@ async def _check_unchanged(
     return found_rows
 
 
+def _new_occurrence(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether the member gives an ``at`` schedule whose occurrence is behind it another
+    instant: then it is enabled again, as an enable with a new ``at`` is."""
+    return (
+        current.get("disabled_reason") == ONCE
+        and new.get("trigger_type") == "at"
+        and new.get("at") != current.get("at")
+    )
+
+
 def _set_columns(member: ScheduleSetMember) -> dict[str, Any]:
     return {
         "managed_by": "set",
@@ -161,7 +172,12 @@ class _Writer:
         current = row.to_row()
         new: dict[str, Any] = {**member.fields, **_set_columns(member)}
         was = bool(current["enabled"])
-        if not was and new["enabled"] and disabled_by_studio(current["disabled_reason"]):
+        if (
+            not was
+            and new["enabled"]
+            and disabled_by_studio(current["disabled_reason"])
+            and not _new_occurrence(current, new)
+        ):
             new["enabled"] = False  # Studio paused it (max runs, budget …): not re-armed here
         enabling = bool(new["enabled"]) and not was
         if enabling or any(new.get(k) != current.get(k) for k in _CADENCE):
