@@ -163,6 +163,9 @@ async def test_a_fired_at_is_not_enabled_again_without_a_new_instant(
     # a new instant set while disabled, then a plain enable: allowed too
     await engine.service.update(created.id, {"at": _instant(clock() + 600)})
     assert (await engine.service.enable(created.id)).next_fire_at == clock() + 600
+    # moving the instant of an enabled `at` moves its next fire with it
+    moved = await engine.service.update(created.id, {"at": _instant(clock() + 900)})
+    assert moved.next_fire_at == clock() + 900
 
 
 async def test_an_at_disabled_by_hand_before_its_fire_is_enabled_as_before(

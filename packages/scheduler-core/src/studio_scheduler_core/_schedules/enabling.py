@@ -1,5 +1,6 @@
-"""Whether a disabled schedule may be enabled: the limits it used up, and a one-shot ``at``
-whose occurrence is behind it.
+"""Checks of an update beyond its fields' validation: whether a disabled schedule may be
+enabled (the limits it used up, a one-shot ``at`` whose occurrence is behind it), and the
+GitHub cursor an update sets.
 
 Enabling re-arms a schedule from now. A schedule that reached ``max_runs`` or its budget
 would be disabled again by its next fire, so it is refused until the limit is raised. An
@@ -68,3 +69,19 @@ async def check_enable(
             raise ScheduleValidationError(
                 "budget_tokens", f"exhausted (used {tokens} of {budget_tokens}); raise it first"
             )
+
+
+def cursor_change(
+    row: Mapping[str, Any], current: Mapping[str, Any], cursor: str | None
+) -> dict[str, Any]:
+    """The column an update setting ``cursor`` (normalised; ``None`` resets) writes on the
+    schedule ``current`` becoming ``row``: nothing when unchanged. Refused, naming
+    ``github_cursor``, unless ``row`` polls GitHub."""
+    if row.get("trigger_type") != "github_poll":
+        raise ScheduleValidationError(
+            "github_cursor",
+            f"applies only to github_poll schedules, not {row.get('trigger_type')!r}",
+        )
+    if cursor == current.get("github_cursor"):
+        return {}
+    return {"github_cursor": cursor}

@@ -23,6 +23,7 @@ from .._exceptions import (
     ScheduleNotFound,
     ScheduleValidationError,
 )
+from .._github.cursor import normalize_cursor
 from .._records.codec import encode_schedule
 from .._records.run import Run, RunWithChain
 from .._records.schedule import ManagedBy, Schedule
@@ -30,7 +31,7 @@ from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times
 from . import store
 from .backfill import backfill
-from .enabling import check_enable
+from .enabling import check_enable, cursor_change
 from .jitter import with_jitter
 from .store import (
     RUN_PAGE_KEY,
@@ -52,11 +53,18 @@ UPDATED = "schedule.updated.operator"
 """A schedule's stored fields changed (``metadata.fields`` names them)."""
 
 _CADENCE_FIELDS = frozenset(
-    {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone"}
+    {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone", "at"}
 )
 
 
 _LIVE = ("queued", "running")
+
+
+def _cursor_moved(current: Mapping[str, Any], diff: Mapping[str, Any]) -> dict[str, Any]:
+    """A changed GitHub cursor's old and new values, for its transition's metadata."""
+    if "github_cursor" not in diff:
+        return {}
+    return {"old": current.get("github_cursor"), "new": diff["github_cursor"]}
 
 
 class ScheduleService:
@@ -158,16 +166,23 @@ class ScheduleService:
     async def update(
         self, schedule_id: str, changes: Mapping[str, Any], *, actor: str | None = None
     ) -> Schedule:
-        """Apply ``changes`` (create-model fields) after validating the merged row.
+        """Apply ``changes`` (create-model fields, and ``github_cursor``) after validating the
+        merged row, in one transaction.
 
         A change of any stored field writes a ``schedule.updated.operator`` transition row
         naming the changed fields (``metadata.fields``); enabling or disabling writes its own
-        ``schedule.enabled.manual``/``schedule.disabled.manual`` row instead."""
+        ``schedule.enabled.manual``/``schedule.disabled.manual`` row instead. ``github_cursor``
+        (a github_poll schedule's, once the changes apply; ``None`` resets it) is written with
+        the other fields, and clears the stored ETag."""
         if not isinstance(changes, Mapping):
             raise ScheduleValidationError("changes", "must be an object")
         for key in changes:
-            if key not in CREATE_FIELDS:
+            if key not in CREATE_FIELDS and key != "github_cursor":
                 raise ScheduleValidationError(str(key), "unknown field")
+        changes = dict(changes)
+        cursor = (
+            (normalize_cursor(changes.pop("github_cursor")),) if "github_cursor" in changes else ()
+        )
         now = self._clock()
         async with write_transaction(self._conn):
             await lock_row(self._conn, "schedules", schedule_id)  # PostgreSQL: read, then write
@@ -189,7 +204,9 @@ class ScheduleService:
             new_values = encode_schedule(row)
             old_values = encode_schedule(current)
             diff = {k: v for k, v in new_values.items() if old_values.get(k) != v}
-            if "github_repo" in diff or "github_filter" in diff:
+            if cursor:
+                diff.update(cursor_change(row, current, cursor[0]))
+            if "github_repo" in diff or "github_filter" in diff or "github_cursor" in diff:
                 diff["github_etag"] = None  # the stored ETag answered another listing
             if diff:
                 fields = sorted(k for k in diff if k != "github_etag")
@@ -206,7 +223,7 @@ class ScheduleService:
                         reason_code=UPDATED,
                         reason_summary=f"changed: {', '.join(fields)}",
                         actor=actor or SERVICE_ACTOR,
-                        metadata={"fields": fields},
+                        metadata={"fields": fields, **_cursor_moved(current, diff)},
                         now=now,
                     )
             if row["enabled"] != was_enabled:
