@@ -10,20 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-SET_YAML = """\
-apiVersion: studio/v1
-kind: ScheduleSet
-metadata: {name: team-a}
-schedules:
-  nightly:
-    trigger:
-      cron: {expression: "0 3 * * *", timezone: Europe/Paris}
-    command: {argv: [sh, -c, "true"]}
-    retry: {max_attempts: 2, backoff_sec: 90s}
-  hourly:
-    trigger: {every: 1h}
-    command: {argv: [sh, -c, "true"]}
-"""
+from studio_scheduler_core.testing import SET_HEADER, sample_set, set_document, set_member
+
+SET_YAML = sample_set()
 
 YAML = {"content-type": "application/yaml"}
 
@@ -168,9 +157,7 @@ def test_a_document_too_large_or_with_too_many_members_is_refused(serve: Any) ->
             "field": "body",
         }
     many = ", ".join(f"m{i}: {{}}" for i in range(10_001))
-    crowded = (
-        f"apiVersion: studio/v1\nkind: ScheduleSet\nmetadata: {{name: x}}\nschedules: {{{many}}}\n"
-    )
+    crowded = f"{SET_HEADER}metadata: {{name: x}}\nschedules: {{{many}}}\n"
     answer = studio.client.post("/api/schedule-sets/apply", content=crowded, headers=YAML)
     assert answer.status_code == 422, answer.text
     (error,) = answer.json()["errors"]  # one error: the members were never checked
@@ -181,14 +168,10 @@ def test_a_document_too_large_or_with_too_many_members_is_refused(serve: Any) ->
     assert studio.client.get("/api/schedules").json()["total"] == 0
 
 
-BUSY = """\
-apiVersion: studio/v1
-kind: ScheduleSet
-metadata: {name: team-a}
-schedules:
-  keep: {trigger: {every: 1h}, command: {argv: [sh, -c, "true"]}}
-  busy: {trigger: {every: 1h}, command: {argv: [sh, -c, "sleep 120"]}}
-"""
+KEEP = set_member("1h", argv=("sh", "-c", "true"))
+BUSY = set_document(
+    "team-a", {"keep": KEEP, "busy": set_member("1h", argv=("sh", "-c", "sleep 120"))}
+)
 
 
 def test_a_forced_prune_cancels_in_the_apply_and_a_refused_one_cancels_nothing(
@@ -205,15 +188,13 @@ def test_a_forced_prune_cancels_in_the_apply_and_a_refused_one_cancels_nothing(
         return None if found is None else int(found)
 
     child = wait(pid)
-    without_busy = BUSY.replace(
-        '  busy: {trigger: {every: 1h}, command: {argv: [sh, -c, "sleep 120"]}}\n', ""
-    )
+    without_busy = set_document("team-a", {"keep": KEEP})
     unforced = studio.client.post(
         "/api/schedule-sets/apply?prune=1", content=without_busy, headers=YAML
     )
     assert unforced.status_code == 409 and "--force" in unforced.json()["detail"]
     assert studio.client.post("/api/schedules", json=command_schedule("team-a/held")).is_success
-    held = without_busy + '  held: {trigger: {every: 1h}, command: {argv: [sh, -c, "true"]}}\n'
+    held = set_document("team-a", {"keep": KEEP, "held": KEEP})
     refused = studio.client.post(
         "/api/schedule-sets/apply?prune=1&force=1", content=held, headers=YAML
     )

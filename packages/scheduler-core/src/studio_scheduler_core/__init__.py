@@ -98,6 +98,7 @@ from ._records.vocab import (
     TriggerType,
 )
 from ._recovery.orphans import OrphanReaper
+from ._schedules.enabling import KEEP
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
 from ._schedules.sets.apply import (
@@ -126,8 +127,6 @@ from ._triggers.registry import CadenceTrigger, TriggerRegistry
 from ._triggers.threshold import MetricThreshold
 
 __all__ = [
-    "MAX_DOCUMENT_BYTES",
-    "MAX_MEMBERS",
     "ACTION_KINDS",
     "ACTION_KIND_ALIASES",
     "ACTIVITY_WINDOWS",
@@ -153,9 +152,12 @@ __all__ = [
     "HEALTH_VERDICTS",
     "InvalidSettings",
     "InvalidStatsQuery",
+    "KEEP",
     "LastRun",
     "Limits",
     "MAX_CHAIN_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_MEMBERS",
     "MISSED_FIRE_POLICIES",
     "MetricThreshold",
     "MissedFirePolicy",

@@ -12,14 +12,25 @@ a new ``at``.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final, Literal
 
 import aiosqlite
 
 from .._admission.store import fired_run_count, schedule_spend
 from .._exceptions import ScheduleAtPassed, ScheduleValidationError
 from .._triggers.once import ONCE, parse_at
+
+
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+Keep = Literal[_Keep.KEEP]
+"""The type of :data:`KEEP`."""
+KEEP: Final = _Keep.KEEP
+"""An update argument left as it is (``None`` is a value: a reset)."""
 
 
 def check_rearm(current: Mapping[str, Any], new: Mapping[str, Any], *, now: float) -> None:
@@ -73,7 +84,7 @@ async def check_enable(
 
 def cursor_change(
     row: Mapping[str, Any], current: Mapping[str, Any], cursor: str | None
-) -> dict[str, Any]:
+) -> dict[str, str | None]:
     """The column an update setting ``cursor`` (normalised; ``None`` resets) writes on the
     schedule ``current`` becoming ``row``: nothing when unchanged. Refused, naming
     ``github_cursor``, unless ``row`` polls GitHub."""

@@ -23,7 +23,6 @@ from .._exceptions import (
     ScheduleNotFound,
     ScheduleValidationError,
 )
-from .._github.cursor import normalize_cursor
 from .._records.codec import encode_schedule
 from .._records.run import Run, RunWithChain
 from .._records.schedule import ManagedBy, Schedule
@@ -31,7 +30,7 @@ from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times
 from . import store
 from .backfill import backfill
-from .enabling import check_enable, cursor_change
+from .enabling import KEEP, Keep, check_enable, cursor_change
 from .jitter import with_jitter
 from .store import (
     RUN_PAGE_KEY,
@@ -60,7 +59,7 @@ _CADENCE_FIELDS = frozenset(
 _LIVE = ("queued", "running")
 
 
-def _cursor_moved(current: Mapping[str, Any], diff: Mapping[str, Any]) -> dict[str, Any]:
+def _cursor_moved(current: Mapping[str, Any], diff: Mapping[str, Any]) -> dict[str, str | None]:
     """A changed GitHub cursor's old and new values, for its transition's metadata."""
     if "github_cursor" not in diff:
         return {}
@@ -164,25 +163,27 @@ class ScheduleService:
         )
 
     async def update(
-        self, schedule_id: str, changes: Mapping[str, Any], *, actor: str | None = None
+        self,
+        schedule_id: str,
+        changes: Mapping[str, Any],
+        *,
+        actor: str | None = None,
+        github_cursor: str | None | Keep = KEEP,
     ) -> Schedule:
-        """Apply ``changes`` (create-model fields, and ``github_cursor``) after validating the
-        merged row, in one transaction.
+        """Apply ``changes`` (create-model fields) after validating the merged row, in one
+        transaction.
 
         A change of any stored field writes a ``schedule.updated.operator`` transition row
         naming the changed fields (``metadata.fields``); enabling or disabling writes its own
         ``schedule.enabled.manual``/``schedule.disabled.manual`` row instead. ``github_cursor``
-        (a github_poll schedule's, once the changes apply; ``None`` resets it) is written with
-        the other fields, and clears the stored ETag."""
+        (its stored form, from ``normalize_cursor``; ``None`` resets it) sets a github_poll
+        schedule's cursor (once the changes apply) with the other fields; it clears the
+        stored ETag."""
         if not isinstance(changes, Mapping):
             raise ScheduleValidationError("changes", "must be an object")
         for key in changes:
-            if key not in CREATE_FIELDS and key != "github_cursor":
+            if key not in CREATE_FIELDS:
                 raise ScheduleValidationError(str(key), "unknown field")
-        changes = dict(changes)
-        cursor = (
-            (normalize_cursor(changes.pop("github_cursor")),) if "github_cursor" in changes else ()
-        )
         now = self._clock()
         async with write_transaction(self._conn):
             await lock_row(self._conn, "schedules", schedule_id)  # PostgreSQL: read, then write
@@ -204,8 +205,8 @@ class ScheduleService:
             new_values = encode_schedule(row)
             old_values = encode_schedule(current)
             diff = {k: v for k, v in new_values.items() if old_values.get(k) != v}
-            if cursor:
-                diff.update(cursor_change(row, current, cursor[0]))
+            if github_cursor is not KEEP:
+                diff.update(cursor_change(row, current, github_cursor))
             if "github_repo" in diff or "github_filter" in diff or "github_cursor" in diff:
                 diff["github_etag"] = None  # the stored ETag answered another listing
             if diff:

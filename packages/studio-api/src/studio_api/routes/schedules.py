@@ -9,11 +9,13 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
 from studio_scheduler_core import (
+    KEEP,
     RUN_PAGE_KEY,
     RunNotCancellable,
     RunNotFound,
     Schedule,
     SchedulerEngine,
+    normalize_cursor,
     read_schedule_health,
     read_schedule_status,
 )
@@ -138,7 +140,8 @@ async def update_schedule(
     ``github_cursor`` (github_poll only, else 422) sets the cursor, or with ``null`` resets it
     so the next poll replays what the listing holds."""
     changes = body.model_dump(exclude_unset=True)
-    row = await service.update(schedule_id, changes, actor=actor_of(request))
+    cursor = normalize_cursor(changes.pop("github_cursor")) if "github_cursor" in changes else KEEP
+    row = await service.update(schedule_id, changes, actor=actor_of(request), github_cursor=cursor)
     return (await _with_health(engine, [row]))[0]
 
 

@@ -15,10 +15,12 @@ from typing import Any
 
 import aiosqlite
 
-from ..._fire.ending import OPERATOR_CANCELLED
 from ..._notify.service import notify_run
 from ..._records.terminal import StatusChange, apply
 from .store import running_runs
+
+OPERATOR_CANCELLED = "run.cancelled.operator"
+"""The reason code of a run an operator cancelled (the fire path reports it by this code)."""
 
 
 @dataclass(frozen=True, kw_only=True)
