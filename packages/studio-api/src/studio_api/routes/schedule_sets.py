@@ -133,7 +133,7 @@ async def plan_set(
     planned = await _planned(request, reads.conn, engine, adopt=adopt, prune=prune, force=force)
     if isinstance(planned, JSONResponse):
         return planned
-    return planned.to_json()
+    return JSONResponse(planned.to_json())
 
 
 @router.post("/apply", responses=responses(409))
@@ -159,7 +159,7 @@ async def apply_set(
     if planned.errors:
         return _refused(planned)
     if dry_run:
-        return {**planned.to_json(), "dry_run": True, "applied": None}
+        return JSONResponse({**planned.to_json(), "dry_run": True, "applied": None})
     try:
         applied = await apply_schedule_plan(
             engine.conn,
@@ -182,4 +182,5 @@ async def apply_set(
         "writes": applied.writes,
         "cancelled": list(applied.cancelled),
     }
-    return {**planned.to_json(), "dry_run": False, "applied": counts}
+    # JSON already: FastAPI's encoder would walk each of a large plan's changes again
+    return JSONResponse({**planned.to_json(), "dry_run": False, "applied": counts})
