@@ -163,3 +163,38 @@ def test_a_file_too_large_or_with_too_many_members_is_one_line(tmp_path: Path) -
             f"{huge}: is 10485760 bytes; a document must be smaller than 10485760"
         ], command
     assert _rows(studio) == []
+
+
+def test_a_forced_prune_cancels_the_running_run_in_the_apply(tmp_path: Path) -> None:
+    studio = Studio(tmp_path)
+    path = tmp_path / "a.yaml"
+    path.write_text(SET_A)
+    studio.run("schedule", "apply", str(path), env=ALLOW)
+    conn = sqlite3.connect(studio.db)
+    try:
+        conn.execute(
+            "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
+            "action_args, status, fired_at, created_at) SELECT 'r1', id, '{}', 'command', '{}', "
+            "'running', 1, 1 FROM schedules WHERE name = 'team-a/hourly'"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    nightly = "{trigger: {cron: {expression: '0 3 * * *', timezone: Europe/Paris}}, "
+    nightly += "command: {argv: [echo, hi], cwd: .}, retry: {max_attempts: 2, backoff_sec: 90s}}"
+    path.write_text(set_document("team-a", {"nightly": nightly}))
+    refused = studio.run("schedule", "apply", str(path), "--prune", env=ALLOW, expect=1)
+    assert "--force cancels them" in refused.stderr
+    forced = studio.run("schedule", "apply", str(path), "--prune", "--force", env=ALLOW)
+    assert forced.stdout.splitlines()[-1] == (
+        "Applied: 0 created, 0 updated, 0 disabled, 1 deleted. Cancelled running: r1."
+    )
+    conn = sqlite3.connect(studio.db)
+    try:
+        moves = conn.execute(
+            "SELECT previous_status, status, actor FROM status_transitions WHERE entity_id = 'r1'"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert moves == [("running", "cancelled", "set:team-a")]
+    assert [r[0] for r in _rows(studio)] == ["team-a/nightly"]

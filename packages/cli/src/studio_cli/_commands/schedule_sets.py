@@ -167,7 +167,8 @@ def apply(
 
     Refused (exit 1, nothing written) when the plan holds an error or a schedule changed
     since the plan was read ("changed since plan; re-run"). Applying the same files again
-    writes nothing. Every change is recorded with the actor set:<owner>.
+    writes nothing. Every change is recorded with the actor set:<owner>; with --prune
+    --force the running runs of deleted schedules are cancelled in the same transaction.
     """
     from studio_scheduler_core import ScheduleSetChanged, apply_schedule_plan
 
@@ -202,6 +203,8 @@ def apply(
         f"Applied: {applied.created} created, {applied.updated} updated, "
         f"{applied.disabled} disabled, {applied.deleted} deleted."
     )
+    if applied.cancelled:
+        summary += f" Cancelled running: {', '.join(applied.cancelled)}."
     if as_json:
         emit_json({**result.to_json(), "applied": applied.__dict__ | {"writes": applied.writes}})
         return
