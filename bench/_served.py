@@ -32,14 +32,14 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
 
 
-def serve(db: Path, port: int, **settings: Any) -> None:
-    """Serve the app on ``HOST:port`` over the SQLite file ``db`` until terminated
-    (``settings``: more :class:`StudioSettings` values)."""
+def serve(db: str, port: int, **settings: Any) -> None:
+    """Serve the app on ``HOST:port`` over ``db`` (a SQLite file, or a PostgreSQL URL) until
+    terminated (``settings``: more :class:`StudioSettings` values)."""
     import uvicorn
 
     from studio_api import StudioSettings, create_app
 
-    values = {"db": str(db), "host": HOST, "port": port, **settings}
+    values = {"db": db, "host": HOST, "port": port, **settings}
     config = uvicorn.Config(
         create_app(StudioSettings.from_env({}, **values)),
         host=HOST,
@@ -59,7 +59,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(
-    script: str, db: Path, *, env: Mapping[str, str] | None = None
+    script: str, db: Path | str, *, env: Mapping[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Start ``script --serve`` over ``db``; its base URL and process, terminated on exit."""
     port = free_port()

@@ -1,7 +1,8 @@
 """Applying a 1,000-member ScheduleSet against 1,000 ``POST /api/schedules`` (DESIGN §11.6:
 the apply ≥ 10× faster; a re-apply of the same set writes nothing and takes ≤ 0.5 s).
 
-Serves the studio-api app (uvicorn on 127.0.0.1, its own process, SQLite). In each round, on
+Serves the studio-api app (uvicorn on 127.0.0.1, its own process; SQLite, or with
+``--postgres`` a throwaway PostgreSQL cluster of ``studio_state.testing_pg``). In each round, on
 the same server and the same kept-alive connection: N ``POST /api/schedules`` one after the
 other (each its own transaction and commit), then ``POST /api/schedule-sets/apply`` of a set
 of N members of a new owner (one transaction), then the same set again (it must answer
@@ -10,7 +11,7 @@ of N members of a new owner (one transaction), then the same set again (it must 
 Figures: over the rounds, the median and min–max of each time, and of the ratio POSTs / apply
 (per round).
 
-    python bench/schedule_sets.py [--rounds 5] [--members 1000] [--format json|yaml]
+    python bench/schedule_sets.py [--rounds 5] [--members 1000] [--format json|yaml] [--postgres]
 """
 
 from __future__ import annotations
@@ -59,11 +60,11 @@ async def _apply(client: Any, base: str, text: str) -> tuple[float, int]:
     return elapsed, int(response.json()["applied"]["writes"])
 
 
-async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, list[float]]:
+async def _measure(args: argparse.Namespace, db: Path | str) -> dict[str, list[float]]:
     import httpx
 
     env = {"LIONAGI_STUDIO_MAX_BODY_BYTES": str(16 * 1024 * 1024)}
-    with serving(__file__, workdir / "state.db", env=env) as (base, proc):
+    with serving(__file__, db, env=env) as (base, proc):
         async with httpx.AsyncClient(timeout=120) as client:
             await wait_ready(client, base, proc)
 
@@ -100,17 +101,28 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--members", type=int, default=1000)
     parser.add_argument("--format", choices=("json", "yaml"), default="json", help="body format")
+    parser.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL cluster")
     add_serve_options(parser)
     args = parser.parse_args()
     if args.serve:
-        serve(Path(args.db), args.port, command_allowlist="true")
+        serve(args.db, args.port, command_allowlist="true")
         return
-    with tempfile.TemporaryDirectory() as scratch:
-        result = asyncio.run(_measure(args, Path(scratch)))
+    if args.postgres:
+        from studio_state.testing_pg import start_cluster
+
+        cluster = start_cluster()
+        try:
+            result = asyncio.run(_measure(args, cluster.dsn))
+        finally:
+            cluster.stop()
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            result = asyncio.run(_measure(args, Path(scratch) / "state.db"))
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
+    backend = "PostgreSQL" if args.postgres else "SQLite"
     print(
-        f"{args.rounds} rounds, {args.members} schedules each way, SQLite, served app, "
-        f"{args.format} body"
+        f"{args.rounds} rounds, {args.members} schedules each way, {backend}, served app, "
+        f"{args.format} body, load {os.getloadavg()[0]:.1f}"
     )
     print(f"{args.members} POST /api/schedules:   median {median_range(result['posts'], ' s')}")
     print(f"apply of {args.members} members:      median {median_range(result['apply'], ' s')}")

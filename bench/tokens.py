@@ -102,7 +102,7 @@ def main() -> None:
     add_serve_options(parser)
     args = parser.parse_args()
     if args.serve:
-        serve(Path(args.db), args.port, command_allowlist="true", auth_token=ADMIN)
+        serve(args.db, args.port, command_allowlist="true", auth_token=ADMIN)
         return
     with tempfile.TemporaryDirectory() as scratch:
         result = asyncio.run(_measure(args, Path(scratch)))

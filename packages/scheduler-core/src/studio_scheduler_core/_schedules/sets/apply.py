@@ -30,12 +30,18 @@ from studio_state import (
     write_transaction,
 )
 
-from ..._exceptions import SchedulerError
+from ..._exceptions import ScheduleNameTaken, SchedulerError
 from ..._records.codec import encode_schedule
 from ..._records.schedule import Schedule, disabled_by_studio
 from ..._triggers.cadence import first_fire_at
 from ..._triggers.once import ONCE
-from ..store import delete_schedule, drop_buffered, insert_schedule, set_enabled, update_schedule
+from ..store import (
+    delete_schedule,
+    drop_buffered,
+    insert_schedules,
+    set_enabled,
+    update_schedule,
+)
 from .cancel import CancelledRun, cancel_running
 from .plan import snapshot
 from .records import ScheduleSetChange, ScheduleSetMember, ScheduleSetPlan
@@ -138,6 +144,7 @@ class _Writer:
         self.timezone = timezone
         self.transitions: list[Transition] = []
         self.cancelled: list[CancelledRun] = []
+        self.inserts: list[dict[str, Any]] = []
 
     def transition(self, schedule_id: str, owner: str, **values: Any) -> None:
         self.transitions.append(
@@ -159,7 +166,7 @@ class _Writer:
             created_at=self.now,
             updated_at=self.now,
         )
-        await insert_schedule(self.conn, encode_schedule(row))
+        self.inserts.append(encode_schedule(row))  # written together by flush()
         self.transition(
             row["id"],
             member.owner,
@@ -167,6 +174,17 @@ class _Writer:
             reason_code="schedule.created",
             reason_summary=f"schedule {member.name!r} created by set {member.owner!r}",
         )
+
+    async def flush(self) -> None:
+        """Insert the created schedules (one statement batch) and record every transition.
+
+        A name taken meanwhile (a create elsewhere raced the apply's checks) fails the apply as
+        changed since its plan."""
+        try:
+            await insert_schedules(self.conn, self.inserts)
+        except ScheduleNameTaken:
+            raise ScheduleSetChanged(sorted(str(row["name"]) for row in self.inserts)) from None
+        await record_transitions(self.conn, self.transitions)
 
     async def update(self, row: Schedule, member: ScheduleSetMember) -> None:
         current = row.to_row()
@@ -290,7 +308,7 @@ async def apply_schedule_plan(
             elif change.action == "delete":
                 await writer.delete(rows[str(change.schedule_id)], change)
             counts[change.action] += 1
-        await record_transitions(conn, writer.transitions)
+        await writer.flush()
     if stop_process is not None:
         for run in writer.cancelled:
             await stop_process(run.to_row())
