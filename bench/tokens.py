@@ -20,31 +20,15 @@ import argparse
 import asyncio
 import os
 import platform
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-HOST = "127.0.0.1"
+from _served import add_serve_options, measure_rounds, median_range, serve, serving, wait_ready
+
 ADMIN = "bench-admin-token-0123456789abcdef"
-
-
-def _serve(db: Path, port: int) -> None:
-    import uvicorn
-
-    from studio_api import StudioSettings, create_app
-
-    settings = StudioSettings.from_env(
-        {}, db=str(db), host=HOST, port=port, command_allowlist="true", auth_token=ADMIN
-    )
-    config = uvicorn.Config(
-        create_app(settings), host=HOST, port=port, log_level="warning", access_log=False
-    )
-    uvicorn.Server(config).run()
 
 
 async def _seed(db: Path) -> tuple[str, str]:
@@ -67,26 +51,6 @@ async def _seed(db: Path) -> tuple[str, str]:
             await create_token(conn, f"other-{i}", "operate", now=now, actor="bench")
         _, scoped = await create_token(conn, "reader", "read", now=now, actor="bench")
     return "0000000000aa", scoped
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-async def _wait_ready(client: Any, base: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("the server exited: " + (proc.stderr.read() or b"").decode()[-400:])  # type: ignore[union-attr]
-        try:
-            if (await client.get(f"{base}/api/health", timeout=2)).status_code == 200:
-                return
-        except Exception:
-            pass
-        await asyncio.sleep(0.1)
-    raise RuntimeError("the server did not answer within 60 s")
 
 
 async def _one_ms(client: Any, url: str, token: str) -> float:
@@ -114,54 +78,42 @@ async def _measure(args: argparse.Namespace, workdir: Path) -> dict[str, list[fl
 
     db = workdir / "state.db"
     schedule_id, scoped = await _seed(db)
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LIONAGI_")}
-    argv = [sys.executable, os.path.abspath(__file__), "--serve", "--db", str(db)]
-    proc = subprocess.Popen(
-        [*argv, "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    base = f"http://{HOST}:{port}"
-    url = f"{base}/api/schedules/{schedule_id}"
-    out: dict[str, list[float]] = {"admin": [], "scoped": [], "ratio": []}
-    try:
+    with serving(__file__, db) as (base, proc):
+        url = f"{base}/api/schedules/{schedule_id}"
+        tokens = {"admin": ADMIN, "scoped": scoped}
         async with httpx.AsyncClient(timeout=30) as client:
-            await _wait_ready(client, base, proc)
-            tokens = {"admin": ADMIN, "scoped": scoped}
-            await _round(client, url, tokens, 50)  # warm up both paths
-            for _ in range(args.rounds):
+            await wait_ready(client, base, proc)
+
+            async def one_round(_: int) -> dict[str, float]:
                 medians = await _round(client, url, tokens, args.requests)
-                out["admin"].append(medians["admin"])
-                out["scoped"].append(medians["scoped"])
-                out["ratio"].append(medians["scoped"] / medians["admin"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    return out
+                return {**medians, "ratio": medians["scoped"] / medians["admin"]}
 
-
-def _fmt(values: list[float], unit: str = "") -> str:
-    return f"{statistics.median(values):.3f}{unit} (min {min(values):.3f}, max {max(values):.3f})"
+            return await measure_rounds(
+                args.rounds,
+                one_round,
+                warm_up=lambda: _round(client, url, tokens, 50),  # both paths
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--db", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    add_serve_options(parser)
     args = parser.parse_args()
     if args.serve:
-        _serve(Path(args.db), args.port)
+        serve(args.db, args.port, command_allowlist="true", auth_token=ADMIN)
         return
     with tempfile.TemporaryDirectory() as scratch:
         result = asyncio.run(_measure(args, Path(scratch)))
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
     print(f"{args.rounds} rounds × {args.requests} GET /api/schedules/{{id}} per token, in pairs")
-    print(f"admin token (LIONAGI_STUDIO_AUTH_TOKEN): median {_fmt(result['admin'], ' ms')}")
-    print(f"scoped read token (api_tokens):          median {_fmt(result['scoped'], ' ms')}")
+    print(f"admin token (LIONAGI_STUDIO_AUTH_TOKEN): median {median_range(result['admin'], ' ms')}")
+    print(
+        f"scoped read token (api_tokens):          median {median_range(result['scoped'], ' ms')}"
+    )
     ratio = statistics.median(result["ratio"])
-    print(f"scoped / admin: {_fmt(result['ratio'], '×')}")
+    print(f"scoped / admin: {median_range(result['ratio'], '×')}")
     print(f"target: ≤ 1.1× — {'met' if ratio <= 1.1 else 'NOT met'}")
 
 

@@ -9,6 +9,7 @@ both applies start: both must wait on it (not run), then run one after the other
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,10 @@ from studio_scheduler_core import (
     ScheduleSetChanged,
     ScheduleSetPlan,
     apply_schedule_plan,
-    plan_schedule_sets,
-    validate_schedule_sets,
 )
 from studio_scheduler_core._schedules.sets.store import owner_lock_key
 from studio_scheduler_core._schema import ensure_schema
+from studio_scheduler_core.testing import numbered_set, plan_set_files
 from studio_state import connect, fetch_value
 
 SETTINGS = SchedulerSettings(command_allowlist=("true",))
@@ -31,25 +31,14 @@ MEMBERS = 25
 
 
 def _document(path: Path, every: str) -> None:
-    members = "\n".join(
-        f"  job-{i:02d}: {{trigger: {{every: {every}}}, command: {{argv: ['true']}}}}"
-        for i in range(MEMBERS)
-    )
-    path.write_text(
-        "apiVersion: studio/v1\nkind: ScheduleSet\nmetadata: {name: team-a}\n"
-        f"schedules:\n{members}\n"
-    )
+    path.write_text(numbered_set("team-a", MEMBERS, every=every))
 
 
 async def _plan(conn: Any, path: Path) -> ScheduleSetPlan:
-    report = validate_schedule_sets([path], settings=SETTINGS)
-    assert report.ok, [str(p) for p in report.problems]
-    return await plan_schedule_sets(conn, report.owners, report.members)
+    return await plan_set_files(conn, [path], settings=SETTINGS, now=time.time())
 
 
 async def _apply(conn: Any, plan: ScheduleSetPlan) -> Any:
-    import time
-
     return await apply_schedule_plan(conn, plan, timezone="UTC", clock=time.time)
 
 

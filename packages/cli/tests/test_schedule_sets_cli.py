@@ -10,26 +10,12 @@ from pathlib import Path
 
 from conftest import Studio
 
+from studio_scheduler_core.testing import SET_HEADER, sample_set, set_document
+
 ALLOW = {"LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "echo"}
 
 
-def _doc(owner: str, body: str) -> str:
-    return f"apiVersion: studio/v1\nkind: ScheduleSet\nmetadata: {{name: {owner}}}\n{body}"
-
-
-SET_A = _doc(
-    "team-a",
-    """schedules:
-  nightly:
-    trigger:
-      cron: {expression: "0 3 * * *", timezone: Europe/Paris}
-    command: {argv: [echo, hi], cwd: .}
-    retry: {max_attempts: 2, backoff_sec: 90s}
-  hourly:
-    trigger: {every: 1h}
-    command: {argv: [echo, hourly]}
-""",
-)
+SET_A = sample_set("team-a", argv=("echo", "hi"), cwd=".")
 
 
 def _rows(studio: Studio) -> list[tuple[str, ...]]:
@@ -85,10 +71,8 @@ def test_plan_apply_and_the_same_files_again(tmp_path: Path) -> None:
     quiet = studio.run("schedule", "plan", str(folder), "--exit-code", env=ALLOW)
     assert quiet.stdout.splitlines()[-1].startswith("Plan: 0 to create, 0 to update")
 
-    hourly = (
-        "schedules:\n  hourly:\n    trigger: {every: 2h}\n    command: {argv: [echo, hourly]}\n"
-    )
-    (folder / "a.yaml").write_text(_doc("team-a", hourly))
+    hourly = "{trigger: {every: 2h}, command: {argv: [echo, hi], cwd: .}}"  # cwd as before
+    (folder / "a.yaml").write_text(set_document("team-a", {"hourly": hourly}))
     changed = studio.run("schedule", "plan", str(folder), env=ALLOW)
     assert changed.stdout.splitlines() == [
         "UPDATE team-a/hourly: interval_sec 3600 -> 7200",
@@ -116,12 +100,13 @@ def test_refusals_are_one_line_each_and_write_nothing(tmp_path: Path) -> None:
     assert (_rows(studio), _transitions(studio)) == before
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text(_doc("team-b", "schedules:\n  Bad Name: {trigger: {every: 1h}}\n  ok: [\n"))
+    bad_name = "metadata: {name: team-b}\nschedules:\n  Bad Name: {trigger: {every: 1h}}\n"
+    bad.write_text(f"{SET_HEADER}{bad_name}  ok: [\n")
     malformed = studio.run("schedule", "plan", str(bad), env=ALLOW, expect=1)
     assert malformed.stdout == ""
     (line,) = malformed.stderr.splitlines()
     assert line.startswith(f"{bad}:7:1: malformed YAML")
-    bad.write_text(_doc("team-b", "schedules:\n  Bad Name: {trigger: {every: 1h}}\n"))
+    bad.write_text(SET_HEADER + bad_name)
     named = studio.run("schedule", "apply", str(bad), env=ALLOW, expect=1)
     assert "member name 'Bad Name' must match" in named.stderr
     assert (_rows(studio), _transitions(studio)) == before
@@ -159,3 +144,57 @@ def test_an_update_of_a_set_owned_schedule_succeeds_and_warns(tmp_path: Path) ->
     studio.run("schedule", "apply", str(path), env=ALLOW)
     restored = studio.ok_json("schedule", "show", "team-a/hourly", env=ALLOW)
     assert (restored["drifted"], restored["interval_sec"]) == (False, 3600)
+
+
+def test_a_file_too_large_or_with_too_many_members_is_one_line(tmp_path: Path) -> None:
+    studio = Studio(tmp_path)
+    many = ", ".join(f"m{i}: {{}}" for i in range(10_001))
+    crowded = tmp_path / "many.yaml"
+    crowded.write_text(f"{SET_HEADER}metadata: {{name: team-c}}\nschedules: {{{many}}}\n")
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"#" * (10 * 1024 * 1024))
+    for command in ("validate", "plan", "apply"):
+        refused = studio.run("schedule", command, str(crowded), env=ALLOW, expect=1)
+        assert refused.stderr.splitlines() == [
+            f"{crowded}: schedules: holds 10001 members; a document holds at most 10000"
+        ], command
+        too_large = studio.run("schedule", command, str(huge), env=ALLOW, expect=1)
+        assert too_large.stderr.splitlines() == [
+            f"{huge}: is 10485760 bytes; a document must be smaller than 10485760"
+        ], command
+    assert _rows(studio) == []
+
+
+def test_a_forced_prune_cancels_the_running_run_in_the_apply(tmp_path: Path) -> None:
+    studio = Studio(tmp_path)
+    path = tmp_path / "a.yaml"
+    path.write_text(SET_A)
+    studio.run("schedule", "apply", str(path), env=ALLOW)
+    conn = sqlite3.connect(studio.db)
+    try:
+        conn.execute(
+            "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
+            "action_args, status, fired_at, created_at) SELECT 'r1', id, '{}', 'command', '{}', "
+            "'running', 1, 1 FROM schedules WHERE name = 'team-a/hourly'"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    nightly = "{trigger: {cron: {expression: '0 3 * * *', timezone: Europe/Paris}}, "
+    nightly += "command: {argv: [echo, hi], cwd: .}, retry: {max_attempts: 2, backoff_sec: 90s}}"
+    path.write_text(set_document("team-a", {"nightly": nightly}))
+    refused = studio.run("schedule", "apply", str(path), "--prune", env=ALLOW, expect=1)
+    assert "--force cancels them" in refused.stderr
+    forced = studio.run("schedule", "apply", str(path), "--prune", "--force", env=ALLOW)
+    assert forced.stdout.splitlines()[-1] == (
+        "Applied: 0 created, 0 updated, 0 disabled, 1 deleted. Cancelled running: r1."
+    )
+    conn = sqlite3.connect(studio.db)
+    try:
+        moves = conn.execute(
+            "SELECT previous_status, status, actor FROM status_transitions WHERE entity_id = 'r1'"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert moves == [("running", "cancelled", "set:team-a")]
+    assert [r[0] for r in _rows(studio)] == ["team-a/nightly"]

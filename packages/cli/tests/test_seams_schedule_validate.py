@@ -8,6 +8,8 @@ from pathlib import Path
 
 from conftest import Studio
 
+from studio_scheduler_core.testing import write_file
+
 ALLOW = {"LIONAGI_SCHEDULER_COMMAND_ALLOWLIST": "echo"}
 
 GOOD = """\
@@ -42,17 +44,10 @@ schedules:
 """
 
 
-def _write(folder: Path, name: str, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(text)
-    return path
-
-
 def test_a_valid_set_exits_0_and_names_each_schedule(tmp_path: Path) -> None:
     studio = Studio(tmp_path)
     folder = tmp_path / "sets"
-    _write(folder, "a.yaml", GOOD)
+    write_file(folder, "a.yaml", GOOD)
     result = studio.run("schedule", "validate", str(folder), env=ALLOW)
     assert result.stderr == ""
     lines = result.stdout.splitlines()
@@ -76,9 +71,9 @@ def test_a_valid_set_exits_0_and_names_each_schedule(tmp_path: Path) -> None:
 
 def test_every_problem_is_one_stderr_line_and_exit_1(tmp_path: Path) -> None:
     studio = Studio(tmp_path)
-    good = _write(tmp_path / "sets", "a.yaml", GOOD)
-    bad = _write(tmp_path / "sets", "b.yaml", BAD)
-    clash = _write(tmp_path / "more", "c.yml", GOOD)
+    good = write_file(tmp_path / "sets", "a.yaml", GOOD)
+    bad = write_file(tmp_path / "sets", "b.yaml", BAD)
+    clash = write_file(tmp_path / "more", "c.yml", GOOD)
     result = studio.run(
         "schedule", "validate", str(tmp_path / "sets"), str(clash), env=ALLOW, expect=1
     )
@@ -101,7 +96,7 @@ def test_every_problem_is_one_stderr_line_and_exit_1(tmp_path: Path) -> None:
 
 def test_json_reports_errors_too_and_exits_1(tmp_path: Path) -> None:
     studio = Studio(tmp_path)
-    bad = _write(tmp_path, "b.yaml", BAD)
+    bad = write_file(tmp_path, "b.yaml", BAD)
     result = studio.run("schedule", "validate", "--json", str(bad), env=ALLOW, expect=1)
     document = result.json()
     assert document["ok"] is False and document["members"] == []
@@ -117,14 +112,14 @@ def test_json_reports_errors_too_and_exits_1(tmp_path: Path) -> None:
 
 def test_unreadable_files_and_the_default_allow_list(tmp_path: Path) -> None:
     studio = Studio(tmp_path)
-    broken = _write(tmp_path, "broken.yaml", "apiVersion: studio/v1\nschedules: [a\n")
+    broken = write_file(tmp_path, "broken.yaml", "apiVersion: studio/v1\nschedules: [a\n")
     result = studio.run("schedule", "validate", str(broken), str(tmp_path / "nope"), expect=1)
     lines = result.stderr.splitlines()
     assert len(lines) == 2
     assert lines[0] == f"{tmp_path / 'nope'}: no such file or folder"
     assert lines[1].startswith(f"{broken}:3:1: malformed YAML: ")
     # without the variable the server refuses every command: so does validate
-    good = _write(tmp_path / "sets", "a.yaml", GOOD)
+    good = write_file(tmp_path / "sets", "a.yaml", GOOD)
     refused = studio.run("schedule", "validate", str(good), expect=1)
     assert refused.stderr.splitlines() == [
         f"{good}: schedules.nightly.command.argv: 'echo' is not on the command allow-list "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from studio_scheduler_core import (
     SchedulerError,
@@ -22,11 +23,15 @@ from studio_scheduler_core import (
     parse_duration,
     validate_schedule_sets,
 )
-from studio_scheduler_core._schedules.sets.loader import parse_document, read_document
-from studio_scheduler_core.testing import T0
+from studio_scheduler_core._schedules.sets.loader import (
+    FastSetLoader,
+    SetLoader,
+    parse_document,
+    read_document,
+)
+from studio_scheduler_core.testing import SET_HEADER, T0, member_document, write_file
 
 SETTINGS = SchedulerSettings(command_allowlist=("echo", "python3"))
-HEADER = "apiVersion: studio/v1\nkind: ScheduleSet\n"
 
 EVERY_KIND = """\
 apiVersion: studio/v1
@@ -74,13 +79,6 @@ schedules:
 """
 
 
-def write(folder: Path, name: str, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(text)
-    return path
-
-
 def check(*paths: Path | str, settings: SchedulerSettings = SETTINGS) -> ScheduleSetReport:
     return validate_schedule_sets(list(paths), settings=settings, now=T0)
 
@@ -89,15 +87,9 @@ def paths_of(report: ScheduleSetReport) -> list[str]:
     return [p.path for p in report.problems]
 
 
-def member_doc(body: str, owner: str = "team-a") -> str:
-    """A document with one member ``job`` whose YAML body (indented 4) is ``body``."""
-    indented = "".join(f"    {line}\n" for line in body.strip("\n").splitlines())
-    return f"{HEADER}metadata: {{name: {owner}}}\nschedules:\n  job:\n{indented}"
-
-
 def test_every_trigger_and_action_kind_resolves(tmp_path: Path) -> None:
     (tmp_path / "sets" / "work").mkdir(parents=True)
-    path = write(tmp_path / "sets", "a.yaml", EVERY_KIND)
+    path = write_file(tmp_path / "sets", "a.yaml", EVERY_KIND)
     report = check(path)
     assert report.ok, [str(p) for p in report.problems]
     by = {m.member: m for m in report.members}
@@ -158,18 +150,18 @@ def test_every_trigger_and_action_kind_resolves(tmp_path: Path) -> None:
 
 def test_digest_is_sha256_of_canonical_fields_and_follows_behaviour(tmp_path: Path) -> None:
     body = "trigger: {every: 1h}\ncommand: {argv: [echo, hi], cwd: /}\n"
-    first = check(write(tmp_path / "a", "s.yaml", member_doc(body))).members[0]
+    first = check(write_file(tmp_path / "a", "s.yaml", member_document(body))).members[0]
     canonical = json.dumps(first.fields, sort_keys=True, separators=(",", ":"))
     assert first.digest == hashlib.sha256(canonical.encode()).hexdigest()
     # the same behaviour written differently (seconds instead of a duration): same digest
-    same = check(write(tmp_path / "b", "s.yaml", member_doc(body.replace("1h", "3600"))))
+    same = check(write_file(tmp_path / "b", "s.yaml", member_document(body.replace("1h", "3600"))))
     assert same.members[0].digest == first.digest
-    changed = check(write(tmp_path / "c", "s.yaml", member_doc(body.replace("hi", "ho"))))
+    changed = check(write_file(tmp_path / "c", "s.yaml", member_document(body.replace("hi", "ho"))))
     assert changed.members[0].digest != first.digest
 
 
 def test_every_problem_is_reported_at_once_with_its_path(tmp_path: Path) -> None:
-    text = f"""{HEADER}metadata: {{name: team-a, colour: red}}
+    text = f"""{SET_HEADER}metadata: {{name: team-a, colour: red}}
 schedules:
   nightly:
     trigger:
@@ -191,7 +183,7 @@ schedules:
     command: {{argv: [echo]}}
     agent: {{prompt: hi}}
 """
-    report = check(write(tmp_path, "set.yaml", text))
+    report = check(write_file(tmp_path, "set.yaml", text))
     assert not report.ok and report.members == ()
     assert paths_of(report) == [
         "metadata.colour",
@@ -231,14 +223,63 @@ def test_on_off_yes_no_stay_strings(tmp_path: Path) -> None:
         "trigger: {every: 1h}\ncommand: {argv: [echo], cwd: /}\n"
         "description: yes\nnotify: {deliver_to: ops, on: [failed]}\nenabled: on\n"
     )
-    report = check(write(tmp_path, "s.yaml", member_doc(body)))
+    report = check(write_file(tmp_path, "s.yaml", member_document(body)))
     assert [str(p).split(": ", 1)[1] for p in report.problems] == [
         "schedules.job.enabled: must be a boolean, got 'on'"
     ]
-    fixed = check(write(tmp_path, "s.yaml", member_doc(body.replace("enabled: on", ""))))
+    fixed = check(write_file(tmp_path, "s.yaml", member_document(body.replace("enabled: on", ""))))
     assert fixed.ok
     fields = fixed.members[0].fields
     assert fields["description"] == "yes" and fields["notify"]["on"] == ["failed"]
+
+
+SCALARS = (
+    "a: on\nb: off\nc: yes\nd: no\ne: On\nf: YES\ng: y\nh: n\non: [true, False, TRUE]\n"
+    "at: 2027-01-05T09:00:00+01:00\nday: 2027-01-05\nn: 010\nm: 12\nx: 0x1F\no: 0o17\n"
+    "s: 1_000\nf1: 1.5\nneg: -3\nnull1: ~\nnull2: null\ntext: 'a & b'\n"
+)
+
+
+def test_the_libyaml_loader_keeps_the_same_scalars() -> None:
+    assert (FastSetLoader is not None) == yaml.__with_libyaml__
+    assert FastSetLoader is not None, "PyYAML without libyaml: the fast path is not tested"
+    fast = yaml.load(SCALARS, Loader=FastSetLoader)  # our safe loader
+    assert fast == yaml.load(SCALARS, Loader=SetLoader)
+    assert fast == parse_document(SCALARS, "x")
+    assert {k: fast[k] for k in "abcdefgh"} == dict(
+        zip("abcdefgh", ["on", "off", "yes", "no", "On", "YES", "y", "n"], strict=True)
+    )
+    assert fast["on"] == [True, False, True]
+    assert (fast["at"], fast["day"], fast["n"], fast["x"], fast["o"], fast["s"]) == (
+        "2027-01-05T09:00:00+01:00",
+        "2027-01-05",
+        "010",
+        "0x1F",
+        "0o17",
+        "1_000",
+    )
+    assert (fast["m"], fast["f1"], fast["neg"], fast["null1"], fast["null2"]) == (
+        12,
+        1.5,
+        -3,
+        None,
+        None,
+    )
+    assert fast["text"] == "a & b"
+
+
+def test_the_libyaml_loader_refuses_what_the_python_loader_refuses() -> None:
+    # libyaml's composer takes aliases: the fast path finds the shared node, and the error is
+    # the pure-Python loader's, line and column included.
+    for text, words, where in [
+        ("a: &x [1]\nb: *x\n", "aliases (*name) are not accepted", (2, 4)),
+        ("a: 1\nb: {c: 1, c: 2}\n", "duplicate key 'c'", (2, 11)),
+        ("a: [1\n", "malformed YAML", (2, 1)),
+    ]:
+        with pytest.raises(ScheduleSetUnreadable) as caught:
+            parse_document(text, "x")
+        assert words in caught.value.message, text
+        assert (caught.value.line, caught.value.column) == where, text
 
 
 def test_timestamps_stay_text_and_integers_are_decimal() -> None:
@@ -275,7 +316,7 @@ def test_duration_fields_keep_their_bounds(tmp_path: Path) -> None:
         "trigger: {every: 400d}\ncommand: {argv: [echo], cwd: /}\n"
         "timeout_sec: 8d\ncatchup_window_sec: 1h\njitter_sec: 0\n"
     )
-    report = check(write(tmp_path, "s.yaml", member_doc(body)))
+    report = check(write_file(tmp_path, "s.yaml", member_document(body)))
     assert paths_of(report) == ["schedules.job.trigger.every", "schedules.job.timeout_sec"]
     assert "between 1 and 31622400" in str(report.problems[0])
 
@@ -283,11 +324,11 @@ def test_duration_fields_keep_their_bounds(tmp_path: Path) -> None:
 def test_relative_cwd_resolves_against_the_documents_folder(tmp_path: Path) -> None:
     (tmp_path / "repo" / "tools").mkdir(parents=True)
     body = "trigger: {every: 1h}\ncommand: {argv: [echo], cwd: ../tools}\n"
-    path = write(tmp_path / "repo" / "sets", "s.yaml", member_doc(body))
+    path = write_file(tmp_path / "repo" / "sets", "s.yaml", member_document(body))
     report = check(path)
     assert report.ok
     assert report.members[0].fields["action_cwd"] == str(tmp_path / "repo" / "tools")
-    missing = check(write(tmp_path / "other" / "sets", "s.yaml", member_doc(body)))
+    missing = check(write_file(tmp_path / "other" / "sets", "s.yaml", member_document(body)))
     assert paths_of(missing) == ["schedules.job.command.cwd"]
     assert "is not an existing directory" in str(missing.problems[0])
     assert str(tmp_path / "other" / "tools") in str(missing.problems[0])
@@ -302,7 +343,7 @@ def test_unknown_zone_bad_cron_and_missing_zone(tmp_path: Path) -> None:
     }
     for trigger, words in cases.items():
         body = f"trigger:\n  {trigger}\ncommand: {{argv: [echo], cwd: /}}\n"
-        report = check(write(tmp_path, "s.yaml", member_doc(body)))
+        report = check(write_file(tmp_path, "s.yaml", member_document(body)))
         assert len(report.problems) == 1, (trigger, report.problems)
         assert report.problems[0].path.startswith("schedules.job.trigger.cron."), trigger
         assert words in report.problems[0].message
@@ -310,7 +351,7 @@ def test_unknown_zone_bad_cron_and_missing_zone(tmp_path: Path) -> None:
 
 def test_command_must_be_on_the_allow_list(tmp_path: Path) -> None:
     body = "trigger: {every: 1h}\ncommand: {argv: [curl, example.org], cwd: /}\n"
-    path = write(tmp_path, "s.yaml", member_doc(body))
+    path = write_file(tmp_path, "s.yaml", member_document(body))
     report = check(path)
     assert paths_of(report) == ["schedules.job.command.argv"]
     assert "'curl' is not on the command allow-list" in report.problems[0].message
@@ -321,27 +362,27 @@ def test_command_must_be_on_the_allow_list(tmp_path: Path) -> None:
 def test_at_needs_an_offset_and_a_future_instant(tmp_path: Path) -> None:
     cmd = "command: {argv: [echo], cwd: /}\n"
     naive = check(
-        write(tmp_path, "s.yaml", member_doc("trigger: {at: '2027-01-05T09:00'}\n" + cmd))
+        write_file(tmp_path, "s.yaml", member_document("trigger: {at: '2027-01-05T09:00'}\n" + cmd))
     )
     assert paths_of(naive) == ["schedules.job.trigger.at"]
     assert "explicit offset" in naive.problems[0].message
-    past = member_doc("trigger: {at: '2020-01-05T09:00:00Z'}\n" + cmd)
-    assert "in the past" in check(write(tmp_path, "s.yaml", past)).problems[0].message
+    past = member_document("trigger: {at: '2020-01-05T09:00:00Z'}\n" + cmd)
+    assert "in the past" in check(write_file(tmp_path, "s.yaml", past)).problems[0].message
     run_once = past + "    missed_fire_policy: run_once\n"
-    assert check(write(tmp_path, "s.yaml", run_once)).ok
+    assert check(write_file(tmp_path, "s.yaml", run_once)).ok
 
 
 def test_two_files_with_one_owner_and_folders(tmp_path: Path) -> None:
     body = "trigger: {every: 1h}\ncommand: {argv: [echo], cwd: /}\n"
     folder = tmp_path / "sets"
-    b = write(folder, "b.yml", member_doc(body, owner="team-b"))
-    a = write(folder, "a.yaml", member_doc(body, owner="team-a"))
-    write(folder, "notes.txt", "not a set")
+    b = write_file(folder, "b.yml", member_document(body, owner="team-b"))
+    a = write_file(folder, "a.yaml", member_document(body, owner="team-a"))
+    write_file(folder, "notes.txt", "not a set")
     report = check(folder)
     assert report.files == (str(a), str(b))
     assert [m.name for m in report.members] == ["team-a/job", "team-b/job"]
 
-    again = write(tmp_path / "more", "c.yaml", member_doc(body, owner="team-a"))
+    again = write_file(tmp_path / "more", "c.yaml", member_document(body, owner="team-a"))
     clash = check(folder, again)
     assert [str(p) for p in clash.problems] == [
         f"{again}: metadata.name: owner 'team-a' is already declared by {a}"
@@ -350,9 +391,9 @@ def test_two_files_with_one_owner_and_folders(tmp_path: Path) -> None:
 
 
 def test_files_that_cannot_be_read_are_one_line_each(tmp_path: Path) -> None:
-    bad = write(tmp_path, "bad.yaml", f"{HEADER}metadata: {{name: x}}\nschedules: [a\n")
-    dup = write(tmp_path, "dup.yaml", f"{HEADER}metadata: {{name: y}}\nkind: again\n")
-    alias = write(tmp_path, "alias.yaml", "a: &x [1]\nb: *x\n")
+    bad = write_file(tmp_path, "bad.yaml", f"{SET_HEADER}metadata: {{name: x}}\nschedules: [a\n")
+    dup = write_file(tmp_path, "dup.yaml", f"{SET_HEADER}metadata: {{name: y}}\nkind: again\n")
+    alias = write_file(tmp_path, "alias.yaml", "a: &x [1]\nb: *x\n")
     report = check(bad, dup, alias, tmp_path / "missing.yaml", tmp_path / "empty")
     lines = [str(p) for p in report.problems]
     assert lines[0] == f"{tmp_path / 'missing.yaml'}: no such file or folder"
@@ -368,9 +409,9 @@ def test_files_that_cannot_be_read_are_one_line_each(tmp_path: Path) -> None:
 
 def test_document_level_errors(tmp_path: Path) -> None:
     text = "apiVersion: studio/v2\nkind: Schedules\nmetadata: {name: 'Team A'}\nschedules: []\n"
-    report = check(write(tmp_path, "s.yaml", text))
+    report = check(write_file(tmp_path, "s.yaml", text))
     assert paths_of(report) == ["apiVersion", "kind", "metadata.name", "schedules"]
-    listed = check(write(tmp_path, "t.yaml", "- a\n- b\n"))
+    listed = check(write_file(tmp_path, "t.yaml", "- a\n- b\n"))
     assert "must be a mapping" in listed.problems[0].message
 
 
@@ -386,7 +427,9 @@ def test_action_refusals_name_the_key_of_the_block(tmp_path: Path) -> None:
         "agent: hi": "schedules.job.agent",
     }
     for action, where in cases.items():
-        report = check(write(tmp_path, "s.yaml", member_doc(f"trigger: {{every: 1h}}\n{action}\n")))
+        report = check(
+            write_file(tmp_path, "s.yaml", member_document(f"trigger: {{every: 1h}}\n{action}\n"))
+        )
         assert paths_of(report) == [where], (action, [str(p) for p in report.problems])
 
 
@@ -395,12 +438,38 @@ def test_limits_of_a_document(tmp_path: Path) -> None:
     huge.write_bytes(b"#" * (10 * 1024 * 1024))
     (tmp_path / "empty").mkdir()
     many = ", ".join(f"m{i}: {{}}" for i in range(10_001))
-    crowded = write(
-        tmp_path, "many.yaml", f"{HEADER}metadata: {{name: x}}\nschedules: {{{many}}}\n"
+    crowded = write_file(
+        tmp_path, "many.yaml", f"{SET_HEADER}metadata: {{name: x}}\nschedules: {{{many}}}\n"
     )
     report = check(huge, tmp_path / "empty", crowded)
     assert [str(p) for p in report.problems] == [
         f"{tmp_path / 'empty'}: holds no *.yaml or *.yml file",
         f"{huge}: is 10485760 bytes; a document must be smaller than 10485760",
-        f"{crowded}: schedules: holds 10001 members; at most 10000",
+        f"{crowded}: schedules: holds 10001 members; a document holds at most 10000",
     ]
+
+
+def _crowded(form: str, members: int, last: str) -> str:
+    if form == "yaml":
+        many = ", ".join([*(f"m{i}: {{a: 1}}" for i in range(members)), last])
+        return f"{SET_HEADER}metadata: {{name: x}}\nschedules: {{{many}}}\n"
+    many = ", ".join([*(f'"m{i}": {{"a": 1}}' for i in range(members)), last])
+    return '{"apiVersion": "studio/v1", "schedules": {' + many + "}}"
+
+
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_too_many_members_is_refused_before_a_member_is_read(form: str) -> None:
+    # YAML: the last member repeats a key, so constructing it is a duplicate-key error (and
+    # validating the others one error each); with one member too many the count, checked on
+    # the composed nodes, comes first. JSON is parsed in one call and counted after it.
+    last = "last: {a: 1, a: 2}" if form == "yaml" else '"last": {"a": 1}'
+    with pytest.raises(ScheduleSetUnreadable) as caught:
+        parse_document(_crowded(form, 10_000, last), "x")
+    assert caught.value.path == "schedules"
+    assert caught.value.message == "holds 10001 members; a document holds at most 10000"
+    if form == "yaml":
+        with pytest.raises(ScheduleSetUnreadable) as within:
+            parse_document(_crowded(form, 9_999, last), "x")
+        assert "duplicate key 'a'" in within.value.message
+    else:
+        assert len(parse_document(_crowded(form, 9_999, last), "x")["schedules"]) == 10_000

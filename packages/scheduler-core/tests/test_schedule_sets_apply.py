@@ -5,6 +5,7 @@ the zero-writes cases and the actor of every transition.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,38 +18,16 @@ from studio_scheduler_core import (
     ScheduleSetPlan,
     ScheduleSetRefused,
     apply_schedule_plan,
-    plan_schedule_sets,
     validate_schedule_sets,
 )
-from studio_scheduler_core.testing import PY
+from studio_scheduler_core.testing import PY, plan_set_files, set_document, set_member
 from studio_state import ManualClock, fetch_all, fetch_value
-
-HEADER = "apiVersion: studio/v1\nkind: ScheduleSet\n"
-
-
-def doc(owner: str, members: dict[str, str]) -> str:
-    """A document of ``owner`` whose members' YAML bodies (flow mappings) are given."""
-    lines = [HEADER + f"metadata: {{name: {owner}}}", "schedules:"]
-    lines += [f"  {name}: {body}" for name, body in members.items()]
-    if not members:
-        lines[-1] = "schedules: {}"
-    return "\n".join(lines) + "\n"
-
-
-def job(every: str = "5m", *, extra: str = "") -> str:
-    return f"{{trigger: {{every: {every}}}, command: {{argv: [{PY}, -c, pass]}}{extra}}}"
 
 
 async def plan_of(
-    conn: Any,
-    settings: SchedulerSettings,
-    clock: ManualClock,
-    path: Path,
-    **flags: bool,
+    conn: Any, settings: SchedulerSettings, clock: ManualClock, path: Path, **flags: bool
 ) -> ScheduleSetPlan:
-    report = validate_schedule_sets([path], settings=settings, now=clock())
-    assert report.ok, [str(p) for p in report.problems]
-    return await plan_schedule_sets(conn, report.owners, report.members, **flags)
+    return await plan_set_files(conn, [path], settings=settings, now=clock(), **flags)
 
 
 async def apply(conn: Any, settings: SchedulerSettings, clock: ManualClock, plan: Any) -> Any:
@@ -69,7 +48,7 @@ async def test_create_then_the_same_file_again_writes_nothing(
     conn: Any, settings: SchedulerSettings, clock: ManualClock, tmp_path: Path
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(doc("team-a", {"one": job(), "two": job("1h")}))
+    path.write_text(set_document("team-a", {"one": set_member(), "two": set_member("1h")}))
     plan = await plan_of(conn, settings, clock, path)
     assert plan.to_json() == {
         "owner": "team-a",
@@ -111,10 +90,12 @@ async def test_update_lists_fields_and_keeps_id_and_history(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(doc("team-a", {"one": job("5m")}))
+    path.write_text(set_document("team-a", {"one": set_member("5m")}))
     await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
     first = await service.resolve("team-a/one")
-    path.write_text(doc("team-a", {"one": job("10m", extra=", description: slower")}))
+    path.write_text(
+        set_document("team-a", {"one": set_member("10m", extra=", description: slower")})
+    )
     plan = await plan_of(conn, settings, clock, path)
     (change,) = plan.changes
     assert change.action == "update"
@@ -142,10 +123,10 @@ async def test_absent_member_is_disabled_and_pruned_through_the_delete_rules(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(doc("team-a", {"one": job(), "two": job()}))
+    path.write_text(set_document("team-a", {"one": set_member(), "two": set_member()}))
     await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
     two = await service.resolve("team-a/two")
-    path.write_text(doc("team-a", {"one": job()}))
+    path.write_text(set_document("team-a", {"one": set_member()}))
 
     plan = await plan_of(conn, settings, clock, path)
     assert actions(plan) == {"team-a/one": "unchanged", "team-a/two": "disable"}
@@ -171,8 +152,93 @@ async def test_absent_member_is_disabled_and_pruned_through_the_delete_rules(
     (delete,) = forced.errors or [c for c in forced.changes if c.action == "delete"]
     assert delete.running == ("r1",)
     assert "Plan: 0 to create, 0 to update, 0 to disable, 1 to delete" in forced.summary()
-    await apply(conn, settings, clock, forced)
+    applied = await apply(conn, settings, clock, forced)
+    assert (applied.deleted, applied.cancelled) == (1, ("r1",))
     assert await fetch_value(conn, "SELECT count(*) FROM schedules WHERE id = ?", (two.id,)) == 0
+    cancel = await fetch_all(
+        conn,
+        "SELECT previous_status, status, reason_code, actor FROM status_transitions "
+        "WHERE entity_type = 'schedule_run' AND entity_id = 'r1'",
+    )
+    assert [tuple(r.values()) for r in cancel] == [
+        ("running", "cancelled", "run.cancelled.operator", "set:team-a")
+    ]
+
+
+async def _running(conn: Any, schedule_id: str, run_id: str, now: float) -> None:
+    await conn.execute(
+        "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, action_args, "
+        "status, fired_at, created_at) VALUES (?, ?, '{}', 'command', '{}', 'running', ?, ?)",
+        (run_id, schedule_id, now, now),
+    )
+    await conn.commit()
+
+
+async def _run_state(conn: Any, run_id: str) -> tuple[str | None, int]:
+    status = await fetch_value(conn, "SELECT status FROM schedule_runs WHERE id = ?", (run_id,))
+    moves = await fetch_value(
+        conn, "SELECT count(*) FROM status_transitions WHERE entity_id = ?", (run_id,)
+    )
+    return status, int(moves)
+
+
+async def test_a_failed_forced_prune_cancels_nothing(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(set_document("team-a", {"one": set_member(), "two": set_member()}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    one, two = await service.resolve("team-a/one"), await service.resolve("team-a/two")
+    await _running(conn, two.id, "r1", clock())
+
+    # a plan error elsewhere (a name an unowned schedule holds): refused, the run still runs
+    await service.create({**_unowned("team-a/three"), "action_command": PY})
+    path.write_text(set_document("team-a", {"one": set_member(), "three": set_member()}))
+    refused = await plan_of(conn, settings, clock, path, prune=True, force=True)
+    assert actions(refused) == {
+        "team-a/one": "unchanged",
+        "team-a/three": "error",
+        "team-a/two": "delete",
+    }
+    with pytest.raises(ScheduleSetRefused):
+        await apply(conn, settings, clock, refused)
+    assert await _run_state(conn, "r1") == ("running", 0)
+
+    # a row changed between the plan and the write: the apply fails, the run still runs
+    path.write_text(set_document("team-a", {"one": set_member("7m")}))
+    forced = await plan_of(conn, settings, clock, path, prune=True, force=True)
+    await service.update(one.id, {"description": "edited by hand"})
+    before = await counts(conn)
+    with pytest.raises(ScheduleSetChanged):
+        await apply(conn, settings, clock, forced)
+    assert await _run_state(conn, "r1") == ("running", 0)
+    assert await counts(conn) == before and (await service.get(two.id)).id == two.id
+
+    # a prune planned without --force, and a run started since: changed since plan
+    await _running(conn, one.id, "r2", clock())
+    await conn.execute("UPDATE schedule_runs SET status = 'completed' WHERE id = 'r1'")
+    await conn.commit()
+    path.write_text(set_document("team-a", {"three": set_member()}))
+    unforced = await plan_of(conn, settings, clock, path, prune=True)
+    assert actions(unforced)["team-a/one"] == "error"  # r2 runs: refused without --force
+    await conn.execute("UPDATE schedule_runs SET status = 'completed' WHERE id = 'r2'")
+    await conn.commit()
+    path.write_text(set_document("team-a", {}))
+    quiet = await plan_of(conn, settings, clock, path, prune=True)
+    assert set(actions(quiet).values()) == {"delete"}
+    await _running(conn, two.id, "r3", clock())
+    with pytest.raises(ScheduleSetChanged, match="team-a/two"):
+        await apply(conn, settings, clock, quiet)
+    assert await _run_state(conn, "r3") == ("running", 0)
+    assert await fetch_value(conn, "SELECT count(*) FROM schedules WHERE owner_key = 'team-a'") == 2
+
+
+def _unowned(name: str) -> dict[str, Any]:
+    return {"name": name, "trigger_type": "interval", "interval_sec": 300, "action_kind": "command"}
 
 
 async def test_names_held_by_others_are_errors_and_nothing_is_written(
@@ -194,13 +260,17 @@ async def test_names_held_by_others_are_errors_and_nothing_is_written(
     )
     assert manual.managed_by == "api" and manual.owner_key is None
     other = tmp_path / "b.yaml"
-    other.write_text(doc("team-b", {"theirs": job()}))
+    other.write_text(set_document("team-b", {"theirs": set_member()}))
     await apply(conn, settings, clock, await plan_of(conn, settings, clock, other))
     theirs = await service.resolve("team-b/theirs")
     await service.update(theirs.id, {"name": "team-a/held"})
 
     path = tmp_path / "a.yaml"
-    path.write_text(doc("team-a", {"fresh": job(), "taken": job("6m"), "held": job()}))
+    path.write_text(
+        set_document(
+            "team-a", {"fresh": set_member(), "taken": set_member("6m"), "held": set_member()}
+        )
+    )
     before = await counts(conn)
     plan = await plan_of(conn, settings, clock, path, adopt=True)
     assert actions(plan) == {
@@ -225,7 +295,7 @@ async def test_adopt_takes_a_matching_unowned_schedule(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(doc("team-a", {"job": job()}))
+    path.write_text(set_document("team-a", {"job": set_member()}))
     report = validate_schedule_sets([path], settings=settings, now=clock())
     manual = await ScheduleService(conn, settings=settings, clock=clock, managed_by="cli").create(
         dict(report.members[0].fields)
@@ -254,9 +324,9 @@ async def test_a_row_changed_since_the_plan_fails_the_apply_with_zero_writes(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(doc("team-a", {"one": job()}))
+    path.write_text(set_document("team-a", {"one": set_member()}))
     await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
-    path.write_text(doc("team-a", {"one": job("7m"), "two": job()}))
+    path.write_text(set_document("team-a", {"one": set_member("7m"), "two": set_member()}))
     plan = await plan_of(conn, settings, clock, path)
     one = await service.resolve("team-a/one")
     await service.update(one.id, {"description": "edited by hand"})
@@ -267,7 +337,7 @@ async def test_a_row_changed_since_the_plan_fails_the_apply_with_zero_writes(
     assert (await service.get(one.id)).interval_sec == 300
 
     create_only = tmp_path / "c.yaml"
-    create_only.write_text(doc("team-c", {"new": job()}))
+    create_only.write_text(set_document("team-c", {"new": set_member()}))
     racing = await plan_of(conn, settings, clock, create_only)
     await apply(conn, settings, clock, await plan_of(conn, settings, clock, create_only))
     with pytest.raises(ScheduleSetChanged, match="team-c/new"):
@@ -282,7 +352,7 @@ async def test_an_edit_outside_the_set_is_drift_and_the_next_apply_restores_it(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(doc("team-a", {"one": job()}))
+    path.write_text(set_document("team-a", {"one": set_member()}))
     await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
     one = await service.resolve("team-a/one")
     assert not one.drifted
@@ -305,7 +375,7 @@ async def test_a_schedule_studio_disabled_is_not_re_armed(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(doc("team-a", {"one": job()}))
+    path.write_text(set_document("team-a", {"one": set_member()}))
     await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
     one = await service.resolve("team-a/one")
     await conn.execute(
@@ -316,3 +386,40 @@ async def test_a_schedule_studio_disabled_is_not_re_armed(
     await conn.commit()
     assert not (await service.get(one.id)).drifted
     assert not (await plan_of(conn, settings, clock, path)).has_changes
+
+
+async def test_a_fired_at_member_is_enabled_again_only_by_a_new_instant(
+    conn: Any,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    service: ScheduleService,
+    tmp_path: Path,
+) -> None:
+    def at_job(instant: float) -> str:
+        stamp = datetime.fromtimestamp(instant, tz=UTC).isoformat()
+        # run_once: the same file still validates once its instant has passed
+        return (
+            f"{{trigger: {{at: '{stamp}'}}, command: {{argv: [{PY}, -c, pass]}}, "
+            "missed_fire_policy: run_once}"
+        )
+
+    path = tmp_path / "a.yaml"
+    first = clock() + 60
+    path.write_text(set_document("team-a", {"once": at_job(first)}))
+    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    once = await service.resolve("team-a/once")
+    clock.advance(120)  # it fired: the fire's transaction disabled it
+    await conn.execute(
+        "UPDATE schedules SET enabled = 0, disabled_reason = 'schedule.disabled.once', "
+        "next_fire_at = NULL WHERE id = ?",
+        (once.id,),
+    )
+    await conn.commit()
+    assert not (await plan_of(conn, settings, clock, path)).has_changes  # not re-armed
+
+    path.write_text(set_document("team-a", {"once": at_job(clock() + 600)}))
+    plan = await plan_of(conn, settings, clock, path)
+    assert actions(plan) == {"team-a/once": "update"}
+    await apply(conn, settings, clock, plan)
+    rearmed = await service.get(once.id)
+    assert (rearmed.enabled, rearmed.next_fire_at) == (True, clock() + 600)

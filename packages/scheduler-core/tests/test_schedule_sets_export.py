@@ -11,12 +11,10 @@ from typing import Any
 from studio_scheduler_core import (
     SchedulerSettings,
     ScheduleService,
-    apply_schedule_plan,
     export_schedule_set,
-    plan_schedule_sets,
     validate_schedule_sets,
 )
-from studio_scheduler_core.testing import PY
+from studio_scheduler_core.testing import PY, apply_set_files
 from studio_state import ManualClock
 
 EVERY_KIND = f"""\
@@ -74,10 +72,7 @@ schedules:
 async def _apply(
     conn: Any, settings: SchedulerSettings, clock: ManualClock, path: Path
 ) -> tuple[int, set[str]]:
-    report = validate_schedule_sets([path], settings=settings, now=clock())
-    assert report.ok, [str(p) for p in report.problems]
-    plan = await plan_schedule_sets(conn, report.owners, report.members)
-    applied = await apply_schedule_plan(conn, plan, timezone=settings.timezone, clock=clock)
+    plan, applied = await apply_set_files(conn, [path], settings=settings, clock=clock)
     return applied.writes, {c.action for c in plan.changes}
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from studio_scheduler_core import ScheduleValidationError
+from studio_scheduler_core import ScheduleAtPassed, ScheduleValidationError
 from studio_state import fetch_all
 
 PLUS_ONE = timezone(timedelta(hours=1))
@@ -126,3 +126,55 @@ async def test_a_missed_at_under_skip_is_skipped_and_disabled(
     ]
     row = await h.schedule_row(restarted.conn, created.id)
     assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.once")
+
+
+async def test_a_fired_at_is_not_enabled_again_without_a_new_instant(
+    make_engine: Any, clock: Any, h: Any
+) -> None:
+    engine = await make_engine(clock=clock)
+    when = _instant(clock() + 60)
+    created = await engine.service.create(_at_schedule(h, when))
+    await h.fire_due(engine, clock, clock() + 60)
+    assert len(await h.runs_of(engine.conn, created.id)) == 1
+    before = await h.transitions_of(engine.conn, created.id)
+
+    # enable, and a PATCH enabling it with its old instant: refused naming `at`, nothing written
+    with pytest.raises(ScheduleAtPassed) as caught:
+        await engine.service.enable(created.id)
+    assert (caught.value.field, caught.value.reason_code) == ("at", "schedule.enable.at_passed")
+    assert when in str(caught.value)
+    with pytest.raises(ScheduleAtPassed):
+        await engine.service.update(created.id, {"enabled": True, "description": "again"})
+    with pytest.raises(ScheduleAtPassed):
+        await engine.service.update(created.id, {"enabled": True, "at": when})
+    assert await h.transitions_of(engine.conn, created.id) == before
+    row = await h.schedule_row(engine.conn, created.id)
+    assert (row["enabled"], row["description"]) == (0, None)
+    await h.fire_due(engine, clock, clock() + 3600)
+    assert len(await h.runs_of(engine.conn, created.id)) == 1  # it never fired again
+
+    # a new future instant in the same PATCH enables it, and it fires once more, at that time
+    later = _instant(clock() + 300)
+    enabled = await engine.service.update(created.id, {"enabled": True, "at": later})
+    assert (enabled.enabled, enabled.at, enabled.next_fire_at) == (True, later, clock() + 300)
+    await h.fire_due(engine, clock, clock() + 300)
+    assert len(await h.runs_of(engine.conn, created.id)) == 2
+
+    # a new instant set while disabled, then a plain enable: allowed too
+    await engine.service.update(created.id, {"at": _instant(clock() + 600)})
+    assert (await engine.service.enable(created.id)).next_fire_at == clock() + 600
+    # moving the instant of an enabled `at` moves its next fire with it
+    moved = await engine.service.update(created.id, {"at": _instant(clock() + 900)})
+    assert moved.next_fire_at == clock() + 900
+
+
+async def test_an_at_disabled_by_hand_before_its_fire_is_enabled_as_before(
+    service: Any, h: Any, clock: Any
+) -> None:
+    created = await service.create(
+        _at_schedule(h, _instant(clock() + 60), missed_fire_policy="run_once")
+    )
+    await service.disable(created.id)
+    clock.advance(120)  # its instant passes while disabled by the operator: not yet handled
+    enabled = await service.enable(created.id)
+    assert enabled.enabled and enabled.next_fire_at == clock() - 60

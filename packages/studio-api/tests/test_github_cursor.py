@@ -3,6 +3,7 @@ reset (null), 422 for a malformed value or a schedule that does not poll GitHub.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -50,3 +51,43 @@ def test_patch_cursor_refusals_are_422(
     assert studio.client.get(f"/api/schedules/{prs['id']}").json()["description"] is None
     missing = studio.client.patch("/api/schedules/nope", json={"github_cursor": None})
     assert missing.status_code == 404
+
+
+def test_a_patch_of_the_cursor_and_other_fields_is_one_transaction(studio: Any) -> None:
+    prs = studio.client.post("/api/schedules", json=_github_body("prs")).json()
+    sid = prs["id"]
+
+    def moves() -> list[dict[str, Any]]:
+        return studio.db_rows(
+            "SELECT reason_code, metadata FROM status_transitions WHERE entity_id = ?", sid
+        )
+
+    before = len(moves())
+    answer = studio.client.patch(
+        f"/api/schedules/{sid}",
+        json={"github_cursor": "2027-01-05T09:00:00Z#7", "description": "prs", "timeout_sec": 60},
+    )
+    assert answer.status_code == 200, answer.text
+    after = moves()
+    assert len(after) == before + 1  # one change, one transition row
+    (move,) = [m for m in after if m["reason_code"] == "schedule.updated.operator"]
+    assert json.loads(move["metadata"]) == {
+        "fields": ["description", "github_cursor", "timeout_sec"],
+        "old": None,
+        "new": "2027-01-05T09:00:00Z#0000000007",
+    }
+
+    # the cursor refused once the other changes apply (no longer a github_poll): nothing written
+    switch = {
+        "trigger_type": "interval",
+        "interval_sec": 60,
+        "github_repo": None,
+        "description": "switched",
+        "github_cursor": "2027-01-06T09:00:00Z",
+    }
+    refused = studio.client.patch(f"/api/schedules/{sid}", json=switch)
+    assert refused.status_code == 422 and refused.json()["field"] == "github_cursor"
+    shown = studio.client.get(f"/api/schedules/{sid}").json()
+    assert (shown["trigger_type"], shown["description"]) == ("github_poll", "prs")
+    assert shown["github_cursor"] == "2027-01-05T09:00:00Z#0000000007"
+    assert len(moves()) == before + 1

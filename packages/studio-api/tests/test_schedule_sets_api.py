@@ -10,20 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-SET_YAML = """\
-apiVersion: studio/v1
-kind: ScheduleSet
-metadata: {name: team-a}
-schedules:
-  nightly:
-    trigger:
-      cron: {expression: "0 3 * * *", timezone: Europe/Paris}
-    command: {argv: [sh, -c, "true"]}
-    retry: {max_attempts: 2, backoff_sec: 90s}
-  hourly:
-    trigger: {every: 1h}
-    command: {argv: [sh, -c, "true"]}
-"""
+from studio_scheduler_core.testing import SET_HEADER, sample_set, set_document, set_member
+
+SET_YAML = sample_set()
 
 YAML = {"content-type": "application/yaml"}
 
@@ -52,6 +41,7 @@ def test_plan_apply_and_apply_again(studio: Any, workdir: Path) -> None:
         "disabled": 0,
         "deleted": 0,
         "writes": 2,
+        "cancelled": [],
     }
     listed = studio.client.get("/api/schedules").json()["schedules"]
     assert {(s["name"], s["managed_by"], s["owner_key"], s["drifted"]) for s in listed} == {
@@ -153,3 +143,79 @@ def test_a_plan_with_errors_is_409_and_nothing_is_written(
     plan = studio.client.post("/api/schedule-sets/plan", content=SET_YAML, headers=YAML)
     assert plan.status_code == 200
     assert [c["action"] for c in plan.json()["changes"]] == ["create", "error"]
+
+
+def test_a_document_too_large_or_with_too_many_members_is_refused(serve: Any) -> None:
+    studio = serve(max_body_bytes=16 * 1024 * 1024)  # the route's own bound is the smaller
+    huge = "#" * (10 * 1024 * 1024)
+    for route in ("/api/schedule-sets/plan", "/api/schedule-sets/apply"):
+        answer = studio.client.post(route, content=huge, headers=YAML)
+        assert answer.status_code == 413, answer.text
+        assert answer.json() == {
+            "detail": "body: is 10485760 bytes; a ScheduleSet document must be smaller than "
+            "10485760 bytes",
+            "field": "body",
+        }
+    many = ", ".join(f"m{i}: {{}}" for i in range(10_001))
+    crowded = f"{SET_HEADER}metadata: {{name: x}}\nschedules: {{{many}}}\n"
+    answer = studio.client.post("/api/schedule-sets/apply", content=crowded, headers=YAML)
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["errors"]  # one error: the members were never checked
+    assert (error["path"], error["message"]) == (
+        "schedules",
+        "holds 10001 members; a document holds at most 10000",
+    )
+    assert studio.client.get("/api/schedules").json()["total"] == 0
+
+
+KEEP = set_member("1h", argv=("sh", "-c", "true"))
+BUSY = set_document(
+    "team-a", {"keep": KEEP, "busy": set_member("1h", argv=("sh", "-c", "sleep 120"))}
+)
+
+
+def test_a_forced_prune_cancels_in_the_apply_and_a_refused_one_cancels_nothing(
+    studio: Any, command_schedule: Callable[..., dict[str, Any]], wait: Any, alive: Any
+) -> None:
+    assert studio.client.post("/api/schedule-sets/apply", content=BUSY, headers=YAML).is_success
+    busy = next(
+        s for s in studio.client.get("/api/schedules").json()["schedules"] if "busy" in s["name"]
+    )
+    run_id = studio.client.post(f"/api/schedules/{busy['id']}/trigger").json()["run_id"]
+
+    def pid() -> int | None:
+        found = studio.client.get(f"/api/schedules/runs/{run_id}").json()["child_pid"]
+        return None if found is None else int(found)
+
+    child = wait(pid)
+    without_busy = set_document("team-a", {"keep": KEEP})
+    unforced = studio.client.post(
+        "/api/schedule-sets/apply?prune=1", content=without_busy, headers=YAML
+    )
+    assert unforced.status_code == 409 and "--force" in unforced.json()["detail"]
+    assert studio.client.post("/api/schedules", json=command_schedule("team-a/held")).is_success
+    held = set_document("team-a", {"keep": KEEP, "held": KEEP})
+    refused = studio.client.post(
+        "/api/schedule-sets/apply?prune=1&force=1", content=held, headers=YAML
+    )
+    assert refused.status_code == 409, refused.text
+    assert [e["name"] for e in refused.json()["errors"]] == ["team-a/held"]
+    run = studio.client.get(f"/api/schedules/runs/{run_id}").json()
+    assert run["status"] == "running" and alive(child)
+
+    forced = studio.client.post(
+        "/api/schedule-sets/apply?prune=1&force=1", content=without_busy, headers=YAML
+    )
+    assert forced.status_code == 200, forced.text
+    assert forced.json()["applied"]["deleted"] == 1
+    assert forced.json()["applied"]["cancelled"] == [run_id]
+    assert studio.client.get(f"/api/schedules/{busy['id']}").status_code == 404
+    wait(lambda: not alive(child))
+    moves = studio.db_rows(
+        "SELECT previous_status, status, reason_code, actor FROM status_transitions "
+        "WHERE entity_id = ? AND status = 'cancelled'",
+        run_id,
+    )
+    assert [tuple(m.values()) for m in moves] == [
+        ("running", "cancelled", "run.cancelled.operator", "set:team-a")
+    ]

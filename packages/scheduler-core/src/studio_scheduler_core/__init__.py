@@ -30,6 +30,7 @@ from ._exceptions import (
     InvalidStatsQuery,
     RunNotCancellable,
     RunNotFound,
+    ScheduleAtPassed,
     ScheduleHasRunningRuns,
     ScheduleNameTaken,
     ScheduleNotFound,
@@ -98,6 +99,7 @@ from ._records.vocab import (
     TriggerType,
 )
 from ._recovery.orphans import OrphanReaper
+from ._schedules.enabling import KEEP
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
 from ._schedules.service import ScheduleService
 from ._schedules.sets.apply import (
@@ -108,7 +110,7 @@ from ._schedules.sets.apply import (
 )
 from ._schedules.sets.durations import parse_duration
 from ._schedules.sets.export import ScheduleSetExport, export_schedule_set
-from ._schedules.sets.loader import ScheduleSetUnreadable
+from ._schedules.sets.loader import MAX_DOCUMENT_BYTES, MAX_MEMBERS, ScheduleSetUnreadable
 from ._schedules.sets.plan import plan_schedule_sets
 from ._schedules.sets.records import (
     ScheduleSetChange,
@@ -152,9 +154,12 @@ __all__ = [
     "HEALTH_VERDICTS",
     "InvalidSettings",
     "InvalidStatsQuery",
+    "KEEP",
     "LastRun",
     "Limits",
     "MAX_CHAIN_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_MEMBERS",
     "MISSED_FIRE_POLICIES",
     "MetricThreshold",
     "MissedFirePolicy",
@@ -174,6 +179,7 @@ __all__ = [
     "RunWithChain",
     "SPEND_GROUPS",
     "Schedule",
+    "ScheduleAtPassed",
     "ScheduleHasRunningRuns",
     "ScheduleHealth",
     "ScheduleNameTaken",

@@ -9,6 +9,7 @@ SchedulerError
  ├── RunNotFound (LookupError)              no schedule run with that id
  ├── RunNotCancellable                      cancel of a run already terminal; ``.status``
  ├── ScheduleHasRunningRuns                 delete of a schedule with running runs (no force)
+ ├── ScheduleAtPassed                       enable of an ``at`` schedule that already fired
  ├── FireRefused                            a manual fire was refused; ``.reason_code`` says why
  ├── EngineLocked                           another engine holds the database's lock
  ├── DatabaseUnavailable                    the database cannot be written (read-only, I/O)
@@ -88,6 +89,22 @@ class ScheduleHasRunningRuns(SchedulerError):
         super().__init__(
             f"schedule {schedule_id!r} has {len(run_ids)} running run(s) "
             f"({', '.join(run_ids)}); cancel them or delete with force"
+        )
+
+
+class ScheduleAtPassed(SchedulerError):
+    """Enabling an ``at`` schedule whose one occurrence has been handled (it fired, or was
+    skipped) and whose instant has passed, without a new ``at``; nothing was written."""
+
+    reason_code = "schedule.enable.at_passed"
+    field = "at"
+
+    def __init__(self, schedule_id: str, at: str) -> None:
+        self.schedule_id = schedule_id
+        self.at = at
+        super().__init__(
+            f"at: {at!r} has passed and schedule {schedule_id!r} already had its one "
+            "occurrence (schedule.disabled.once); set a new future 'at' to enable it again"
         )
 
 

@@ -1,4 +1,5 @@
-"""Test support for the scheduler: command-action scripts, schedule bodies, row readers.
+"""Test support for the scheduler: command-action scripts, schedule bodies, row readers, and
+ScheduleSet documents with their plan and apply.
 
 Tests of the scheduler (and of the packages above it) take these by import; the scheduler's
 own suite also gets a :class:`SchedulerTestKit` bound to the test's ``tmp_path`` from its
@@ -8,10 +9,12 @@ cleaner) are in :mod:`studio_state.testing`.
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiosqlite
 
@@ -19,21 +22,35 @@ from studio_state import ManualClock, fetch_all, fetch_one
 from studio_state.testing import eventually, group_has_live_member
 
 from ._engine.engine import SchedulerEngine
+from ._schedules.sets.apply import ScheduleSetApplied, apply_schedule_plan
+from ._schedules.sets.plan import plan_schedule_sets
+from ._schedules.sets.records import ScheduleSetPlan
+from ._schedules.sets.resolve import validate_schedule_sets
+from ._settings import SchedulerSettings
 
 __all__ = [
     "BLOCKER",
     "ENV_DUMP",
     "FLAKY",
     "PY",
+    "SET_HEADER",
     "T0",
     "SchedulerTestKit",
+    "apply_set_files",
     "command_schedule",
     "fire_due",
+    "member_document",
+    "numbered_set",
+    "plan_set_files",
     "runs_at_depth",
     "run_reasons",
     "runs_of",
+    "sample_set",
     "schedule_row",
+    "set_document",
+    "set_member",
     "transitions_of",
+    "write_file",
     "write_script",
 ]
 
@@ -144,6 +161,125 @@ async def schedule_row(conn: aiosqlite.Connection, schedule_id: str) -> dict[str
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
     assert row is not None, schedule_id
     return row
+
+
+# -- ScheduleSet documents ------------------------------------------------------------------
+
+SET_HEADER = "apiVersion: studio/v1\nkind: ScheduleSet\n"
+"""The first two lines of every ScheduleSet document."""
+
+
+def set_document(owner: str, members: Mapping[str, str]) -> str:
+    """A document of ``owner`` whose members are given as YAML flow mappings (``{...}``)."""
+    lines = [f"{SET_HEADER}metadata: {{name: {owner}}}", "schedules:"]
+    lines += [f"  {name}: {body}" for name, body in members.items()]
+    if not members:
+        lines[-1] = "schedules: {}"
+    return "\n".join(lines) + "\n"
+
+
+def set_member(
+    every: str = "5m", *, argv: Sequence[str] = (PY, "-c", "pass"), extra: str = ""
+) -> str:
+    """A member as a flow mapping: ``every`` as its trigger, running ``argv`` (``extra``: more
+    keys, written as ``", key: value"``)."""
+    return f"{{trigger: {{every: {every}}}, command: {{argv: {json.dumps(list(argv))}}}{extra}}}"
+
+
+def member_document(body: str, owner: str = "team-a", member: str = "job") -> str:
+    """A document with the one member ``member`` whose block YAML body is ``body``."""
+    indented = "".join(f"    {line}\n" for line in body.strip("\n").splitlines())
+    return f"{SET_HEADER}metadata: {{name: {owner}}}\nschedules:\n  {member}:\n{indented}"
+
+
+def sample_set(
+    owner: str = "team-a",
+    *,
+    argv: Sequence[str] = ("sh", "-c", "true"),
+    cwd: str | None = None,
+) -> str:
+    """A two-member document: ``nightly`` (cron ``0 3 * * *`` in Europe/Paris, with a retry)
+    and ``hourly`` (every hour), both running ``argv`` (in ``cwd`` when given)."""
+    where = "" if cwd is None else f", cwd: {cwd}"
+    command = f"{{argv: {json.dumps(list(argv))}{where}}}"
+    return (
+        f"{SET_HEADER}metadata: {{name: {owner}}}\nschedules:\n"
+        "  nightly:\n"
+        '    trigger:\n      cron: {expression: "0 3 * * *", timezone: Europe/Paris}\n'
+        f"    command: {command}\n"
+        "    retry: {max_attempts: 2, backoff_sec: 90s}\n"
+        "  hourly:\n"
+        "    trigger: {every: 1h}\n"
+        f"    command: {command}\n"
+    )
+
+
+def numbered_set(
+    owner: str,
+    count: int,
+    *,
+    every: str | None = None,
+    argv: Sequence[str] = ("true",),
+    form: Literal["yaml", "json"] = "yaml",
+) -> str:
+    """A document of ``count`` members ``job-00000``… running ``argv``, every ``every``
+    (default: member ``i`` every ``60 + i`` seconds), as YAML (one flow mapping a line) or
+    JSON."""
+    cadence = [every or f"{60 + i}s" for i in range(count)]
+    if form == "json":
+        members = {
+            f"job-{i:05d}": {"trigger": {"every": cadence[i]}, "command": {"argv": list(argv)}}
+            for i in range(count)
+        }
+        document = {"apiVersion": "studio/v1", "kind": "ScheduleSet"}
+        return json.dumps({**document, "metadata": {"name": owner}, "schedules": members})
+    return set_document(
+        owner, {f"job-{i:05d}": set_member(cadence[i], argv=argv) for i in range(count)}
+    )
+
+
+def write_file(folder: Path, name: str, text: str) -> Path:
+    """Write ``text`` as ``folder/name`` (the folder made if missing); return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+async def plan_set_files(
+    conn: aiosqlite.Connection,
+    paths: Sequence[Path | str],
+    *,
+    settings: SchedulerSettings,
+    now: float,
+    adopt: bool = False,
+    prune: bool = False,
+    force: bool = False,
+) -> ScheduleSetPlan:
+    """Validate the documents in ``paths`` (they must be valid) and plan them on ``conn``."""
+    report = validate_schedule_sets(list(paths), settings=settings, now=now)
+    assert report.ok, [str(p) for p in report.problems]
+    return await plan_schedule_sets(
+        conn, report.owners, report.members, adopt=adopt, prune=prune, force=force
+    )
+
+
+async def apply_set_files(
+    conn: aiosqlite.Connection,
+    paths: Sequence[Path | str],
+    *,
+    settings: SchedulerSettings,
+    clock: ManualClock,
+    adopt: bool = False,
+    prune: bool = False,
+    force: bool = False,
+) -> tuple[ScheduleSetPlan, ScheduleSetApplied]:
+    """Plan the documents in ``paths`` at ``clock``'s time and apply the plan; both."""
+    plan = await plan_set_files(
+        conn, paths, settings=settings, now=clock(), adopt=adopt, prune=prune, force=force
+    )
+    applied = await apply_schedule_plan(conn, plan, timezone=settings.timezone, clock=clock)
+    return plan, applied
 
 
 class SchedulerTestKit:

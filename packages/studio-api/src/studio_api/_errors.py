@@ -7,7 +7,7 @@
 - 404 ``{"detail", "field"}``: ``ScheduleNotFound``, ``RunNotFound``, ``DispatchNotFound``.
 - 409 ``{"detail", "field": "name"}``: ``ScheduleNameTaken``.
 - 409 ``{"detail", "reason_code"}``: ``FireRefused``, ``RunNotCancellable``,
-  ``ScheduleHasRunningRuns``.
+  ``ScheduleHasRunningRuns``; with ``"field": "at"``: ``ScheduleAtPassed``.
 - 409 ``{"detail"}``: ``InvalidDispatchState``, ``AckTokenMismatch``, ``AckNotRequired``,
   any other outbox or scheduler error.
 - 503 ``{"detail"}`` with ``Retry-After``: the database busy or locked; a storage fault
@@ -47,6 +47,7 @@ from studio_scheduler_core import (
     FireRefused,
     RunNotCancellable,
     RunNotFound,
+    ScheduleAtPassed,
     ScheduleHasRunningRuns,
     ScheduleNameTaken,
     ScheduleNotFound,
@@ -221,9 +222,13 @@ async def _fire_refused(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _refused_with_reason(request: Request, exc: Exception) -> JSONResponse:
-    reason = getattr(exc, "reason_code", None)
+    reason, field = getattr(exc, "reason_code", None), getattr(exc, "field", None)
     return JSONResponse(
-        error_body(str(exc), reason_code=reason if isinstance(reason, str) else None),
+        error_body(
+            str(exc),
+            field=field if isinstance(field, str) else None,
+            reason_code=reason if isinstance(reason, str) else None,
+        ),
         status_code=409,
     )
 
@@ -286,6 +291,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(FireRefused, _fire_refused)
     app.add_exception_handler(RunNotCancellable, _refused_with_reason)
     app.add_exception_handler(ScheduleHasRunningRuns, _refused_with_reason)
+    app.add_exception_handler(ScheduleAtPassed, _refused_with_reason)
     app.add_exception_handler(InvalidDispatch, _invalid_dispatch)
     app.add_exception_handler(InvalidArgument, _invalid_dispatch)
     for conflict in (InvalidDispatchState, AckTokenMismatch, AckNotRequired, OutboxError):

@@ -19,7 +19,6 @@ from .._context import open_db, resolve_db_path, run_async, scheduler_settings
 from .._errors import EXIT_ERROR, EXIT_USAGE, CliError, one_line
 from .._output import emit_json, say
 from ._common import db_option, json_option
-from .run_ops import cancel_runs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -168,7 +167,8 @@ def apply(
 
     Refused (exit 1, nothing written) when the plan holds an error or a schedule changed
     since the plan was read ("changed since plan; re-run"). Applying the same files again
-    writes nothing. Every change is recorded with the actor set:<owner>.
+    writes nothing. Every change is recorded with the actor set:<owner>; with --prune
+    --force the running runs of deleted schedules are cancelled in the same transaction.
     """
     from studio_scheduler_core import ScheduleSetChanged, apply_schedule_plan
 
@@ -179,16 +179,20 @@ def apply(
         if not as_json:
             _print_plan(result)
         _fail([str(e) for e in result.errors])
-    running = [run for change in result.changes for run in change.running]
-    if running:
-        cancel_runs(db_path, running)
 
     async def _apply() -> ScheduleSetApplied:
         import time
 
+        from studio_scheduler_core import AdhocRunService
+
         async with open_db(db_path) as conn:
+            runs = AdhocRunService(conn, settings=settings)
             return await apply_schedule_plan(
-                conn, result, timezone=settings.timezone, clock=time.time
+                conn,
+                result,
+                timezone=settings.timezone,
+                clock=time.time,
+                stop_process=runs.stop_process,
             )
 
     try:
@@ -199,6 +203,8 @@ def apply(
         f"Applied: {applied.created} created, {applied.updated} updated, "
         f"{applied.disabled} disabled, {applied.deleted} deleted."
     )
+    if applied.cancelled:
+        summary += f" Cancelled running: {', '.join(applied.cancelled)}."
     if as_json:
         emit_json({**result.to_json(), "applied": applied.__dict__ | {"writes": applied.writes}})
         return

@@ -306,6 +306,11 @@ class AdhocRunService:
             raise RunNotFound(run_id)
         return run_record(done)
 
+    async def stop_process(self, row: Mapping[str, Any]) -> None:
+        """Stop the process of a run another transaction already cancelled (``row``: its
+        ``id``, ``child_pid``, ``child_started_at``), as :meth:`cancel` stops its own."""
+        await self._stop_child(row)
+
     async def _stop_child(self, row: Mapping[str, Any]) -> None:
         if self._worker is not None and await self._worker.revoke(str(row["id"])):
             return

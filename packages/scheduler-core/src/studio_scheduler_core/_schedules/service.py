@@ -16,7 +16,6 @@ import aiosqlite
 
 from studio_state import Clock, lock_row, lock_rows, new_id, record_transition, write_transaction
 
-from .._admission.store import fired_run_count, schedule_spend
 from .._exceptions import (
     RunNotFound,
     ScheduleHasRunningRuns,
@@ -31,6 +30,7 @@ from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times
 from . import store
 from .backfill import backfill
+from .enabling import KEEP, Keep, check_enable, cursor_change
 from .jitter import with_jitter
 from .store import (
     RUN_PAGE_KEY,
@@ -52,11 +52,18 @@ UPDATED = "schedule.updated.operator"
 """A schedule's stored fields changed (``metadata.fields`` names them)."""
 
 _CADENCE_FIELDS = frozenset(
-    {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone"}
+    {"trigger_type", "cron_expr", "interval_sec", "poll_interval_sec", "timezone", "at"}
 )
 
 
 _LIVE = ("queued", "running")
+
+
+def _cursor_moved(current: Mapping[str, Any], diff: Mapping[str, Any]) -> dict[str, str | None]:
+    """A changed GitHub cursor's old and new values, for its transition's metadata."""
+    if "github_cursor" not in diff:
+        return {}
+    return {"old": current.get("github_cursor"), "new": diff["github_cursor"]}
 
 
 class ScheduleService:
@@ -156,13 +163,22 @@ class ScheduleService:
         )
 
     async def update(
-        self, schedule_id: str, changes: Mapping[str, Any], *, actor: str | None = None
+        self,
+        schedule_id: str,
+        changes: Mapping[str, Any],
+        *,
+        actor: str | None = None,
+        github_cursor: str | None | Keep = KEEP,
     ) -> Schedule:
-        """Apply ``changes`` (create-model fields) after validating the merged row.
+        """Apply ``changes`` (create-model fields) after validating the merged row, in one
+        transaction.
 
         A change of any stored field writes a ``schedule.updated.operator`` transition row
         naming the changed fields (``metadata.fields``); enabling or disabling writes its own
-        ``schedule.enabled.manual``/``schedule.disabled.manual`` row instead."""
+        ``schedule.enabled.manual``/``schedule.disabled.manual`` row instead. ``github_cursor``
+        (its stored form, from ``normalize_cursor``; ``None`` resets it) sets a github_poll
+        schedule's cursor (once the changes apply) with the other fields; it clears the
+        stored ETag."""
         if not isinstance(changes, Mapping):
             raise ScheduleValidationError("changes", "must be an object")
         for key in changes:
@@ -180,7 +196,7 @@ class ScheduleService:
             was_enabled = bool(current["enabled"])
             enabling = row["enabled"] and not was_enabled
             if enabling:
-                await self._check_enable(current | row)
+                await check_enable(self._conn, current, row, now=now)
             cadence = any(k in changes and changes[k] != current.get(k) for k in _CADENCE_FIELDS)
             if cadence or enabling:
                 row["next_fire_at"] = first_fire_at(row, now=now, timezone=self._settings.timezone)
@@ -189,7 +205,9 @@ class ScheduleService:
             new_values = encode_schedule(row)
             old_values = encode_schedule(current)
             diff = {k: v for k, v in new_values.items() if old_values.get(k) != v}
-            if "github_repo" in diff or "github_filter" in diff:
+            if github_cursor is not KEEP:
+                diff.update(cursor_change(row, current, github_cursor))
+            if "github_repo" in diff or "github_filter" in diff or "github_cursor" in diff:
                 diff["github_etag"] = None  # the stored ETag answered another listing
             if diff:
                 fields = sorted(k for k in diff if k != "github_etag")
@@ -206,7 +224,7 @@ class ScheduleService:
                         reason_code=UPDATED,
                         reason_summary=f"changed: {', '.join(fields)}",
                         actor=actor or SERVICE_ACTOR,
-                        metadata={"fields": fields},
+                        metadata={"fields": fields, **_cursor_moved(current, diff)},
                         now=now,
                     )
             if row["enabled"] != was_enabled:
@@ -228,27 +246,6 @@ class ScheduleService:
         self._changed()
         return await self.get(schedule_id)
 
-    async def _check_enable(self, schedule: Mapping[str, Any]) -> None:
-        max_runs = schedule.get("max_runs")
-        if max_runs is not None:
-            fired = await fired_run_count(self._conn, str(schedule["id"]))
-            if fired >= int(max_runs):
-                raise ScheduleValidationError(
-                    "max_runs",
-                    f"already reached ({fired} of {max_runs} runs fired); raise it first",
-                )
-        budget_usd, budget_tokens = schedule.get("budget_usd"), schedule.get("budget_tokens")
-        if budget_usd is not None or budget_tokens is not None:
-            cost, tokens = await schedule_spend(self._conn, str(schedule["id"]))
-            if budget_usd is not None and cost >= float(budget_usd):
-                raise ScheduleValidationError(
-                    "budget_usd", f"exhausted (spent {cost:.4f} of {budget_usd}); raise it first"
-                )
-            if budget_tokens is not None and tokens >= int(budget_tokens):
-                raise ScheduleValidationError(
-                    "budget_tokens", f"exhausted (used {tokens} of {budget_tokens}); raise it first"
-                )
-
     async def enable(self, schedule_id: str, *, actor: str | None = None) -> Schedule:
         """Enable the schedule (re-validated; refused when max_runs or the budget is used up).
 
@@ -260,8 +257,8 @@ class ScheduleService:
         now = self._clock()
         schedule = record.to_row()
         base = {k: schedule.get(k) for k in CREATE_FIELDS}
+        await check_enable(self._conn, schedule, schedule, now=now)
         normalize(base, settings=self._settings, now=now)
-        await self._check_enable(schedule)
         await set_enabled(
             self._conn,
             schedule_id,

@@ -16,6 +16,7 @@ import aiosqlite
 
 from studio_state import (
     backend_of,
+    execute_many,
     fetch_all,
     fetch_one,
     fetch_value,
@@ -106,6 +107,28 @@ async def insert_schedule(conn: aiosqlite.Connection, values: Mapping[str, Any])
     except sqlite3.IntegrityError as exc:
         if violates(exc, "unique", _NAME_CONSTRAINT):
             raise ScheduleNameTaken(str(values.get("name"))) from None
+        raise
+
+
+async def insert_schedules(conn: aiosqlite.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert many schedules from encoded column values, one statement batch per column set
+    (inside the caller's transaction, which must roll back on a refusal): for an apply that
+    checked its names under its locks, a refused name is a race it loses.
+
+    :class:`ScheduleNameTaken` when the name's uniqueness constraint refuses one.
+    """
+    groups: dict[tuple[str, ...], list[list[Any]]] = {}
+    for values in rows:
+        columns = tuple(c for c in SCHEDULE_COLUMNS if c in values)
+        groups.setdefault(columns, []).append([values[c] for c in columns])
+    try:
+        for columns, params in groups.items():
+            marks = ", ".join("?" * len(columns))
+            sql = f"INSERT INTO schedules ({', '.join(columns)}) VALUES ({marks})"
+            await execute_many(conn, sql, params)
+    except sqlite3.IntegrityError as exc:
+        if violates(exc, "unique", _NAME_CONSTRAINT):
+            raise ScheduleNameTaken("a name of the batch") from None
         raise
 
 

@@ -12,7 +12,6 @@ resolves against the server's working directory.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import Any
 
@@ -20,8 +19,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from studio_scheduler_core import (
-    RunNotCancellable,
-    RunNotFound,
+    MAX_DOCUMENT_BYTES,
     ScheduleSetChanged,
     ScheduleSetPlan,
     apply_schedule_plan,
@@ -38,12 +36,40 @@ SOURCE = "body"
 _FLAGS_DOC = {
     "adopt": "Take unowned schedules whose behaviour matches the member.",
     "prune": "Delete (instead of disable) owned schedules the document no longer holds.",
-    "force": "With prune: cancel the running runs of a schedule being deleted.",
+    "force": "With prune: cancel the running runs of a schedule being deleted (in the apply's "
+    "transaction: an apply that fails cancels nothing).",
 }
 
 
+def _too_large(size: int) -> JSONResponse:
+    return JSONResponse(
+        status_code=413,
+        headers={"Connection": "close"},
+        content={
+            "detail": f"body: is {size} bytes; a ScheduleSet document must be smaller than "
+            f"{MAX_DOCUMENT_BYTES} bytes",
+            "field": "body",
+        },
+    )
+
+
 async def _text(request: Request) -> str | JSONResponse:
-    raw = await request.body()
+    """The body as text; 413 for a document of :data:`MAX_DOCUMENT_BYTES` or more.
+
+    Past the bound nothing more is kept, but the rest is still read (the app's body limit
+    bounds it): a client sends its whole body before it reads the answer, and a socket
+    closed on unread data resets the connection, losing the 413."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size < MAX_DOCUMENT_BYTES:
+            chunks.append(chunk)
+        else:
+            chunks.clear()  # the rest is read (the body limit bounds it) and thrown away
+    if size >= MAX_DOCUMENT_BYTES:
+        return _too_large(size)
+    raw = b"".join(chunks)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -107,7 +133,7 @@ async def plan_set(
     planned = await _planned(request, reads.conn, engine, adopt=adopt, prune=prune, force=force)
     if isinstance(planned, JSONResponse):
         return planned
-    return planned.to_json()
+    return JSONResponse(planned.to_json())
 
 
 @router.post("/apply", responses=responses(409))
@@ -122,7 +148,8 @@ async def apply_set(
     """Apply the document in the body: the whole plan in one transaction, or nothing.
 
     Answers the plan with ``applied`` (``created``, ``updated``, ``disabled``, ``deleted``,
-    ``writes``) and ``dry_run``. 409 (nothing written) when the plan holds errors or a
+    ``writes``, and ``cancelled``: the running runs a forced prune cancelled, in the same
+    transaction) and ``dry_run``. 409 (nothing written) when the plan holds errors or a
     schedule changed since the plan was read; 422 with ``errors`` for an invalid document.
     Every change is recorded with the actor ``set:<owner>``.
     """
@@ -132,11 +159,7 @@ async def apply_set(
     if planned.errors:
         return _refused(planned)
     if dry_run:
-        return {**planned.to_json(), "dry_run": True, "applied": None}
-    for change in planned.changes:
-        for run_id in change.running:
-            with contextlib.suppress(RunNotCancellable, RunNotFound):
-                await engine.runs.cancel(run_id, actor=f"set:{change.owner}")
+        return JSONResponse({**planned.to_json(), "dry_run": True, "applied": None})
     try:
         applied = await apply_schedule_plan(
             engine.conn,
@@ -144,6 +167,7 @@ async def apply_set(
             timezone=engine.settings.timezone,
             clock=engine.clock,
             on_change=engine.wake,
+            stop_process=engine.runs.stop_process,
         )
     except ScheduleSetChanged as exc:
         return JSONResponse(
@@ -156,5 +180,7 @@ async def apply_set(
         "disabled": applied.disabled,
         "deleted": applied.deleted,
         "writes": applied.writes,
+        "cancelled": list(applied.cancelled),
     }
-    return {**planned.to_json(), "dry_run": False, "applied": counts}
+    # JSON already: FastAPI's encoder would walk each of a large plan's changes again
+    return JSONResponse({**planned.to_json(), "dry_run": False, "applied": counts})

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import Response
 
 from studio_scheduler_core import (
+    KEEP,
     RUN_PAGE_KEY,
     RunNotCancellable,
     RunNotFound,
@@ -17,7 +18,6 @@ from studio_scheduler_core import (
     normalize_cursor,
     read_schedule_health,
     read_schedule_status,
-    set_github_cursor,
 )
 
 from .._auth_context import actor_of
@@ -134,22 +134,14 @@ async def update_schedule(
     schedule_id: str,
     body: ScheduleUpdate,
 ) -> ScheduleOut:
-    """Change the fields sent (``null`` clears an optional field); the rest is kept.
+    """Change the fields sent (``null`` clears an optional field); the rest is kept, all in
+    one transaction.
 
     ``github_cursor`` (github_poll only, else 422) sets the cursor, or with ``null`` resets it
     so the next poll replays what the listing holds."""
     changes = body.model_dump(exclude_unset=True)
-    actor = actor_of(request)
-    if "github_cursor" in changes:
-        cursor = changes.pop("github_cursor")
-        normalize_cursor(cursor)  # a malformed cursor is refused before any other change
-        if changes:
-            await service.update(schedule_id, changes, actor=actor)
-        row = await set_github_cursor(
-            engine.conn, schedule_id, cursor, now=engine.clock(), actor=actor
-        )
-        return (await _with_health(engine, [row]))[0]
-    row = await service.update(schedule_id, changes, actor=actor)
+    cursor = normalize_cursor(changes.pop("github_cursor")) if "github_cursor" in changes else KEEP
+    row = await service.update(schedule_id, changes, actor=actor_of(request), github_cursor=cursor)
     return (await _with_health(engine, [row]))[0]
 
 

@@ -8,11 +8,15 @@ transaction first takes a transaction-scoped advisory lock per owner key (in key
 applies cannot deadlock) and reads the rows ``FOR UPDATE``: two nodes applying the same owner
 at once run one after the other, and the second finds the rows changed since its plan.
 Every transition row an apply writes names the actor ``set:<owner>``.
+
+A prune with ``force`` cancels the running runs of the schedules it deletes in that same
+transaction (:mod:`.cancel`); their processes are stopped after the commit. A delete without
+``force`` whose schedule has a run running when the apply writes is "changed since plan".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,14 +30,22 @@ from studio_state import (
     write_transaction,
 )
 
-from ..._exceptions import SchedulerError
+from ..._exceptions import ScheduleNameTaken, SchedulerError
 from ..._records.codec import encode_schedule
 from ..._records.schedule import Schedule, disabled_by_studio
 from ..._triggers.cadence import first_fire_at
-from ..store import delete_schedule, drop_buffered, insert_schedule, set_enabled, update_schedule
+from ..._triggers.once import ONCE
+from ..store import (
+    delete_schedule,
+    drop_buffered,
+    insert_schedules,
+    set_enabled,
+    update_schedule,
+)
+from .cancel import CancelledRun, cancel_running
 from .plan import snapshot
 from .records import ScheduleSetChange, ScheduleSetMember, ScheduleSetPlan
-from .store import lock_owners, owner_rows
+from .store import lock_owners, owner_rows, running_runs
 
 UPDATED = "schedule.updated.operator"
 _CADENCE = frozenset(
@@ -65,6 +77,8 @@ class ScheduleSetApplied:
     updated: int = 0
     disabled: int = 0
     deleted: int = 0
+    cancelled: tuple[str, ...] = ()
+    """The running runs of deleted schedules the apply cancelled (``--prune --force``)."""
 
     @property
     def writes(self) -> int:
@@ -102,6 +116,16 @@ async def _check_unchanged(
     return found_rows
 
 
+def _new_occurrence(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether the member gives an ``at`` schedule whose occurrence is behind it another
+    instant: then it is enabled again, as an enable with a new ``at`` is."""
+    return (
+        current.get("disabled_reason") == ONCE
+        and new.get("trigger_type") == "at"
+        and new.get("at") != current.get("at")
+    )
+
+
 def _set_columns(member: ScheduleSetMember) -> dict[str, Any]:
     return {
         "managed_by": "set",
@@ -119,6 +143,8 @@ class _Writer:
         self.now = now
         self.timezone = timezone
         self.transitions: list[Transition] = []
+        self.cancelled: list[CancelledRun] = []
+        self.inserts: list[dict[str, Any]] = []
 
     def transition(self, schedule_id: str, owner: str, **values: Any) -> None:
         self.transitions.append(
@@ -140,7 +166,7 @@ class _Writer:
             created_at=self.now,
             updated_at=self.now,
         )
-        await insert_schedule(self.conn, encode_schedule(row))
+        self.inserts.append(encode_schedule(row))  # written together by flush()
         self.transition(
             row["id"],
             member.owner,
@@ -149,11 +175,27 @@ class _Writer:
             reason_summary=f"schedule {member.name!r} created by set {member.owner!r}",
         )
 
+    async def flush(self) -> None:
+        """Insert the created schedules (one statement batch) and record every transition.
+
+        A name taken meanwhile (a create elsewhere raced the apply's checks) fails the apply as
+        changed since its plan."""
+        try:
+            await insert_schedules(self.conn, self.inserts)
+        except ScheduleNameTaken:
+            raise ScheduleSetChanged(sorted(str(row["name"]) for row in self.inserts)) from None
+        await record_transitions(self.conn, self.transitions)
+
     async def update(self, row: Schedule, member: ScheduleSetMember) -> None:
         current = row.to_row()
         new: dict[str, Any] = {**member.fields, **_set_columns(member)}
         was = bool(current["enabled"])
-        if not was and new["enabled"] and disabled_by_studio(current["disabled_reason"]):
+        if (
+            not was
+            and new["enabled"]
+            and disabled_by_studio(current["disabled_reason"])
+            and not _new_occurrence(current, new)
+        ):
             new["enabled"] = False  # Studio paused it (max runs, budget …): not re-armed here
         enabling = bool(new["enabled"]) and not was
         if enabling or any(new.get(k) != current.get(k) for k in _CADENCE):
@@ -209,7 +251,14 @@ class _Writer:
             now=self.now,
         )
 
-    async def delete(self, row: Schedule, owner: str) -> None:
+    async def delete(self, row: Schedule, change: ScheduleSetChange) -> None:
+        owner = change.owner
+        if change.force:
+            self.cancelled.extend(
+                await cancel_running(self.conn, row.id, owner=owner, now=self.now)
+            )
+        elif await running_runs(self.conn, row.id):
+            raise ScheduleSetChanged([row.name])  # a run started since the plan
         await delete_schedule(self.conn, row.id)
         self.transition(
             row.id,
@@ -228,10 +277,12 @@ async def apply_schedule_plan(
     timezone: str,
     clock: Clock,
     on_change: Callable[[], None] | None = None,
+    stop_process: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
 ) -> ScheduleSetApplied:
     """Write ``plan`` in one transaction on ``conn`` (``timezone``: the settings' default zone,
     for the first fire times); ``on_change`` (the engine's wake) is called after a commit
-    that wrote anything.
+    that wrote anything, and ``stop_process`` with each run the apply cancelled (its id,
+    ``child_pid``, ``child_started_at``) to stop what it runs.
 
     Raises :class:`ScheduleSetRefused` when the plan holds errors and
     :class:`ScheduleSetChanged` when a row changed since the plan read it; nothing is written
@@ -255,9 +306,12 @@ async def apply_schedule_plan(
             elif change.action == "disable":
                 await writer.disable(change)
             elif change.action == "delete":
-                await writer.delete(rows[str(change.schedule_id)], change.owner)
+                await writer.delete(rows[str(change.schedule_id)], change)
             counts[change.action] += 1
-        await record_transitions(conn, writer.transitions)
+        await writer.flush()
+    if stop_process is not None:
+        for run in writer.cancelled:
+            await stop_process(run.to_row())
     if on_change is not None:
         on_change()
     return ScheduleSetApplied(
@@ -265,4 +319,5 @@ async def apply_schedule_plan(
         updated=counts["update"],
         disabled=counts["disable"],
         deleted=counts["delete"],
+        cancelled=tuple(run.id for run in writer.cancelled),
     )

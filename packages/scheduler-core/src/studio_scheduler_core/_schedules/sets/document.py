@@ -19,11 +19,10 @@ from ..._records.schedule import Action
 from ..trigger_rules import TRIGGER_FIELDS
 from ..validation import CREATE_FIELDS
 from .blocks import ACTION_BLOCKS, Draft, action, duration, trigger
+from .loader import MAX_MEMBERS
 
 API_VERSION = "studio/v1"
 KIND = "ScheduleSet"
-MAX_MEMBERS = 10_000
-"""A document with more members is refused before its members are read."""
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9\-_.]{0,62}")
 """A member name, and an owner key."""
 _NOT_MEMBER_FIELDS = frozenset(

@@ -25,10 +25,11 @@ SET_FIELDS = ("managed_by", "owner_key", "set_member", "set_digest")
 """The bookkeeping columns an apply writes beside the member's fields."""
 
 
-def snapshot(schedule: Schedule) -> Snapshot:
-    """What a plan records of a row, compared again when the plan is applied."""
+def snapshot(schedule: Schedule, digest: str | None = None) -> Snapshot:
+    """What a plan records of a row, compared again when the plan is applied (``digest``:
+    the row's :attr:`Schedule.digest` when the caller has it already)."""
     return (
-        schedule.digest,
+        schedule.digest if digest is None else digest,
         schedule.owner_key,
         schedule.set_digest,
         schedule.managed_by,
@@ -42,13 +43,26 @@ def field_changes(row: Schedule, member: Mapping[str, Any]) -> dict[str, tuple[A
     return {k: (old[k], new[k]) for k in new if old.get(k) != new[k]}
 
 
+def _same(row: Schedule, current: str, member: ScheduleSetMember) -> bool:
+    """Whether the owner's ``row`` is the member as last applied (equal digests: equal fields,
+    without comparing them one by one)."""
+    return (
+        current == member.digest
+        and row.set_digest == member.digest
+        and row.set_member == member.member
+    )
+
+
 def _member_change(
     owner: str, member: ScheduleSetMember, row: Schedule | None, *, adopt: bool
 ) -> ScheduleSetChange:
     base = ScheduleSetChange(owner=owner, member=member.member, name=member.name, action="create")
     if row is None:
         return replace(base, target=member)
-    base = replace(base, schedule_id=row.id, seen=snapshot(row))
+    current = row.digest  # once per row: it hashes every input field
+    base = replace(base, schedule_id=row.id, seen=snapshot(row, current))
+    if row.owner_key == owner and _same(row, current, member):
+        return replace(base, action="unchanged")
     if row.owner_key is not None and row.owner_key != owner:
         return replace(
             base,
@@ -121,8 +135,8 @@ async def _absent_change(
         )
     detail = "absent from the documents"
     if running:
-        detail += f"; its {len(running)} running run(s) are cancelled first"
-    return replace(base, action="delete", detail=detail, running=running)
+        detail += f"; its {len(running)} running run(s) are cancelled with it"
+    return replace(base, action="delete", detail=detail, running=running, force=force)
 
 
 async def plan_schedule_sets(

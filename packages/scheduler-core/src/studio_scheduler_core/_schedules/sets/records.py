@@ -84,7 +84,8 @@ class ScheduleSetChange:
     ``fields`` holds ``{field: (old, new)}`` for an update; ``schedule_id`` and ``seen`` the
     stored row the plan compared with (``seen``: what it saw, checked again by the apply);
     ``target`` the member a create or update writes; ``running`` the running runs of a
-    schedule a forced prune deletes (the caller cancels them first).
+    schedule a prune deletes, as the plan saw them, and ``force`` whether the delete may
+    cancel running runs (the apply cancels those running when it writes, in its transaction).
     """
 
     owner: str
@@ -97,6 +98,7 @@ class ScheduleSetChange:
     seen: Snapshot | None = None
     target: ScheduleSetMember | None = None
     running: tuple[str, ...] = ()
+    force: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """``{"member", "name", "action", "fields", "detail"}`` (fields as ``[old, new]``)."""

@@ -227,7 +227,11 @@ def _check_documents(
         except ScheduleSetUnreadable as exc:
             problems.append(
                 ScheduleSetProblem(
-                    file=label, path="", message=exc.message, line=exc.line, column=exc.column
+                    file=label,
+                    path=exc.path,
+                    message=exc.message,
+                    line=exc.line,
+                    column=exc.column,
                 )
             )
             continue

@@ -4,6 +4,7 @@ the writes go through the schedules' own store)."""
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import aiosqlite
 
@@ -65,3 +66,16 @@ async def lock_owners(conn: aiosqlite.Connection, owners: list[str]) -> None:
         return
     for owner in sorted(owners, key=owner_lock_key):
         await conn.execute("SELECT pg_advisory_xact_lock(?)", (owner_lock_key(owner),))
+
+
+async def running_runs(conn: aiosqlite.Connection, schedule_id: str) -> list[dict[str, Any]]:
+    """The schedule's ``running`` runs (follow-ups included), with what a cancel guards on and
+    what stops their processes; on PostgreSQL locked until the transaction ends."""
+    lock = " FOR UPDATE" if backend_of(conn) == "postgresql" else ""
+    return await fetch_all(
+        conn,
+        "SELECT id, schedule_id, invocation_id, leased_by, lease_attempts, child_pid, "
+        "child_started_at FROM schedule_runs WHERE schedule_id = ? AND status = 'running' "
+        f"ORDER BY fired_at, id{lock}",
+        (schedule_id,),
+    )
