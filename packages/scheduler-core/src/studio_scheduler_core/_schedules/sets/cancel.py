@@ -15,6 +15,8 @@ from typing import Any
 
 import aiosqlite
 
+from studio_state import lock_row
+
 from ..._notify.service import notify_run
 from ..._records.terminal import StatusChange, apply
 from .store import running_runs
@@ -74,6 +76,8 @@ async def cancel_running(
     runs cancelled."""
     cancelled: list[CancelledRun] = []
     for row in await running_runs(conn, schedule_id):
+        if row["invocation_id"]:
+            await lock_row(conn, "invocations", str(row["invocation_id"]))
         applied = await apply(conn, _changes(row, actor=f"set:{owner}", owner=owner, now=now))
         if not applied[0]:
             continue

@@ -70,12 +70,12 @@ async def lock_owners(conn: aiosqlite.Connection, owners: list[str]) -> None:
 
 async def running_runs(conn: aiosqlite.Connection, schedule_id: str) -> list[dict[str, Any]]:
     """The schedule's ``running`` runs (follow-ups included), with what a cancel guards on and
-    what stops their processes; on PostgreSQL locked until the transaction ends."""
-    lock = " FOR UPDATE" if backend_of(conn) == "postgresql" else ""
+    what stops their processes. Not locked here: the cancel locks each run's invocation first,
+    then makes its guarded update, in the order a run's terminal write takes the two rows."""
     return await fetch_all(
         conn,
         "SELECT id, schedule_id, invocation_id, leased_by, lease_attempts, child_pid, "
         "child_started_at FROM schedule_runs WHERE schedule_id = ? AND status = 'running' "
-        f"ORDER BY fired_at, id{lock}",
+        "ORDER BY fired_at, id",
         (schedule_id,),
     )
