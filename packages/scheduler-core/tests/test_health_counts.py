@@ -16,6 +16,7 @@ from studio_scheduler_core import (
     read_spend,
 )
 from studio_scheduler_core._recovery.retention import retention_pass
+from studio_scheduler_core._recovery.retention_counters import prune_counters
 from studio_scheduler_core._schema import MIGRATIONS, PACKAGE
 from studio_state import connect, connect_sync, fetch_all, fetch_one, fetch_value, migrate
 from studio_state import ensure_schema as ensure_state_schema
@@ -228,3 +229,28 @@ async def test_migration_19_counts_the_runs_that_ended_before_the_counters(
         assert (health.health, health.consecutive_failures) == ("failing", 2)
         assert health.remaining_runs == 7 and health.spend_partial
         assert health.success_rate_7d == 2 / 4
+
+
+async def test_the_7_day_figures_hold_across_days_and_the_roll(
+    make_engine: Any, clock: Any, h: Any
+) -> None:
+    engine = await make_engine(clock=clock)
+    ok = await _made(engine, h, "ok", 0)
+    bad = await _made(engine, h, "bad", 3)
+    await h.fire_due(engine, clock, ok.next_fire_at)
+    await h.fire_due(engine, clock, ok.next_fire_at + 60)
+    fired = clock()
+
+    async def figures(now: float) -> list[Any]:
+        got = await read_schedule_health(engine.conn, [ok.id, bad.id], now=now)
+        return [(got[s].success_rate_7d, got[s].duration_p50_7d) for s in (ok.id, bad.id)]
+
+    today = await figures(fired)
+    assert today == [(1.0, 1), (0.0, 1)]
+    assert await figures(fired + DAY) == today  # its sums are of yesterday: day rows summed
+    await prune_counters(engine.conn, now=fired + DAY)  # the retention pass rolls them
+    rolled = await fetch_all(engine.conn, "SELECT week_day, w_completed FROM schedule_health")
+    assert {int(r["week_day"]) for r in rolled} == {int((fired + DAY) // DAY * DAY)}
+    assert sorted(int(r["w_completed"]) for r in rolled) == [0, 2]
+    assert await figures(fired + DAY) == today
+    assert await figures(fired + 8 * DAY) == [(None, None), (None, None)]

@@ -28,9 +28,11 @@ from studio_state import fetch_all
 from .._records.counters import DURATION_BOUNDS, FAILED_STATUSES
 from .._records.store import (
     HISTOGRAM,
+    WEEK_COLUMNS,
     crons_sync,
     read_crons,
     read_health_inputs,
+    read_week_sums,
     rows_of,
     verdicts_statement,
 )
@@ -81,14 +83,26 @@ async def read_schedule_health(
 ) -> dict[str, ScheduleHealth]:
     """The health of each schedule in ``schedule_ids`` that exists, by id, at ``now``.
 
-    Reads the schedule row, its health row and at most 8 daily counter rows per schedule:
-    the cost per schedule does not grow with its history.
+    Reads the schedule row and its health row, which holds the 7-day sums as of the last
+    day one of its runs ended; only when that day is not today (the oldest day has to drop
+    out) are its day counter rows summed (at most 7). The cost per schedule does not grow
+    with its history.
     """
     out: dict[str, ScheduleHealth] = {}
     ids = list(dict.fromkeys(schedule_ids))
     since = _window_start(now)
+    today = since + 6 * DAY_SECONDS
     for start in range(0, len(ids), _CHUNK):
-        schedules, health, week = await read_health_inputs(conn, ids[start : start + _CHUNK], since)
+        schedules, health = await read_health_inputs(conn, ids[start : start + _CHUNK])
+        week: dict[str, Mapping[str, Any]] = {}
+        stale = []
+        for sid, row in health.items():
+            day = row["week_day"]
+            if day is not None and int(day) == today:
+                week[sid] = {c: row[f"w_{c}"] for c in WEEK_COLUMNS}
+            elif (day is None and row["ended"]) or (day is not None and int(day) >= since):
+                stale.append(sid)  # its sums are of an earlier day: sum the day rows
+        week.update(await read_week_sums(conn, stale, since))
         for schedule in schedules:
             sid = str(schedule["id"])
             out[sid] = _verdict(schedule, health.get(sid), week.get(sid), now)

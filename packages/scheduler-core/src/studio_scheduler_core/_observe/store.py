@@ -11,7 +11,7 @@ connection of its own. A second backend implements both sets.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,7 +299,7 @@ async def read_running_top_level(conn: aiosqlite.Connection, schedule_id: str) -
     return [str(r["id"]) for r in rows]
 
 
-async def read_last_run_row(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
+async def read_last_run_row(conn: aiosqlite.Connection, run_id: str) -> Mapping[str, Any] | None:
     """What a schedule's status shows of its last run (``None``: retention deleted it)."""
     return await fetch_one(
         conn,

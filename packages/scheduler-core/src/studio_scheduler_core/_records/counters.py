@@ -170,6 +170,8 @@ def count_end_sync(db: sqlite3.Connection, run_id: str, now: float) -> None:
     adds: dict[str, float] = {status: 1, "duration_sum": duration, "duration_count": 1}
     adds[f"d{duration_column(duration)}"] = 1
     _upsert_counters(db, schedule_id, now, adds)
+    day = int(now // DAY_SECONDS * DAY_SECONDS)
+    store.set_week_sync(db, schedule_id, day, day - 6 * DAY_SECONDS)
     store.count_health_end_sync(db, schedule_id, usage.usd, usage.tokens, missing)
     if parent is None:
         # a failure adds one to the streak, a completion ends it, a cancel leaves it

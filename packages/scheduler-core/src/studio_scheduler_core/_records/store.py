@@ -20,6 +20,18 @@ from studio_state import fetch_all
 HISTOGRAM: Final = tuple(f"d{i}" for i in range(15))
 """The duration histogram's columns (``DURATION_BOUNDS`` gives their bounds)."""
 
+WEEK_COLUMNS: Final = ("completed", "failed", "timed_out", *HISTOGRAM)
+"""The day-row columns the 7-day figures sum; a health row keeps their sum over the 7 days
+ending on its ``week_day`` as ``w_<column>``."""
+
+_WEEK = ", ".join(f"w_{c}" for c in WEEK_COLUMNS)
+_WEEK_SUMS = ", ".join(f"COALESCE(sum(c.{c}), 0)" for c in WEEK_COLUMNS)
+_SET_WEEK = (
+    f"UPDATE schedule_health SET week_day = ?, ({_WEEK}) = (SELECT {_WEEK_SUMS} "
+    "FROM schedule_counters c WHERE c.schedule_id = schedule_health.schedule_id "
+    "AND c.day_start >= ?) WHERE {where}"
+)
+
 # -- writes ---------------------------------------------------------------------------------
 
 _ACTIVITY = """
@@ -116,6 +128,21 @@ def set_last_run_sync(
     db.execute(_HEALTH_LAST, (run_id, status, now, keep, add, schedule_id))
 
 
+def set_week_sync(db: sqlite3.Connection, schedule_id: str, day: int, since: int) -> None:
+    """Make the schedule's 7-day sums those of its day rows from ``since`` on, as of ``day``
+    (the day row just written is among them: the sums are exact on that day)."""
+    db.execute(_SET_WEEK.format(where="schedule_id = ?"), (day, since, schedule_id))
+
+
+def roll_weeks_sync(db: sqlite3.Connection, day: int, since: int) -> int:
+    """Re-sum the 7-day figures of every health row not yet as of ``day`` (a new day drops
+    the oldest); return how many rows were rolled."""
+    cursor = db.execute(
+        _SET_WEEK.format(where="week_day IS NULL OR week_day <> ?"), (day, since, day)
+    )
+    return max(cursor.rowcount, 0)
+
+
 def count_action_spend_sync(
     db: sqlite3.Connection, action: str, usd: float, tokens: int, missing: int
 ) -> None:
@@ -152,7 +179,11 @@ HEALTH_SCHEDULE_COLUMNS: Final = (
     "last_fired_at, last_evaluated_at, last_healthy_poll_at, created_at, max_runs"
 )
 _SCHEDULES = f"SELECT {HEALTH_SCHEDULE_COLUMNS} FROM schedules WHERE id IN ({{marks}})"
-_HEALTH_ROWS = "SELECT * FROM schedule_health WHERE schedule_id IN ({marks})"
+_HEALTH_ROWS = (
+    "SELECT schedule_id, last_run_id, last_status, last_run_at, consecutive_failures, fires, "
+    f"last_fire_at, ended, spend_usd, spend_tokens, spend_missing, week_day, {_WEEK} "
+    "FROM schedule_health WHERE schedule_id IN ({marks})"
+)
 _DAYS = (
     "SELECT schedule_id, sum(completed) AS completed, sum(failed) AS failed, "
     "sum(timed_out) AS timed_out, "
@@ -163,20 +194,27 @@ _DAYS = (
 
 
 async def read_health_inputs(
-    conn: aiosqlite.Connection, schedule_ids: Sequence[str], since: int
-) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """For the schedules ``schedule_ids`` (at most a few hundred): their schedule rows, their
-    health rows by id, and their day counters summed from ``since`` on, by id."""
+    conn: aiosqlite.Connection, schedule_ids: Sequence[str]
+) -> tuple[Sequence[Mapping[str, Any]], dict[str, Mapping[str, Any]]]:
+    """For the schedules ``schedule_ids`` (at most a few hundred): their schedule rows and
+    their health rows (with the 7-day sums as of ``week_day``), by id."""
     marks = ", ".join("?" * len(schedule_ids))
     ids = list(schedule_ids)
     schedules = await fetch_all(conn, _SCHEDULES.format(marks=marks), ids)
     rows = await fetch_all(conn, _HEALTH_ROWS.format(marks=marks), ids)
-    days = await fetch_all(conn, _DAYS.format(marks=marks), [*ids, since])
-    return (
-        schedules,
-        {str(row["schedule_id"]): row for row in rows},
-        {str(row["schedule_id"]): row for row in days},
-    )
+    return schedules, {str(row["schedule_id"]): row for row in rows}
+
+
+async def read_week_sums(
+    conn: aiosqlite.Connection, schedule_ids: Sequence[str], since: int
+) -> dict[str, Mapping[str, Any]]:
+    """The day counters of ``schedule_ids`` summed from ``since`` on, by id (for the health
+    rows whose 7-day sums are of an earlier day)."""
+    if not schedule_ids:
+        return {}
+    marks = ", ".join("?" * len(schedule_ids))
+    days = await fetch_all(conn, _DAYS.format(marks=marks), [*schedule_ids, since])
+    return {str(row["schedule_id"]): row for row in days}
 
 
 _CRONS = (
@@ -227,7 +265,7 @@ FROM timed GROUP BY 1
 """
 
 
-def rows_of(db: Any, sql: str, params: Sequence[Any] = ()) -> list[Mapping[str, Any]]:
+def rows_of(db: Any, sql: str, params: Sequence[Any] = ()) -> Sequence[Mapping[str, Any]]:
     """Every row of ``sql`` on a synchronous connection, as mappings (tuples are named)."""
     cursor = db.execute(sql, tuple(params))
     names = [d[0] for d in cursor.description]
@@ -268,7 +306,7 @@ async def read_crons(conn: aiosqlite.Connection) -> list[tuple[str, str]]:
 
 async def read_activity_rows(
     conn: aiosqlite.Connection, first: int, last: int
-) -> list[dict[str, Any]]:
+) -> Sequence[Mapping[str, Any]]:
     """The hour rows from ``first`` to ``last`` (epoch seconds, both included)."""
     return await fetch_all(
         conn,
@@ -310,7 +348,7 @@ _SPEND_TOTALS: Final[dict[str, str]] = {
 
 async def read_spend_rows(
     conn: aiosqlite.Connection, by: str, top: int
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[Sequence[Mapping[str, Any]], Mapping[str, Any]]:
     """The ``top`` largest spenders ``by`` ``schedule`` or ``action`` (``key``, ``label``,
     ``spend_usd``, ``spend_tokens``, ``runs``, ``spend_missing``) and the totals over all
     of them (``n``, ``usd``, ``tokens``, ``runs``, ``missing``)."""

@@ -23,7 +23,11 @@ COUNTER_KEEP_DAYS: Final = 8
 
 async def prune_counters(conn: aiosqlite.Connection, *, now: float) -> int:
     """Delete counter rows older than :data:`COUNTER_KEEP_DAYS` and the health rows of
-    schedules that no longer exist, in one write transaction; return the rows deleted."""
+    schedules that no longer exist, and roll the health rows' 7-day sums to ``now``'s day, in
+    one write transaction; return the rows deleted."""
     cutoff = int(now) - COUNTER_KEEP_DAYS * DAY_SECONDS
+    day = int(now // DAY_SECONDS * DAY_SECONDS)
 
-    return await run_write_transaction(conn, lambda db: store.prune_counter_rows_sync(db, cutoff))
+    return await run_write_transaction(
+        conn, lambda db: store.prune_counter_rows_sync(db, cutoff, day)
+    )

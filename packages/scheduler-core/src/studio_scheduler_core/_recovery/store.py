@@ -15,6 +15,9 @@ import aiosqlite
 
 from studio_state import backend_of, connect, fetch_all, fetch_ids_in
 
+from .._records.store import roll_weeks_sync
+from .._records.vocab import DAY_SECONDS
+
 
 @dataclass(frozen=True, slots=True)
 class RunningRun:
@@ -129,9 +132,11 @@ async def checkpoint(db_path: str) -> WalCheckpoint | None:
     )
 
 
-def prune_counter_rows_sync(db: sqlite3.Connection, cutoff: int) -> int:
+def prune_counter_rows_sync(db: sqlite3.Connection, cutoff: int, day: int) -> int:
     """Delete the hour and day counter rows that start before ``cutoff`` and the health rows
-    of schedules that no longer exist; return how many rows went."""
+    of schedules that no longer exist, and re-sum the 7-day figures of the health rows not
+    yet as of ``day``; return how many rows went."""
+    roll_weeks_sync(db, day, day - 6 * DAY_SECONDS)
     deleted = db.execute("DELETE FROM run_activity WHERE hour_start < ?", (cutoff,)).rowcount
     deleted += db.execute("DELETE FROM schedule_counters WHERE day_start < ?", (cutoff,)).rowcount
     deleted += db.execute(

@@ -4,6 +4,10 @@ read from an index, and the counters take in the runs that ended before migratio
 - ``schedule_health`` gets a row for each schedule (triggers add it as a schedule is created
   and delete it with the schedule), so a health read costs the same whether or not a
   schedule has run.
+- Each health row keeps the 7-day sums (``w_completed``, ``w_failed``, ``w_timed_out``,
+  ``w_d0`` … ``w_d14``) of its day rows as of ``week_day``, the day a run of it last ended
+  (re-summed in that terminal write's transaction, and by the retention pass on a new day):
+  a health read on that day reads no day rows.
 - ``idx_schedule_health_spend`` orders the health rows by spend: the top spenders are the
   index's first rows.
 - The runs that ended before migration 16 was applied (its ``schema_migrations.applied_at``)
@@ -183,12 +187,19 @@ WHERE status IN ('failed', 'timed_out') AND error_class IS NULL;
 """
 
 
-_ROWS = """
-INSERT INTO schedule_health (schedule_id) SELECT id FROM schedules WHERE true
+def _rows(integer: str) -> str:
+    week = "".join(
+        f"ALTER TABLE schedule_health ADD COLUMN w_{c} {integer} NOT NULL DEFAULT 0;\n"
+        for c in ("completed", "failed", "timed_out", *(f"d{i}" for i in range(15)))
+    )
+    return f"""
+ALTER TABLE schedule_health ADD COLUMN week_day {integer};
+{week}INSERT INTO schedule_health (schedule_id) SELECT id FROM schedules WHERE true
   ON CONFLICT (schedule_id) DO NOTHING;
 CREATE INDEX IF NOT EXISTS idx_schedule_health_spend
   ON schedule_health(spend_usd DESC, spend_tokens DESC, schedule_id, ended);
 """
+
 
 _TRIGGERS = """
 CREATE TRIGGER IF NOT EXISTS schedule_health_create AFTER INSERT ON schedules
@@ -220,10 +231,12 @@ CREATE TRIGGER schedule_health_drop AFTER DELETE ON schedules
 """
 
 _SQLITE = (
-    _ROWS + _TRIGGERS + _backfill("CAST({value} / {width} AS INTEGER) * {width}", "max({a}, {b})")
+    _rows("INTEGER")
+    + _TRIGGERS
+    + _backfill("CAST({value} / {width} AS INTEGER) * {width}", "max({a}, {b})")
 )
 _POSTGRES = (
-    _ROWS
+    _rows("BIGINT")
     + _TRIGGERS_PG
     + _backfill("CAST(floor({value} / {width}) AS BIGINT) * {width}", "GREATEST({a}, {b})")
 )
