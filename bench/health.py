@@ -228,6 +228,13 @@ async def main() -> None:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--db-dir", type=Path, default=None)
     parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep the databases in this folder and reuse them on the next run (their runs "
+        "end in the 7 days before they were made: rerun within a day, or with --roll)",
+    )
+    parser.add_argument(
         "--roll",
         action="store_true",
         help="run the retention pass's counter step first (it rolls every health row's "
@@ -238,15 +245,23 @@ async def main() -> None:
     sizes = {"none": 0, "1x": args.runs}
     if args.more:
         sizes["more"] = args.more
-    with tempfile.TemporaryDirectory(dir=args.db_dir) as scratch:
-        paths = {label: Path(scratch) / f"{label}.db" for label in sizes}
+    with contextlib.ExitStack() as stack:
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            folder = args.keep
+        else:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.db_dir)))
+        paths = {label: folder / f"s{args.schedules}-r{runs}.db" for label, runs in sizes.items()}
         for label, runs in sizes.items():
-            await _schema(paths[label])
-            took = _fill(paths[label], args.schedules, runs, now)
+            took = None
+            if not paths[label].exists():
+                await _schema(paths[label])
+                took = _fill(paths[label], args.schedules, runs, now)
             stale = await _stale(paths[label], now, roll=args.roll)
+            made = "kept from an earlier run" if took is None else f"by bulk SQL in {took:.1f} s"
             print(
-                f"setup {label}: {args.schedules} schedules, {runs} runs by bulk SQL in "
-                f"{took:.1f} s; {stale} health rows with 7-day sums of an earlier day"
+                f"setup {label}: {args.schedules} schedules, {runs} runs {made}; "
+                f"{stale} health rows with 7-day sums of an earlier day"
             )
         got = await _measure(paths, args.reps, now)
     head = f"{'read':26} {'no history':>24} {f'{args.runs} runs':>24}  ratio"

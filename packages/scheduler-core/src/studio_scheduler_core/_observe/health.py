@@ -23,14 +23,13 @@ from typing import Any, Final, Literal, get_args
 
 import aiosqlite
 
-from studio_state import fetch_all
+from studio_state import backend_of, run_sync
 
 from .._records.counters import DURATION_BOUNDS, FAILED_STATUSES
 from .._records.store import (
     HISTOGRAM,
     WEEK_COLUMNS,
     crons_sync,
-    read_crons,
     read_health_inputs,
     read_week_sums,
     rows_of,
@@ -218,18 +217,24 @@ def _verdict(
 
 async def read_health_counts(conn: aiosqlite.Connection, *, now: float) -> dict[str, int]:
     """How many schedules have each verdict at ``now`` (every verdict, 0 included): one
-    aggregated statement over the schedules and their health rows (plus one listing the
-    distinct crons, whose typical gap is computed here), never a verdict per schedule."""
-    gaps = _cron_gaps(await read_crons(conn))
-    sql, params = verdicts_statement(gaps, now, grace=OVERDUE_GRACE_SECONDS, failed=FAILED_STATUSES)
-    return _counts(await fetch_all(conn, sql, params))
+    aggregated statement over the schedules and their health rows (after one listing the
+    distinct crons, whose typical gap is computed here), never a verdict per schedule; in
+    one trip to ``conn``'s thread."""
+    return await run_sync(conn, lambda db: read_health_counts_sync(db, now=now))
 
 
 def read_health_counts_sync(db: Any, *, now: float) -> dict[str, int]:
     """:func:`read_health_counts` on a synchronous connection (a metrics collector's:
-    ``sqlite3`` or ``studio_state.connect_sync``, rows as tuples or mappings)."""
+    ``sqlite3`` or ``studio_state.connect_sync``, rows as tuples or mappings; or the handle
+    ``studio_state.run_sync`` gives)."""
     gaps = _cron_gaps(crons_sync(db))
-    sql, params = verdicts_statement(gaps, now, grace=OVERDUE_GRACE_SECONDS, failed=FAILED_STATUSES)
+    sql, params = verdicts_statement(
+        gaps,
+        now,
+        grace=OVERDUE_GRACE_SECONDS,
+        failed=FAILED_STATUSES,
+        postgres=backend_of(db) == "postgresql",
+    )
     return _counts(rows_of(db, sql, params))
 
 

@@ -224,16 +224,17 @@ _CRONS = (
 # Every schedule's verdict decided in SQL and counted per verdict: the same rule as
 # ``_observe.health`` (which documents it), each cron's typical gap bound from Python.
 _VERDICTS = """
-WITH clock(now) AS (SELECT CAST(? AS DOUBLE PRECISION)),
-gaps(expr, zone, gap) AS (
+WITH gaps(expr, zone, gap) AS (
   VALUES (CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS DOUBLE PRECISION)){gaps}
 ),
 sched AS (
-  SELECT s.enabled, s.created_at, s.last_fired_at AS sf, h.fires, h.last_status,
-    h.last_fire_at AS lf,
-    CASE WHEN s.trigger_type = 'github_poll' THEN s.last_healthy_poll_at END AS p,
-    CASE WHEN s.trigger_type = 'github_poll' OR s.threshold_config IS NOT NULL
-      THEN s.last_evaluated_at END AS e,
+  SELECT s.enabled, s.last_fired_at AS sf, h.fires, h.last_status,
+    {greatest}(COALESCE(h.last_fire_at, -1), COALESCE(s.last_fired_at, -1),
+      CASE WHEN s.trigger_type = 'github_poll' THEN COALESCE(s.last_healthy_poll_at, -1)
+        ELSE -1 END,
+      CASE WHEN s.trigger_type = 'github_poll' OR s.threshold_config IS NOT NULL
+        THEN COALESCE(s.last_evaluated_at, -1) ELSE -1 END) AS stamp,
+    s.created_at,
     CASE
       WHEN s.trigger_type = 'interval' AND s.interval_sec <> 0
         THEN CAST(s.interval_sec AS DOUBLE PRECISION)
@@ -245,24 +246,20 @@ sched AS (
   LEFT JOIN schedule_health h ON h.schedule_id = s.id
   LEFT JOIN gaps g ON s.trigger_type = 'cron' AND g.expr = s.cron_expr
     AND g.zone = COALESCE(NULLIF(s.timezone, ''), 'UTC')
-),
-timed AS (
-  SELECT sched.*, (SELECT now FROM clock) - CASE WHEN 3 * cadence > cadence + {grace}
-    THEN 3 * cadence ELSE cadence + {grace} END AS cut
-  FROM sched
 )
 SELECT CASE
   WHEN COALESCE(enabled, 0) = 0 THEN 'disabled'
   WHEN COALESCE(fires, 0) = 0 AND last_status IS NULL AND sf IS NULL THEN 'never_fired'
   WHEN last_status IN ({failed}) THEN 'failing'
-  WHEN cut IS NULL THEN 'healthy'
-  WHEN COALESCE(lf, sf, p, e) IS NULL AND created_at < cut THEN 'overdue'
-  WHEN COALESCE(lf, sf, p, e) IS NOT NULL AND COALESCE(lf, 0) < cut AND COALESCE(sf, 0) < cut
-    AND COALESCE(p, 0) < cut AND COALESCE(e, 0) < cut THEN 'overdue'
+  WHEN cadence IS NULL THEN 'healthy'
+  WHEN ? - CASE WHEN stamp < 0 THEN created_at ELSE stamp END > 3 * cadence
+    AND ? - CASE WHEN stamp < 0 THEN created_at ELSE stamp END > cadence + {grace}
+    THEN 'overdue'
   ELSE 'healthy'
 END AS verdict, count(*) AS n
-FROM timed GROUP BY 1
+FROM sched GROUP BY 1
 """
+# (a silence longer than max(3 × cadence, cadence + grace) is longer than both)
 
 
 def rows_of(db: Any, sql: str, params: Sequence[Any] = ()) -> Sequence[Mapping[str, Any]]:
@@ -281,27 +278,25 @@ def verdicts_statement(
     *,
     grace: float,
     failed: Sequence[str],
+    postgres: bool = False,
 ) -> tuple[str, list[Any]]:
-    """The statement counting schedules per verdict at ``now``, and its values; ``gaps``
-    are ``(cron_expr, zone, typical gap or None)`` of every enabled cron (:func:`crons_sync`
-    / :func:`read_crons` list the pairs)."""
+    """The statement counting schedules per verdict at ``now`` (in PostgreSQL's dialect
+    with ``postgres``), and its values; ``gaps``
+    are ``(cron_expr, zone, typical gap or None)`` of every enabled cron
+    (:func:`crons_sync` lists the pairs)."""
     more = "".join(", (?, ?, CAST(? AS DOUBLE PRECISION))" for _ in gaps)
     sql = _VERDICTS.format(
         gaps=more,
         grace=float(grace),
         failed=", ".join(f"'{status}'" for status in failed),
+        greatest="GREATEST" if postgres else "max",
     )
-    return sql, [now, *(value for gap in gaps for value in gap)]
+    return sql, [*(value for gap in gaps for value in gap), now, now]
 
 
 def crons_sync(db: Any) -> list[tuple[str, str]]:
     """The distinct ``(cron_expr, zone)`` pairs of enabled cron schedules (synchronous)."""
     return [(str(r["cron_expr"]), str(r["zone"])) for r in rows_of(db, _CRONS)]
-
-
-async def read_crons(conn: aiosqlite.Connection) -> list[tuple[str, str]]:
-    """The distinct ``(cron_expr, zone)`` pairs of enabled cron schedules."""
-    return [(str(r["cron_expr"]), str(r["zone"])) for r in await fetch_all(conn, _CRONS)]
 
 
 async def read_activity_rows(

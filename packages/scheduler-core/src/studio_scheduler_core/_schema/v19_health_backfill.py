@@ -165,7 +165,7 @@ WHERE EXISTS (
     AND r.created_at < {_CUT} AND r.status <> 'skipped'
     AND (r.chain_depth > 0 OR r.retry_of IS NOT NULL));
 UPDATE schedule_runs SET error_class = CASE
-  WHEN status = 'timed_out' OR status_reason_code LIKE 'run.timed!_out%' ESCAPE '!'
+  WHEN status IN ('timed_out') OR status_reason_code LIKE 'run.timed!_out%' ESCAPE '!'
     THEN 'timeout'
   WHEN status_reason_code IN ('run.failed.node_lost', 'run.failed.daemon_restart',
     'run.failed.lease_exhausted') THEN 'node_lost'
