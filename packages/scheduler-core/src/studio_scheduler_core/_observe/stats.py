@@ -101,19 +101,20 @@ async def read_activity(conn: aiosqlite.Connection, *, window: str, now: float) 
     last = int(now // HOUR_SECONDS * HOUR_SECONDS)
     first = last - (count - 1) * width
     rows = await read_activity_rows(conn, first, last)
-    by_start = {int(row["hour_start"]): row for row in rows}
+    by_start = {row[0]: row for row in rows}
+    empty = (0, 0, 0, 0, 0, 0)
     buckets: list[ActivityBucket] = []
     for index in range(count):
         start = first + index * width
-        row = by_start.get(start)
+        _, fires, completed, failed, timed_out, cancelled = by_start.get(start, empty)
         buckets.append(
             ActivityBucket(
                 start=float(start),
-                fires=int(row["fires"]) if row else 0,
-                completed=int(row["completed"]) if row else 0,
-                failed=int(row["failed"]) if row else 0,
-                timed_out=int(row["timed_out"]) if row else 0,
-                cancelled=int(row["cancelled"]) if row else 0,
+                fires=fires,
+                completed=completed,
+                failed=failed,
+                timed_out=timed_out,
+                cancelled=cancelled,
             )
         )
     completed = sum(b.completed for b in buckets)
