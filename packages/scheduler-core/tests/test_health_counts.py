@@ -15,6 +15,8 @@ from studio_scheduler_core import (
     read_schedule_health,
     read_spend,
 )
+from studio_scheduler_core._records.counters import DURATION_BOUNDS
+from studio_scheduler_core._records.store import HISTOGRAM, WEEK_COLUMNS
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_scheduler_core._recovery.retention_counters import prune_counters
 from studio_scheduler_core._schema import MIGRATIONS, PACKAGE
@@ -254,3 +256,10 @@ async def test_the_7_day_figures_hold_across_days_and_the_roll(
     assert sorted(int(r["w_completed"]) for r in rolled) == [0, 2]
     assert await figures(fired + DAY) == today
     assert await figures(fired + 8 * DAY) == [(None, None), (None, None)]
+    await prune_counters(engine.conn, now=fired + 8 * DAY)  # nothing left in the window
+    assert await figures(fired + 8 * DAY) == [(None, None), (None, None)]
+
+
+def test_the_histogram_columns_match_the_bounds() -> None:
+    assert len(HISTOGRAM) == len(DURATION_BOUNDS)
+    assert ("completed", "failed", "timed_out", *HISTOGRAM) == WEEK_COLUMNS

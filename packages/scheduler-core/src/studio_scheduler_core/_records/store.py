@@ -135,11 +135,11 @@ def set_week_sync(db: sqlite3.Connection, schedule_id: str, day: int, since: int
 
 
 def roll_weeks_sync(db: sqlite3.Connection, day: int, since: int) -> int:
-    """Re-sum the 7-day figures of every health row not yet as of ``day`` (a new day drops
-    the oldest); return how many rows were rolled."""
-    cursor = db.execute(
-        _SET_WEEK.format(where="week_day IS NULL OR week_day <> ?"), (day, since, day)
-    )
+    """Re-sum the 7-day figures of the health rows not yet as of ``day`` (a new day drops
+    the oldest) that have some in the window from ``since``; return how many were rolled."""
+    # a row of no ended run, or whose sums are all older than the window, reads as zeros
+    where = "(week_day IS NULL AND ended > 0) OR (week_day <> ? AND week_day >= ?)"
+    cursor = db.execute(_SET_WEEK.format(where=where), (day, since, day, since))
     return max(cursor.rowcount, 0)
 
 
