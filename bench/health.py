@@ -1,32 +1,56 @@
 """Health, activity and spend reads: flat with history (issue 35, DESIGN §11.6).
 
-Two SQLite databases side by side, with the same schedules: one with no history, one with
-``--runs`` runs of history (default 1M) spread over the last 7 days, and the counters those runs'
-terminal writes keep (hour rows, day rows with the duration histogram, health rows, action
-spend). Measured on both: the health of every schedule (the schedule list with health),
-activity over 24h and 7d, and spend by schedule and by action. Prints medians with min–max and
-the ratio history ÷ none; the targets are ≤ 1.5×.
+Three SQLite databases with the same ``--schedules`` schedules (default 10k): one with no
+history (the anchor), one with ``--runs`` runs (default 1M) and one with ``--more`` runs
+(default 5M; 0 skips it), each run ended in the last 7 days. History is written by bulk SQL
+(``INSERT … SELECT`` over a recursive counter, not the engine), and the counters those runs'
+terminal writes keep are derived from the runs the same way (hour rows, day rows with the
+duration histogram, health rows, action spend). Every schedule has its health row from
+creation (migration 19), so the anchor reads the same rows a schedule with history does.
 
-    python bench/health.py [--schedules 10000] [--runs 1000000] [--reps 7] [--db-dir DIR]
+Measured on each database, alternating between them round by round (the machine is shared):
+
+- "schedule list with health": one page of ``GET /api/schedules`` (the service's page of
+  100, newest first, then the health of its schedules), the largest page (1,000) and the
+  health of all the schedules;
+- the verdict counts (dashboard overview, ``studio_schedules`` gauge);
+- activity over 24h and 7d, spend by schedule and by action.
+
+Prints medians with min–max and the ratios ``1M ÷ none`` (DESIGN §11.6: ≤ 1.5×) and
+``5M ÷ 1M`` (flat: ~1×), each as the ratio of the medians and, in brackets, of the minimums
+(the machine is shared: the fastest round is the one least disturbed).
+
+    python bench/health.py [--schedules 10000] [--runs 1000000] [--more 5000000] [--reps 7]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import random
+import contextlib
 import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from studio_scheduler_core import ensure_schema, read_activity, read_schedule_health, read_spend
+from studio_scheduler_core import (
+    SchedulerSettings,
+    ScheduleService,
+    ensure_schema,
+    read_activity,
+    read_health_counts,
+    read_schedule_health,
+    read_spend,
+)
 from studio_scheduler_core._records.counters import DURATION_BOUNDS
-from studio_state import connect, fetch_all
+from studio_scheduler_core._records.store import WEEK_COLUMNS
+from studio_scheduler_core._recovery.retention_counters import prune_counters
+from studio_state import connect, fetch_all, fetch_value
 
 DAY, HOUR = 86_400, 3_600
+BATCH = 500_000
 
 
 async def _schema(path: Path) -> None:
@@ -34,160 +58,230 @@ async def _schema(path: Path) -> None:
         await ensure_schema(conn)
 
 
-def _fill(path: Path, schedules: int, runs: int, now: float) -> None:
+def _fill(path: Path, schedules: int, runs: int, now: float) -> float:
+    """Write the schedules and ``runs`` runs of history; return the seconds it took."""
+    started = time.perf_counter()
     db = sqlite3.connect(path)
-    ids = [f"s{i:011d}" for i in range(schedules)]
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = OFF")
+    counter = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
     with db:
-        db.executemany(
-            "INSERT INTO schedules (id, name, enabled, trigger_type, interval_sec, action_kind, "
-            "action_command, next_fire_at, last_fired_at, created_at, updated_at) "
-            "VALUES (?, ?, 1, 'interval', 600, 'command', 'sh', ?, ?, ?, ?)",
-            [
-                (sid, f"n{sid}", now + 60, now - 60 if runs else None, now - 8 * DAY, now)
-                for sid in ids
-            ],
+        db.execute(
+            f"{counter} INSERT INTO schedules (id, name, enabled, trigger_type, interval_sec, "
+            "action_kind, action_command, next_fire_at, last_fired_at, created_at, updated_at) "
+            "SELECT printf('s%011d', i), printf('n%011d', i), 1, 'interval', 600, 'command', "
+            "'sh', ?, ?, ?, ? FROM n",
+            (schedules - 1, now + 60, now - 60 if runs else None, now - 8 * DAY, now),
         )
-    if not runs:
-        db.close()
-        return
-    rng = random.Random(7)
-    statuses = ("completed",) * 8 + ("failed", "timed_out")
-    hours: dict[int, list[int]] = {}
-    days: dict[tuple[str, int], list[float]] = {}
-    health: dict[str, list[object]] = {}
-    batch = []
-    for n in range(runs):
-        sid = ids[n % schedules]
-        ended = now - rng.random() * 7 * DAY
-        status = statuses[n % len(statuses)]
-        duration = rng.random() * 120
-        batch.append((f"r{n:011d}", sid, status, ended - duration, ended, ended))
-        hour = int(ended // HOUR * HOUR)
-        h = hours.setdefault(hour, [0, 0, 0, 0])
-        h[0] += 1
-        h[1 + ("completed", "failed", "timed_out").index(status)] += 1
-        day = int(ended // DAY * DAY)
-        d = days.setdefault((sid, day), [0.0] * (5 + len(DURATION_BOUNDS)))
-        d[0] += 1
-        d[1 + ("completed", "failed", "timed_out").index(status)] += 1
-        d[4] += duration
-        d[5 + next(i for i, b in enumerate(DURATION_BOUNDS) if duration <= b)] += 1
-        row = health.setdefault(sid, [None, None, 0.0, 0, 0, 0.0, 0])
-        if row[1] is None or ended > float(row[1]):  # type: ignore[arg-type]
-            row[0], row[1] = status, ended
-        row[3] = int(row[3]) + 1  # type: ignore[call-overload]
-        row[4] = int(row[4]) + 1  # type: ignore[call-overload]
-        row[5] = float(row[5]) + 0.01  # type: ignore[arg-type]
-        if len(batch) >= 50_000:
-            _runs(db, batch)
-            batch = []
-    _runs(db, batch)
-    hist = ", ".join(f"d{i}" for i in range(len(DURATION_BOUNDS)))
+    # run i: schedule i mod S, ended within the last 7 days (a fixed scramble of i), lasting
+    # up to 2 minutes; 8 in 10 completed, 1 failed, 1 timed out
+    for first in range(0, runs, BATCH):
+        count = min(BATCH, runs - first)
+        with db:
+            db.execute(
+                f"{counter.replace('SELECT 0', 'SELECT ?')} INSERT INTO schedule_runs (id, "
+                "schedule_id, trigger_context, action_kind, action_args, status, fired_at, "
+                "ended_at, created_at, chain_depth) "
+                "SELECT printf('r%011d', i), printf('s%011d', i % ?), '{}', 'command', '[]', "
+                "CASE i % 10 WHEN 8 THEN 'failed' WHEN 9 THEN 'timed_out' ELSE 'completed' END, "
+                "e - d, e, e - d, 0 FROM (SELECT i, ? - ((i * 2654435761) % 604000) AS e, "
+                "(i * 40503) % 120 AS d FROM n)",
+                (first, first + count - 1, schedules, now - 30),
+            )
+    _counters(db)
+    db.close()
+    return time.perf_counter() - started
+
+
+def _counters(db: sqlite3.Connection) -> None:
+    """The counters the runs' terminal writes keep, derived from the runs in bulk."""
+    hour = f"CAST(ended_at / {HOUR} AS INTEGER) * {HOUR}"
+    day = f"CAST(ended_at / {DAY} AS INTEGER) * {DAY}"
+    ends = ", ".join(
+        f"sum(CASE WHEN status = '{s}' THEN 1 ELSE 0 END)"
+        for s in ("completed", "failed", "timed_out")
+    )
+    hist, low = [], None
+    for index, bound in enumerate(DURATION_BOUNDS):
+        above = "1" if low is None else f"ended_at - fired_at > {low}"
+        below = "1" if index == len(DURATION_BOUNDS) - 1 else f"ended_at - fired_at <= {bound}"
+        hist.append(f"sum(CASE WHEN {above} AND {below} THEN 1 ELSE 0 END)")
+        low = bound
+    columns = ", ".join(f"d{i}" for i in range(len(DURATION_BOUNDS)))
     with db:
-        db.executemany(
+        db.execute(
             "INSERT INTO run_activity (hour_start, fires, completed, failed, timed_out) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(hour, *v) for hour, v in hours.items()],
+            f"SELECT {hour}, count(*), {ends} FROM schedule_runs GROUP BY {hour}"
         )
-        db.executemany(
-            f"INSERT INTO schedule_counters (schedule_id, day_start, fires, completed, failed, "
-            f"timed_out, duration_sum, duration_count, {hist}) VALUES "
-            f"({', '.join('?' * (8 + len(DURATION_BOUNDS)))})",
-            [
-                (
-                    sid,
-                    day,
-                    int(v[0]),
-                    int(v[1]),
-                    int(v[2]),
-                    int(v[3]),
-                    v[4],
-                    int(v[0]),
-                    *(int(x) for x in v[5:]),
-                )
-                for (sid, day), v in days.items()
-            ],
+        db.execute(
+            "INSERT INTO schedule_counters (schedule_id, day_start, fires, completed, failed, "
+            f"timed_out, duration_sum, duration_count, {columns}) "
+            f"SELECT schedule_id, {day}, count(*), {ends}, sum(ended_at - fired_at), count(*), "
+            f"{', '.join(hist)} FROM schedule_runs GROUP BY schedule_id, {day}"
         )
-        db.executemany(
-            "INSERT INTO schedule_health (schedule_id, last_status, last_run_at, fires, ended, "
-            "spend_usd, spend_tokens, consecutive_failures) VALUES (?, ?, ?, ?, ?, ?, 0, 0) "
-            "ON CONFLICT (schedule_id) DO UPDATE SET last_status = excluded.last_status, "
-            "last_run_at = excluded.last_run_at, fires = excluded.fires, "
-            "ended = excluded.ended, spend_usd = excluded.spend_usd",
-            [(sid, v[0], v[1], v[3], v[4], v[5]) for sid, v in health.items()],
+        db.execute(
+            "UPDATE schedule_health SET fires = o.n, ended = o.n, spend_usd = o.n * 0.01, "
+            "spend_tokens = o.n * 100, last_run_id = o.last, last_status = 'completed', "
+            "last_run_at = o.at, last_fire_at = o.at FROM (SELECT schedule_id, count(*) AS n, "
+            "max(id) AS last, max(ended_at) AS at FROM schedule_runs GROUP BY schedule_id) o "
+            "WHERE o.schedule_id = schedule_health.schedule_id"
+        )
+        # each health row's 7-day sums as of the day its last run ended, as that run's
+        # terminal write leaves them
+        week = ", ".join(f"w_{c}" for c in WEEK_COLUMNS)
+        sums = ", ".join(f"COALESCE(sum(c.{c}), 0)" for c in WEEK_COLUMNS)
+        db.execute(
+            f"UPDATE schedule_health SET week_day = CAST(last_run_at / {DAY} AS INTEGER) * {DAY}"
+            " WHERE last_run_at IS NOT NULL"
+        )
+        db.execute(
+            f"UPDATE schedule_health SET ({week}) = (SELECT {sums} FROM schedule_counters c "
+            "WHERE c.schedule_id = schedule_health.schedule_id "
+            f"AND c.day_start >= schedule_health.week_day - {6 * DAY} "
+            "AND c.day_start <= schedule_health.week_day) WHERE week_day IS NOT NULL"
         )
         db.execute(
             "INSERT INTO action_spend (action, spend_usd, spend_tokens, runs) "
-            "VALUES ('command:sh', ?, 0, ?)",
-            (runs * 0.01, runs),
+            "SELECT 'command:sh', count(*) * 0.01, count(*) * 100, count(*) FROM schedule_runs "
+            "HAVING count(*) > 0"
         )
-    db.close()
+    db.execute("ANALYZE")
 
 
-def _runs(db: sqlite3.Connection, batch: Sequence[tuple[object, ...]]) -> None:
-    with db:
-        db.executemany(
-            "INSERT INTO schedule_runs (id, schedule_id, trigger_context, action_kind, "
-            "action_args, status, fired_at, ended_at, created_at) "
-            "VALUES (?, ?, '{}', 'command', '[]', ?, ?, ?, ?)",
-            batch,
+async def _stale(path: Path, now: float, *, roll: bool) -> int:
+    """How many health rows hold 7-day sums of an earlier day than ``now``'s (after the
+    retention pass's counter step, with ``roll``)."""
+    async with connect(str(path)) as conn:
+        if roll:
+            await prune_counters(conn, now=now)
+        today = int(now // DAY * DAY)
+        return int(
+            await fetch_value(
+                conn,
+                "SELECT count(*) FROM schedule_health WHERE week_day IS NOT NULL "
+                "AND week_day <> ? AND week_day >= ?",
+                (today, today - 6 * DAY),
+            )
         )
 
 
-async def _time(fn: Callable[[], Awaitable[object]], reps: int) -> list[float]:
-    out = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        await fn()
-        out.append(time.perf_counter() - started)
-    return out
+Read = Callable[[], Awaitable[object]]
+
+
+async def _reads(conn: object, now: float) -> dict[str, Read]:
+    service = ScheduleService(conn, settings=SchedulerSettings(), clock=lambda: now)  # type: ignore[arg-type]
+    ids = [str(r["id"]) for r in await fetch_all(conn, "SELECT id FROM schedules")]  # type: ignore[arg-type]
+
+    def page(limit: int) -> Read:
+        async def read() -> object:
+            rows, _ = await service.list(limit=limit)
+            return await read_schedule_health(conn, [r.id for r in rows], now=now)  # type: ignore[arg-type]
+
+        return read
+
+    c = conn
+    return {
+        "list page 100 + health": page(100),
+        "list page 1000 + health": page(1000),
+        "health of all schedules": lambda: read_schedule_health(c, ids, now=now),  # type: ignore[arg-type]
+        "verdict counts": lambda: read_health_counts(c, now=now),  # type: ignore[arg-type]
+        "activity 24h": lambda: read_activity(c, window="24h", now=now),  # type: ignore[arg-type]
+        "activity 7d": lambda: read_activity(c, window="7d", now=now),  # type: ignore[arg-type]
+        "spend by schedule": lambda: read_spend(c, by="schedule", now=now),  # type: ignore[arg-type]
+        "spend by action": lambda: read_spend(c, by="action", now=now),  # type: ignore[arg-type]
+    }
 
 
 def _fmt(samples: list[float]) -> str:
     return (
-        f"{statistics.median(samples) * 1000:8.1f} ms "
+        f"{statistics.median(samples) * 1000:7.1f} ms "
         f"({min(samples) * 1000:.1f}–{max(samples) * 1000:.1f})"
     )
 
 
-async def _measure(path: Path, reps: int, now: float) -> dict[str, list[float]]:
-    async with connect(str(path)) as conn:
-        ids = [str(r["id"]) for r in await fetch_all(conn, "SELECT id FROM schedules")]
-        reads: dict[str, Callable[[], Awaitable[object]]] = {
-            "schedule list health": lambda: read_schedule_health(conn, ids, now=now),
-            "list page 1000 health": lambda: read_schedule_health(conn, ids[:1000], now=now),
-            "activity 24h": lambda: read_activity(conn, window="24h", now=now),
-            "activity 7d": lambda: read_activity(conn, window="7d", now=now),
-            "spend by schedule": lambda: read_spend(conn, by="schedule", now=now),
-            "spend by action": lambda: read_spend(conn, by="action", now=now),
+async def _measure(
+    paths: dict[str, Path], reps: int, now: float
+) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {label: {} for label in paths}
+    async with contextlib.AsyncExitStack() as stack:
+        conns = {
+            label: await stack.enter_async_context(connect(str(path)))
+            for label, path in paths.items()
         }
-        return {name: await _time(fn, reps) for name, fn in reads.items()}
+        reads = {label: await _reads(conn, now) for label, conn in conns.items()}
+        for label in paths:  # warm each file's pages once
+            for fn in reads[label].values():
+                await fn()
+        for _ in range(reps):
+            for name in reads[next(iter(paths))]:
+                for label in paths:  # side by side: each read on every database in turn
+                    started = time.perf_counter()
+                    await reads[label][name]()
+                    out[label].setdefault(name, []).append(time.perf_counter() - started)
+    return out
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=1_000_000)
-    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--more", type=int, default=5_000_000)
+    parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--db-dir", type=Path, default=None)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep the databases in this folder and reuse them on the next run (their runs "
+        "end in the 7 days before they were made: rerun within a day, or with --roll)",
+    )
+    parser.add_argument(
+        "--roll",
+        action="store_true",
+        help="run the retention pass's counter step first (it rolls every health row's "
+        "7-day sums to today, as the engine's first pass of a day does)",
+    )
     args = parser.parse_args()
     now = time.time()
-    with tempfile.TemporaryDirectory(dir=args.db_dir) as scratch:
-        empty, full = Path(scratch) / "none.db", Path(scratch) / "history.db"
-        started = time.perf_counter()
-        for path, runs in ((empty, 0), (full, args.runs)):
-            await _schema(path)
-            _fill(path, args.schedules, runs, now)
-        print(
-            f"setup: {time.perf_counter() - started:.1f} s "
-            f"({args.schedules} schedules; {args.runs} runs of history)"
-        )
-        none = await _measure(empty, args.reps, now)
-        history = await _measure(full, args.reps, now)
-    print(f"{'read':22} {'no history':>26} {'with history':>26}  ratio")
-    for name in none:
-        ratio = statistics.median(history[name]) / statistics.median(none[name])
-        print(f"{name:22} {_fmt(none[name]):>26} {_fmt(history[name]):>26}  {ratio:.2f}x")
+    sizes = {"none": 0, "1x": args.runs}
+    if args.more:
+        sizes["more"] = args.more
+    with contextlib.ExitStack() as stack:
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            folder = args.keep
+        else:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.db_dir)))
+        paths = {label: folder / f"s{args.schedules}-r{runs}.db" for label, runs in sizes.items()}
+        for label, runs in sizes.items():
+            took = None
+            if not paths[label].exists():
+                await _schema(paths[label])
+                took = _fill(paths[label], args.schedules, runs, now)
+            stale = await _stale(paths[label], now, roll=args.roll)
+            made = "kept from an earlier run" if took is None else f"by bulk SQL in {took:.1f} s"
+            print(
+                f"setup {label}: {args.schedules} schedules, {runs} runs {made}; "
+                f"{stale} health rows with 7-day sums of an earlier day"
+            )
+        got = await _measure(paths, args.reps, now)
+    head = f"{'read':24} {'no history':>24} {f'{args.runs} runs':>24}  ratio (of mins)"
+    if args.more:
+        head += f" {f'{args.more} runs':>24}  ratio (of mins)"
+    print(head)
+    for name in got["none"]:
+        none, one = got["none"][name], got["1x"][name]
+        line = f"{name:24} {_fmt(none):>24} {_fmt(one):>24}  {_ratio(one, none)}"
+        if args.more:
+            more = got["more"][name]
+            line += f" {_fmt(more):>24}  {_ratio(more, one)}"
+        print(line)
+
+
+def _ratio(samples: list[float], anchor: list[float]) -> str:
+    """The ratio of the medians, and of the minimums (steadier on a shared machine)."""
+    medians = statistics.median(samples) / statistics.median(anchor)
+    return f"{medians:4.2f}x ({min(samples) / min(anchor):4.2f}x)"
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from ._observe.health import (
     HEALTH_VERDICTS,
     ScheduleHealth,
     read_health_counts,
+    read_health_counts_sync,
     read_schedule_health,
 )
 from ._observe.stats import (
@@ -224,6 +225,7 @@ __all__ = [
     "read_dispatch_outcomes",
     "read_github_polls",
     "read_health_counts",
+    "read_health_counts_sync",
     "read_node",
     "read_overview",
     "read_run_log",

@@ -34,7 +34,7 @@ from studio_scheduler_core import (
     SchedulerEngine,
     read_dispatch_counts,
     read_github_polls,
-    read_health_counts,
+    read_health_counts_sync,
 )
 
 from ._delivery_metrics import DeliveryTally
@@ -255,6 +255,10 @@ class _ScrapeGauges(Collector):
     ) -> tuple[dict[str, int] | None, list[tuple[str, float | None, float]], dict[str, int]]:
         db = open_sync_reader(self._db)
         try:
-            return read_dispatch_counts(db), read_github_polls(db), read_health_counts(db, now=now)
+            return (
+                read_dispatch_counts(db),
+                read_github_polls(db),
+                read_health_counts_sync(db, now=now),
+            )
         finally:
             db.close()

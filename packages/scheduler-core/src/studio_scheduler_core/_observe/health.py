@@ -23,9 +23,18 @@ from typing import Any, Final, Literal, get_args
 
 import aiosqlite
 
-from studio_state import fetch_all
+from studio_state import backend_of, run_sync
 
 from .._records.counters import DURATION_BOUNDS, FAILED_STATUSES
+from .._records.store import (
+    HISTOGRAM,
+    WEEK_COLUMNS,
+    crons_sync,
+    read_health_inputs,
+    read_week_sums,
+    rows_of,
+    verdicts_statement,
+)
 from .._records.vocab import DAY_SECONDS
 from .._triggers.cron import next_after
 
@@ -73,20 +82,26 @@ async def read_schedule_health(
 ) -> dict[str, ScheduleHealth]:
     """The health of each schedule in ``schedule_ids`` that exists, by id, at ``now``.
 
-    Reads the schedule row, its health row and at most 8 daily counter rows per schedule:
-    the cost per schedule does not grow with its history.
+    Reads the schedule row and its health row, which holds the 7-day sums as of the last
+    day one of its runs ended; only when that day is not today (the oldest day has to drop
+    out) are its day counter rows summed (at most 7). The cost per schedule does not grow
+    with its history.
     """
     out: dict[str, ScheduleHealth] = {}
     ids = list(dict.fromkeys(schedule_ids))
     since = _window_start(now)
+    today = since + 6 * DAY_SECONDS
     for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start : start + _CHUNK]
-        marks = ", ".join("?" * len(chunk))
-        schedules = await fetch_all(conn, _SCHEDULES.format(marks=marks), chunk)
-        rows = await fetch_all(conn, _HEALTH_ROWS.format(marks=marks), chunk)
-        health = {str(row["schedule_id"]): row for row in rows}
-        days = await fetch_all(conn, _DAYS.format(marks=marks), [*chunk, since])
-        week = {str(row["schedule_id"]): row for row in days}
+        schedules, health = await read_health_inputs(conn, ids[start : start + _CHUNK])
+        week: dict[str, Mapping[str, Any]] = {}
+        stale = []
+        for sid, row in health.items():
+            day = row["week_day"]
+            if day is not None and int(day) == today:
+                week[sid] = {c: row[f"w_{c}"] for c in WEEK_COLUMNS}
+            elif (day is None and row["ended"]) or (day is not None and int(day) >= since):
+                stale.append(sid)  # its sums are of an earlier day: sum the day rows
+        week.update(await read_week_sums(conn, stale, since))
         for schedule in schedules:
             sid = str(schedule["id"])
             out[sid] = _verdict(schedule, health.get(sid), week.get(sid), now)
@@ -94,21 +109,6 @@ async def read_schedule_health(
 
 
 _CHUNK = 500
-_HISTOGRAM = [f"d{i}" for i in range(len(DURATION_BOUNDS))]
-_SCHEDULES = (
-    "SELECT id, enabled, trigger_type, cron_expr, interval_sec, poll_interval_sec, timezone, "
-    "CASE WHEN threshold_config IS NULL THEN 0 ELSE 1 END AS has_threshold, next_fire_at, "
-    "last_fired_at, last_evaluated_at, last_healthy_poll_at, created_at, max_runs "
-    "FROM schedules WHERE id IN ({marks})"
-)
-_HEALTH_ROWS = "SELECT * FROM schedule_health WHERE schedule_id IN ({marks})"
-_DAYS = (
-    "SELECT schedule_id, sum(completed) AS completed, sum(failed) AS failed, "
-    "sum(timed_out) AS timed_out, "
-    + ", ".join(f"sum({c}) AS {c}" for c in _HISTOGRAM)
-    + " FROM schedule_counters WHERE schedule_id IN ({marks}) AND day_start >= ? "
-    "GROUP BY schedule_id"
-)
 
 
 def _window_start(now: float) -> int:
@@ -183,7 +183,7 @@ def _verdict(
     last_status = h.get("last_status")
     completed = int(w.get("completed") or 0)
     ended = completed + int(w.get("failed") or 0) + int(w.get("timed_out") or 0)
-    histogram = [int(w.get(c) or 0) for c in _HISTOGRAM]
+    histogram = [int(w.get(c) or 0) for c in HISTOGRAM]
     max_runs = schedule["max_runs"]
     cadence = cadence_of(schedule)
     if not schedule["enabled"]:
@@ -215,25 +215,41 @@ def _verdict(
     )
 
 
-def read_health_counts(db: Any, *, now: float) -> dict[str, int]:
-    """How many schedules have each verdict (every verdict, 0 included), on a synchronous
-    connection (a metrics collector's: ``sqlite3`` or ``studio_state.connect_sync``, rows as
-    tuples or mappings). One pass over the schedules; no per-schedule series."""
+async def read_health_counts(conn: aiosqlite.Connection, *, now: float) -> dict[str, int]:
+    """How many schedules have each verdict at ``now`` (every verdict, 0 included): one
+    aggregated statement over the schedules and their health rows (after one listing the
+    distinct crons, whose typical gap is computed here), never a verdict per schedule; in
+    one trip to ``conn``'s thread."""
+    return await run_sync(conn, lambda db: read_health_counts_sync(db, now=now))
+
+
+def read_health_counts_sync(db: Any, *, now: float) -> dict[str, int]:
+    """:func:`read_health_counts` on a synchronous connection (a metrics collector's:
+    ``sqlite3`` or ``studio_state.connect_sync``, rows as tuples or mappings; or the handle
+    ``studio_state.run_sync`` gives)."""
+    gaps = _cron_gaps(crons_sync(db))
+    sql, params = verdicts_statement(
+        gaps,
+        now,
+        grace=OVERDUE_GRACE_SECONDS,
+        failed=FAILED_STATUSES,
+        postgres=backend_of(db) == "postgresql",
+    )
+    return _counts(rows_of(db, sql, params))
+
+
+def _cron_gaps(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str, float | None]]:
+    out: list[tuple[str, str, float | None]] = []
+    for expr, zone in pairs:
+        try:
+            out.append((expr, zone, cron_gap(expr, zone)))
+        except ValueError:
+            out.append((expr, zone, None))
+    return out
+
+
+def _counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     counts = dict.fromkeys(HEALTH_VERDICTS, 0)
-    schedules = _rows(db, _SCHEDULES.replace(" WHERE id IN ({marks})", ""), ())
-    health = {str(r["schedule_id"]): r for r in _rows(db, "SELECT * FROM schedule_health", ())}
-    days_sql = _DAYS.replace("schedule_id IN ({marks}) AND ", "")
-    week = {str(r["schedule_id"]): r for r in _rows(db, days_sql, (_window_start(now),))}
-    for schedule in schedules:
-        sid = str(schedule["id"])
-        counts[_verdict(schedule, health.get(sid), week.get(sid), now).health] += 1
+    for row in rows:
+        counts[str(row["verdict"])] += int(row["n"])
     return counts
-
-
-def _rows(db: Any, sql: str, params: Sequence[Any]) -> list[Mapping[str, Any]]:
-    cursor = db.execute(sql, tuple(params))
-    names = [d[0] for d in cursor.description]
-    return [
-        row if isinstance(row, Mapping) else dict(zip(names, row, strict=True))
-        for row in cursor.fetchall()
-    ]

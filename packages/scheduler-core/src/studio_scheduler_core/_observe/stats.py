@@ -8,10 +8,9 @@ from typing import Any, Final
 
 import aiosqlite
 
-from studio_state import fetch_all
-
 from .._exceptions import InvalidStatsQuery
 from .._records.counters import HOUR_SECONDS
+from .._records.store import read_activity_rows, read_spend_rows
 
 ACTIVITY_WINDOWS: Final[dict[str, tuple[int, int]]] = {"24h": (24, 3600), "7d": (168, 3600)}
 """Each window's bucket count and bucket width in seconds: ``24h`` is 24 hourly buckets,
@@ -79,17 +78,6 @@ class Spend:
         return asdict(self)
 
 
-_SPEND_SOURCES: Final[dict[str, tuple[str, str, str, str]]] = {
-    "schedule": (
-        "schedule_health h JOIN schedules s ON s.id = h.schedule_id",
-        "h.schedule_id",
-        "s.name",
-        "h.ended",
-    ),
-    "action": ("action_spend", "action", "action", "runs"),
-}
-
-
 def _spend_row(row: Mapping[str, Any]) -> SpendRow:
     return SpendRow(
         key=str(row["key"]),
@@ -112,25 +100,21 @@ async def read_activity(conn: aiosqlite.Connection, *, window: str, now: float) 
     count, width = ACTIVITY_WINDOWS[window]
     last = int(now // HOUR_SECONDS * HOUR_SECONDS)
     first = last - (count - 1) * width
-    rows = await fetch_all(
-        conn,
-        "SELECT hour_start, fires, completed, failed, timed_out, cancelled FROM run_activity "
-        "WHERE hour_start >= ? AND hour_start <= ?",
-        (first, last),
-    )
-    by_start = {int(row["hour_start"]): row for row in rows}
+    rows = await read_activity_rows(conn, first, last)
+    by_start = {row[0]: row for row in rows}
+    empty = (0, 0, 0, 0, 0, 0)
     buckets: list[ActivityBucket] = []
     for index in range(count):
         start = first + index * width
-        row = by_start.get(start)
+        _, fires, completed, failed, timed_out, cancelled = by_start.get(start, empty)
         buckets.append(
             ActivityBucket(
                 start=float(start),
-                fires=int(row["fires"]) if row else 0,
-                completed=int(row["completed"]) if row else 0,
-                failed=int(row["failed"]) if row else 0,
-                timed_out=int(row["timed_out"]) if row else 0,
-                cancelled=int(row["cancelled"]) if row else 0,
+                fires=fires,
+                completed=completed,
+                failed=failed,
+                timed_out=timed_out,
+                cancelled=cancelled,
             )
         )
     completed = sum(b.completed for b in buckets)
@@ -153,20 +137,7 @@ async def read_spend(conn: aiosqlite.Connection, *, by: str, now: float) -> Spen
     del now
     if by not in SPEND_GROUPS:
         raise InvalidStatsQuery("by", f"must be one of {', '.join(SPEND_GROUPS)}")
-    source, key, label, runs = _SPEND_SOURCES[by]
-    order = "ORDER BY spend_usd DESC, spend_tokens DESC, key"
-    rows = await fetch_all(
-        conn,
-        f"SELECT {key} AS key, {label} AS label, spend_usd, spend_tokens, {runs} AS runs, "
-        f"spend_missing FROM {source} WHERE {runs} > 0 {order} LIMIT {SPEND_TOP}",
-    )
-    totals = await fetch_all(
-        conn,
-        f"SELECT count(*) AS n, COALESCE(sum(spend_usd), 0) AS usd, "
-        f"COALESCE(sum(spend_tokens), 0) AS tokens, COALESCE(sum({runs}), 0) AS runs, "
-        f"COALESCE(sum(spend_missing), 0) AS missing FROM {source} WHERE {runs} > 0",
-    )
-    total = totals[0]
+    rows, total = await read_spend_rows(conn, by, SPEND_TOP)
     top = [_spend_row(row) for row in rows]
     rest = int(total["n"]) - len(top)
     if rest > 0:

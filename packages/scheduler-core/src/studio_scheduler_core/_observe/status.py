@@ -8,10 +8,9 @@ from typing import Final
 
 import aiosqlite
 
-from studio_state import fetch_all, fetch_one
-
 from .._exceptions import ScheduleNotFound
 from .health import ScheduleHealth, read_schedule_health
+from .store import read_last_run_row, read_running_top_level, read_schedule_name
 
 STDERR_LINES: Final = 10
 """How many of the last run's last stderr lines the status shows."""
@@ -62,35 +61,25 @@ async def read_schedule_status(
 ) -> ScheduleStatus:
     """The status of ``schedule_id`` at ``now``; :class:`ScheduleNotFound` when there is no
     such schedule. Reads a bounded number of rows whatever the schedule's history."""
-    row = await fetch_one(conn, "SELECT id, name FROM schedules WHERE id = ?", (schedule_id,))
-    if row is None:
+    name = await read_schedule_name(conn, schedule_id)
+    if name is None:
         raise ScheduleNotFound(schedule_id)
     health = (await read_schedule_health(conn, [schedule_id], now=now))[schedule_id]
     last = None
     if health.last_run_id is not None:
         last = await _last_run(conn, health.last_run_id)
-    running = await fetch_all(
-        conn,
-        "SELECT id FROM schedule_runs WHERE status = 'running' AND schedule_id = ? "
-        "AND chain_depth = 0 ORDER BY fired_at",
-        (schedule_id,),
-    )
+    running = await read_running_top_level(conn, schedule_id)
     return ScheduleStatus(
         schedule_id=schedule_id,
-        name=str(row["name"]),
+        name=name,
         health=health,
         last_run=last,
-        running_run_ids=tuple(str(r["id"]) for r in running),
+        running_run_ids=tuple(running),
     )
 
 
 async def _last_run(conn: aiosqlite.Connection, run_id: str) -> LastRun | None:
-    row = await fetch_one(
-        conn,
-        "SELECT id, status, status_reason_code, status_reason_summary, fired_at, ended_at, "
-        "exit_code, error_class, error_detail FROM schedule_runs WHERE id = ?",
-        (run_id,),
-    )
+    row = await read_last_run_row(conn, run_id)
     if row is None:  # deleted by retention
         return None
     fired, ended = row["fired_at"], row["ended_at"]

@@ -11,7 +11,7 @@ connection of its own. A second backend implements both sets.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,3 +280,30 @@ def read_dispatch_outcomes(
         (after, *reason_codes, limit),
     ).fetchall()
     return [(int(seq), str(reason), deliver_to) for seq, reason, deliver_to in rows]
+
+
+async def read_schedule_name(conn: aiosqlite.Connection, schedule_id: str) -> str | None:
+    """The schedule's name, or ``None`` when there is no such schedule."""
+    row = await fetch_one(conn, "SELECT name FROM schedules WHERE id = ?", (schedule_id,))
+    return None if row is None else str(row["name"])
+
+
+async def read_running_top_level(conn: aiosqlite.Connection, schedule_id: str) -> list[str]:
+    """The ids of the schedule's top-level runs running now, oldest fire first."""
+    rows = await fetch_all(
+        conn,
+        "SELECT id FROM schedule_runs WHERE status = 'running' AND schedule_id = ? "
+        "AND chain_depth = 0 ORDER BY fired_at",
+        (schedule_id,),
+    )
+    return [str(r["id"]) for r in rows]
+
+
+async def read_last_run_row(conn: aiosqlite.Connection, run_id: str) -> Mapping[str, Any] | None:
+    """What a schedule's status shows of its last run (``None``: retention deleted it)."""
+    return await fetch_one(
+        conn,
+        "SELECT id, status, status_reason_code, status_reason_summary, fired_at, ended_at, "
+        "exit_code, error_class, error_detail FROM schedule_runs WHERE id = ?",
+        (run_id,),
+    )

@@ -13,6 +13,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Final
 
+from . import store
 from .vocab import DAY_SECONDS, FIRED_END_STATUSES
 
 HOUR_SECONDS: Final = 3600
@@ -87,70 +88,14 @@ def classify_error(
     return "unclassified"
 
 
-_ACTIVITY = """
-INSERT INTO run_activity (hour_start, {col}) VALUES (?, 1)
-ON CONFLICT (hour_start) DO UPDATE SET {col} = run_activity.{col} + 1
-"""
-_HEALTH_FIRE = """
-INSERT INTO schedule_health (schedule_id, fires, last_fire_at) VALUES (?, 1, ?)
-ON CONFLICT (schedule_id) DO UPDATE SET fires = schedule_health.fires + 1,
-  last_fire_at = excluded.last_fire_at
-"""
-_COUNTERS = """
-INSERT INTO schedule_counters (schedule_id, day_start, {cols}) VALUES (?, ?, {marks})
-ON CONFLICT (schedule_id, day_start) DO UPDATE SET {sets}
-"""
-_HEALTH_SPEND = """
-INSERT INTO schedule_health (schedule_id, ended, spend_usd, spend_tokens, spend_missing)
-VALUES (?, 1, ?, ?, ?)
-ON CONFLICT (schedule_id) DO UPDATE SET ended = schedule_health.ended + 1,
-  spend_usd = schedule_health.spend_usd + excluded.spend_usd,
-  spend_tokens = schedule_health.spend_tokens + excluded.spend_tokens,
-  spend_missing = schedule_health.spend_missing + excluded.spend_missing
-"""
-_HEALTH_LAST = """
-UPDATE schedule_health SET last_run_id = ?, last_status = ?, last_run_at = ?,
-  consecutive_failures = consecutive_failures * ? + ?
-WHERE schedule_id = ?
-"""
-_ACTION_SPEND = """
-INSERT INTO action_spend (action, spend_usd, spend_tokens, runs, spend_missing)
-VALUES (?, ?, ?, 1, ?)
-ON CONFLICT (action) DO UPDATE SET spend_usd = action_spend.spend_usd + excluded.spend_usd,
-  spend_tokens = action_spend.spend_tokens + excluded.spend_tokens,
-  runs = action_spend.runs + 1,
-  spend_missing = action_spend.spend_missing + excluded.spend_missing
-"""
-_RUN = (
-    "SELECT schedule_id, chain_parent_id, invocation_id, fired_at, status, "
-    "status_reason_code, exit_code, status_reason_summary, action_kind "
-    "FROM schedule_runs WHERE id = ?"
-)
-_USAGE = (
-    "SELECT count(*) AS n, COALESCE(sum(total_cost_usd), 0) AS usd, "
-    "COALESCE(sum(COALESCE(input_tokens, 0) + COALESCE(output_tokens, 0)), 0) AS tokens "
-    "FROM sessions WHERE invocation_id = ?"
-)
-_TARGET = (
-    "SELECT action_kind, action_command, action_agent, action_playbook FROM schedules WHERE id = ?"
-)
-
-
 def _upsert_counters(
     db: sqlite3.Connection, schedule_id: str, now: float, adds: dict[str, float]
 ) -> None:
-    cols = ", ".join(adds)
-    marks = ", ".join("?" * len(adds))
-    sets = ", ".join(f"{c} = schedule_counters.{c} + excluded.{c}" for c in adds)
-    day = int(now // DAY_SECONDS * DAY_SECONDS)
-    db.execute(
-        _COUNTERS.format(cols=cols, marks=marks, sets=sets), (schedule_id, day, *adds.values())
-    )
+    store.add_day_counters_sync(db, schedule_id, int(now // DAY_SECONDS * DAY_SECONDS), adds)
 
 
 def _activity(db: sqlite3.Connection, column: str, now: float) -> None:
-    hour = int(now // HOUR_SECONDS * HOUR_SECONDS)
-    db.execute(_ACTIVITY.format(col=column), (hour,))
+    store.count_activity_sync(db, column, int(now // HOUR_SECONDS * HOUR_SECONDS))
 
 
 def count_fire_sync(
@@ -166,7 +111,7 @@ def count_fire_sync(
         return
     _upsert_counters(db, schedule_id, now, {"fires": 1})
     if top_level:
-        db.execute(_HEALTH_FIRE, (schedule_id, now))
+        store.count_health_fire_sync(db, schedule_id, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,14 +124,14 @@ class _Usage:
 def _usage(db: sqlite3.Connection, invocation_id: str | None) -> _Usage:
     if invocation_id is None:
         return _Usage(False, 0.0, 0)
-    row = db.execute(_USAGE, (invocation_id,)).fetchone()
-    return _Usage(int(row["n"]) > 0, float(row["usd"]), int(row["tokens"]))
+    sessions, usd, tokens = store.read_usage_sync(db, invocation_id)
+    return _Usage(sessions > 0, usd, tokens)
 
 
 def _action_key(db: sqlite3.Connection, schedule_id: str | None, run_kind: str) -> str:
     if schedule_id is None:
         return f"{run_kind}:adhoc"
-    row = db.execute(_TARGET, (schedule_id,)).fetchone()
+    row = store.read_action_target_sync(db, schedule_id)
     if row is None:
         return run_kind
     kind = row["action_kind"]
@@ -201,7 +146,7 @@ def _action_key(db: sqlite3.Connection, schedule_id: str | None, run_kind: str) 
 def count_end_sync(db: sqlite3.Connection, run_id: str, now: float) -> None:
     """Count the end of run ``run_id`` (just written terminal at ``now``): its error class,
     the hour's activity, its schedule's day counters, health row and the spend it reported."""
-    row = db.execute(_RUN, (run_id,)).fetchone()
+    row = store.read_run_to_count_sync(db, run_id)
     if row is None:
         return
     schedule_id, parent, fired_at = row["schedule_id"], row["chain_parent_id"], row["fired_at"]
@@ -212,13 +157,12 @@ def count_end_sync(db: sqlite3.Connection, run_id: str, now: float) -> None:
         status, row["status_reason_code"], row["exit_code"], row["status_reason_summary"]
     )
     if error_class is not None:
-        db.execute("UPDATE schedule_runs SET error_class = ? WHERE id = ?", (error_class, run_id))
+        store.set_error_class_sync(db, run_id, error_class)
     _activity(db, status, now)
     usage = _usage(db, row["invocation_id"])
     missing = 0 if usage.reported else 1
-    db.execute(
-        _ACTION_SPEND,
-        (_action_key(db, schedule_id, kind), usage.usd, usage.tokens, missing),
+    store.count_action_spend_sync(
+        db, _action_key(db, schedule_id, kind), usage.usd, usage.tokens, missing
     )
     if schedule_id is None:
         return
@@ -226,8 +170,10 @@ def count_end_sync(db: sqlite3.Connection, run_id: str, now: float) -> None:
     adds: dict[str, float] = {status: 1, "duration_sum": duration, "duration_count": 1}
     adds[f"d{duration_column(duration)}"] = 1
     _upsert_counters(db, schedule_id, now, adds)
-    db.execute(_HEALTH_SPEND, (schedule_id, usage.usd, usage.tokens, missing))
+    day = int(now // DAY_SECONDS * DAY_SECONDS)
+    store.set_week_sync(db, schedule_id, day, day - 6 * DAY_SECONDS)
+    store.count_health_end_sync(db, schedule_id, usage.usd, usage.tokens, missing)
     if parent is None:
         # a failure adds one to the streak, a completion ends it, a cancel leaves it
         keep, add = (0, 0) if status == "completed" else (1, int(status in FAILED_STATUSES))
-        db.execute(_HEALTH_LAST, (run_id, status, now, keep, add, schedule_id))
+        store.set_last_run_sync(db, schedule_id, run_id, status, now, keep=keep, add=add)

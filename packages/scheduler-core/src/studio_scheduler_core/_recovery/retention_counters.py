@@ -8,7 +8,6 @@ a deleted schedule's health row goes.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Final
 
 import aiosqlite
@@ -16,6 +15,7 @@ import aiosqlite
 from studio_state import run_write_transaction
 
 from .._records.vocab import DAY_SECONDS
+from . import store
 
 COUNTER_KEEP_DAYS: Final = 8
 """Hour and day counter rows older than this many days are deleted (reads cover 7 days)."""
@@ -23,18 +23,11 @@ COUNTER_KEEP_DAYS: Final = 8
 
 async def prune_counters(conn: aiosqlite.Connection, *, now: float) -> int:
     """Delete counter rows older than :data:`COUNTER_KEEP_DAYS` and the health rows of
-    schedules that no longer exist, in one write transaction; return the rows deleted."""
+    schedules that no longer exist, and roll the health rows' 7-day sums to ``now``'s day, in
+    one write transaction; return the rows deleted."""
     cutoff = int(now) - COUNTER_KEEP_DAYS * DAY_SECONDS
+    day = int(now // DAY_SECONDS * DAY_SECONDS)
 
-    def fn(db: sqlite3.Connection) -> int:
-        deleted = db.execute("DELETE FROM run_activity WHERE hour_start < ?", (cutoff,)).rowcount
-        deleted += db.execute(
-            "DELETE FROM schedule_counters WHERE day_start < ?", (cutoff,)
-        ).rowcount
-        deleted += db.execute(
-            "DELETE FROM schedule_health WHERE NOT EXISTS "
-            "(SELECT 1 FROM schedules s WHERE s.id = schedule_health.schedule_id)"
-        ).rowcount
-        return max(deleted, 0)
-
-    return await run_write_transaction(conn, fn)
+    return await run_write_transaction(
+        conn, lambda db: store.prune_counter_rows_sync(db, cutoff, day)
+    )

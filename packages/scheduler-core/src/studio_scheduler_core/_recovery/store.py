@@ -1,5 +1,6 @@
 """The SQL of recovery: the runs and invocations start-up reconciliation and the stale-run
-reaper inspect, the database's file and the WAL checkpoint.
+reaper inspect, the database's file and the WAL checkpoint, and the pruning of old counter
+rows.
 
 The writes themselves go through :func:`~studio_scheduler_core._records.terminal.apply`. A second
 backend implements these reads (and replaces the checkpoint with its own maintenance).
@@ -7,11 +8,15 @@ backend implements these reads (and replaces the checkpoint with its own mainten
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 import aiosqlite
 
 from studio_state import backend_of, connect, fetch_all, fetch_ids_in
+
+from .._records.store import roll_weeks_sync
+from .._records.vocab import DAY_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +130,17 @@ async def checkpoint(db_path: str) -> WalCheckpoint | None:
     return WalCheckpoint(
         busy=bool(row["busy"]), log=int(row["log"]), checkpointed=int(row["checkpointed"])
     )
+
+
+def prune_counter_rows_sync(db: sqlite3.Connection, cutoff: int, day: int) -> int:
+    """Delete the hour and day counter rows that start before ``cutoff`` and the health rows
+    of schedules that no longer exist, and re-sum the 7-day figures of the health rows not
+    yet as of ``day``; return how many rows went."""
+    roll_weeks_sync(db, day, day - 6 * DAY_SECONDS)
+    deleted = db.execute("DELETE FROM run_activity WHERE hour_start < ?", (cutoff,)).rowcount
+    deleted += db.execute("DELETE FROM schedule_counters WHERE day_start < ?", (cutoff,)).rowcount
+    deleted += db.execute(
+        "DELETE FROM schedule_health WHERE NOT EXISTS "
+        "(SELECT 1 FROM schedules s WHERE s.id = schedule_health.schedule_id)"
+    ).rowcount
+    return max(deleted, 0)

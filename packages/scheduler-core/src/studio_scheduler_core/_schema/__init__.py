@@ -17,7 +17,8 @@ the same effect. Migration 8, a table rebuild on SQLite (which cannot alter a CH
 so both dialects keep one numbering). Migration 14's ad-hoc run counts are delta rows there
 (one row per status on SQLite, whose writers never run concurrently). Migration 15, the stored
 copy of a finished run's log (``run_logs``), exists only there too. Migration 16 (the
-counters behind health and stats, ``error_class``) has the same tables on both.
+counters behind health and stats, ``error_class``) has the same tables on both, and
+migration 19's health-row triggers are a PL/pgSQL function there.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from . import (
     v16_health_counters,
     v17_at_rate_limit,
     v18_schedule_sets,
+    v19_health_backfill,
 )
 from .v09_v14_nodes import WAKE_CHANNEL
 
@@ -53,6 +55,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     *v16_health_counters.MIGRATIONS,
     *v17_at_rate_limit.MIGRATIONS,
     *v18_schedule_sets.MIGRATIONS,
+    *v19_health_backfill.MIGRATIONS,
 )
 """Every migration in version order."""
 

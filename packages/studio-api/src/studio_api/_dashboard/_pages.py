@@ -19,12 +19,13 @@ from studio_scheduler_core import (
     RUN_STATUSES,
     TRIGGER_TYPES,
     read_activity,
+    read_health_counts,
     read_overview,
     read_runs_page,
     schedules_have_zones,
 )
 
-from ._charts import ACTIVITY_SERIES, STRIP_RUNS, activity_chart, health_counts, run_strip
+from ._charts import ACTIVITY_SERIES, STRIP_RUNS, activity_chart, run_strip
 from ._internal import ApiAnswer, call_api, has_route
 from ._render import PAGE_SIZE, Visitor, page_links, render, signer_of, to_login, visitor
 
@@ -88,6 +89,7 @@ async def overview(request: Request) -> Response:
     data = await read_overview(conn, zones=await _zones(request))
     now = time.time()
     activity = await read_activity(conn, window="24h", now=now)
+    counts = await read_health_counts(conn, now=now)
     return render(
         request,
         "overview.html",
@@ -97,24 +99,9 @@ async def overview(request: Request) -> Response:
         activity=activity_chart(activity.buckets),
         completion_rate=activity.completion_rate,
         activity_series=ACTIVITY_SERIES,
-        verdicts=health_counts(await _all_verdicts(request), HEALTH_VERDICTS),
+        verdicts=[(name, counts[name]) for name in HEALTH_VERDICTS],
         **data,
     )
-
-
-async def _all_verdicts(request: Request) -> list[str]:
-    """Every schedule's health verdict, from the API's list (its views carry ``health``)."""
-    verdicts: list[str] = []
-    offset = 0
-    while True:
-        answer = await api_get(request, "/api/schedules", limit=1000, offset=offset)
-        if not answer.ok:
-            return verdicts
-        listed = answer.body["schedules"]
-        verdicts += [str(s["health"]) for s in listed if s.get("health")]
-        offset += len(listed)
-        if not listed or offset >= answer.body["total"]:
-            return verdicts
 
 
 @router.get("/schedules")
