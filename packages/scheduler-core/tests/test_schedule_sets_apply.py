@@ -423,3 +423,36 @@ async def test_a_fired_at_member_is_enabled_again_only_by_a_new_instant(
     await apply(conn, settings, clock, plan)
     rearmed = await service.get(once.id)
     assert (rearmed.enabled, rearmed.next_fire_at) == (True, clock() + 600)
+
+
+async def test_a_one_shot_whose_instant_passed_stays_in_its_file(
+    conn: Any, settings: SchedulerSettings, clock: ManualClock, tmp_path: Path
+) -> None:
+    """An ``at`` member applied while its instant was ahead re-applies unchanged once the
+    instant has passed; a new member, or a changed instant, in the past is a plan error."""
+    soon = datetime.fromtimestamp(clock() + 3600, UTC).isoformat()
+    later = datetime.fromtimestamp(clock() + 7200, UTC).isoformat()
+    once = f"{{trigger: {{at: '{soon}'}}, command: {{argv: [{PY!r}, -c, pass]}}}}"
+    path = tmp_path / "once.yaml"
+    path.write_text(set_document("team-a", {"once": once}))
+    assert (
+        await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    ).created == 1
+
+    clock.advance(3 * 3600)  # both instants are past now
+    again = await plan_of(conn, settings, clock, path)
+    assert actions(again) == {"team-a/once": "unchanged"} and not again.errors
+    assert (await apply(conn, settings, clock, again)).writes == 0
+
+    moved = once.replace(soon, later)
+    path.write_text(set_document("team-a", {"once": once, "new": moved}))
+    plan = await plan_of(conn, settings, clock, path)
+    assert actions(plan) == {"team-a/once": "unchanged", "team-a/new": "error"}
+    (error,) = plan.errors
+    assert "schedules.new.trigger.at" in error.detail and "in the past" in error.detail
+
+    path.write_text(set_document("team-a", {"once": moved}))
+    changed = await plan_of(conn, settings, clock, path)
+    assert actions(changed) == {"team-a/once": "error"}
+    with pytest.raises(ScheduleSetRefused):
+        await apply(conn, settings, clock, changed)

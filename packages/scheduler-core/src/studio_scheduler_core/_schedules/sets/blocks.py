@@ -57,6 +57,9 @@ class Draft:
     fields: dict[str, Any] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)
     at: str | None = None
+    at_path: str | None = None
+    """Where an ``at`` instant already past (without ``run_once``) was given: only the plan,
+    which sees the rows, can tell a new instant (refused) from one already applied."""
     broken: set[str] = field(default_factory=set)
     """The parts (``trigger``, ``action``) already reported as unusable."""
     seen: set[str] = field(default_factory=set)
@@ -159,7 +162,7 @@ def _at(draft: Draft, value: Any, path: str, run_once: bool) -> None:
         draft.fail(path, f"is not a valid instant: {exc}", "trigger")
         return
     if instant <= draft.now and not run_once:
-        draft.fail(path, "is in the past (allowed only with missed_fire_policy: run_once)")
+        draft.at_path = path
     draft.at = value
 
 

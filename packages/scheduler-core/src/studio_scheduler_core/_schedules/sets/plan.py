@@ -53,11 +53,20 @@ def _same(row: Schedule, current: str, member: ScheduleSetMember) -> bool:
     )
 
 
+def _past_at(member: ScheduleSetMember) -> str:
+    return (
+        f"{member.source}: {member.past_at}: {member.fields.get('at')!r} is in the past "
+        "(allowed only with missed_fire_policy: run_once)"
+    )
+
+
 def _member_change(
     owner: str, member: ScheduleSetMember, row: Schedule | None, *, adopt: bool
 ) -> ScheduleSetChange:
     base = ScheduleSetChange(owner=owner, member=member.member, name=member.name, action="create")
     if row is None:
+        if member.past_at is not None:
+            return replace(base, action="error", detail=_past_at(member))
         return replace(base, target=member)
     current = row.digest  # once per row: it hashes every input field
     base = replace(base, schedule_id=row.id, seen=snapshot(row, current))
@@ -94,6 +103,8 @@ def _member_change(
         )
     if not changes and row.set_digest == member.digest and row.set_member == member.member:
         return replace(base, action="unchanged")
+    if member.past_at is not None and "at" in changes:
+        return replace(base, action="error", detail=_past_at(member))
     detail = "" if changes else "record the apply (fields already match)"
     if changes and row.set_digest is not None and row.digest != row.set_digest:
         detail = "drifted: edited outside the set since its last apply; the file's version wins"

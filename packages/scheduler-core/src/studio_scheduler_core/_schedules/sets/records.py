@@ -28,6 +28,10 @@ class ScheduleSetMember:
     fields: Mapping[str, Any]
     digest: str
     source: str
+    past_at: str | None = None
+    """The document path of an ``at`` instant already past (no ``run_once``): refused by the
+    plan when it would create the schedule or change its instant, kept when already applied
+    (a one-shot that fired stays in its file without breaking the next apply)."""
 
 
 @dataclass(frozen=True, kw_only=True)

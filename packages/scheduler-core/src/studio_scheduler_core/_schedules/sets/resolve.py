@@ -287,6 +287,7 @@ def _resolve_members(
                 fields=fields,
                 digest=digest(fields),
                 source=doc.source,
+                past_at=draft.at_path,
             )
         )
     return resolved
