@@ -51,6 +51,16 @@ async def test_a_backfill_over_the_spring_forward_day_runs_each_hour_once(
         "schedule.backfill.queued",
         "schedule.fired.backfill",
     ]
+    # each backfilled occurrence counts as a fire when it starts (what health and
+    # remaining_runs read), once
+    fires = await fetch_all(
+        engine.conn,
+        "SELECT h.fires AS health, (SELECT sum(c.fires) FROM schedule_counters c "
+        "WHERE c.schedule_id = h.schedule_id) AS days FROM schedule_health h "
+        "WHERE h.schedule_id = ?",
+        (created.id,),
+    )
+    assert [(r["health"], r["days"]) for r in fires] == [(23, 23)]
     # the same window again: every occurrence already ran
     assert await engine.service.backfill(created.id, "2024-03-31T00:00", "2024-04-01") == 0
 

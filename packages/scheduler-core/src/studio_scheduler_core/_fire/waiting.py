@@ -20,12 +20,14 @@ from studio_state import (
     Transition,
     record_transitions,
     run_to_completion,
+    run_write_transaction,
     transition,
     write_transaction,
 )
 
 from .._notify.service import notify_run
 from .._records.codec import dumps
+from .._records.counters import count_fire_sync
 from .._records.run import Run
 from .._records.schedule import Schedule
 from .._records.terminal import StatusChange, apply, clip
@@ -183,11 +185,23 @@ async def _commit_waiting(
                 )
             ],
         )
+        await _count_fire(env, fire, now)
         if failed:
             await notify_run(env.conn, fire.run_id, now=now)
     if not failed:
         env.committed[fire.run_id] = fire
     return True
+
+
+async def _count_fire(env: FireEnv, fire: Prepared, now: float) -> None:
+    """A buffered or backfilled occurrence fires when it leaves the waiting state (its row was
+    written as a wait, not a fire): counted then, in the transaction that starts it, like every
+    other fire (activity, the day's counters, and the health row's ``fires`` that
+    ``remaining_runs`` reads)."""
+    top_level = fire.chain_depth == 0
+    await run_write_transaction(
+        env.conn, lambda db: count_fire_sync(db, fire.schedule_id, now, top_level=top_level)
+    )
 
 
 async def _queue_waiting(
@@ -199,6 +213,8 @@ async def _queue_waiting(
         won = await _start(
             env.conn, fire, previous, "queued", fired, now, queued_at=now, lease_attempts=0
         )
+        if won:
+            await _count_fire(env, fire, now)
     if won:
         fire.queued = True
         fire.discard()
