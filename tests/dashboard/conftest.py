@@ -28,6 +28,8 @@ from playwright.sync_api import (
 )
 
 from studio_launcher.testing import write_fake_li
+from studio_scheduler_core import FINAL_RUN_STATUSES
+from studio_state.testing import wait_for
 
 # pytest drops ``conftest`` from sys.modules before importing each conftest that is not in a
 # package; put the parent one (tests/conftest.py, loaded first) back for the test modules.
@@ -181,3 +183,17 @@ def studio(tmp_path: Path) -> Iterator[StudioProcess]:
 def api_routes(server: StudioProcess, **kwargs: Any) -> set[str]:
     """The paths the server's OpenAPI document lists (which optional routes it serves)."""
     return set(server.request("GET", "/openapi.json", **kwargs).json()["paths"])
+
+
+def run_to_the_end(server: StudioProcess, schedule_id: str) -> dict[str, Any]:
+    """Trigger the schedule through the API and wait for the run to end; its view."""
+    answer = server.request("POST", f"/api/schedules/{schedule_id}/trigger")
+    assert answer.status_code == 202, answer.text
+    run_id = answer.json()["run_id"]
+
+    def ended() -> dict[str, Any] | None:
+        run = server.request("GET", f"/api/schedules/runs/{run_id}").json()
+        return run if run["status"] in FINAL_RUN_STATUSES else None
+
+    wait_for(lambda: ended() is not None, what=f"run {run_id} ended")
+    return ended() or {}

@@ -11,11 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conftest import StudioProcess, wait_for
-from dashboard_fixtures import Shots
+from conftest import StudioProcess
+from dashboard_fixtures import Shots, run_to_the_end
 from playwright.sync_api import Page, expect
-
-from studio_scheduler_core import FINAL_RUN_STATUSES
 
 #: Fails on every third run (n = 2, 5, ...), sleeps 0.25 s more each run; n counts in a file.
 COUNTER = (
@@ -33,19 +31,6 @@ def create(server: StudioProcess, name: str, **fields: object) -> dict[str, Any]
     answer = server.request("POST", "/api/schedules", json=body)
     assert answer.status_code == 201, answer.text
     return dict(answer.json())
-
-
-def run_to_the_end(server: StudioProcess, schedule_id: str) -> dict[str, Any]:
-    answer = server.request("POST", f"/api/schedules/{schedule_id}/trigger")
-    assert answer.status_code == 202, answer.text
-    run_id = answer.json()["run_id"]
-
-    def ended() -> dict[str, Any] | None:
-        run = server.request("GET", f"/api/schedules/runs/{run_id}").json()
-        return run if run["status"] in FINAL_RUN_STATUSES else None
-
-    wait_for(lambda: ended() is not None, what=f"run {run_id} ended")
-    return ended() or {}
 
 
 def counting_schedule(server: StudioProcess, tmp_path: Path, runs: int) -> dict[str, Any]:

@@ -14,11 +14,11 @@ import re
 import time
 from typing import Any
 
-from conftest import StudioProcess, wait_for
-from dashboard_fixtures import Shots
+from conftest import StudioProcess
+from dashboard_fixtures import Shots, run_to_the_end
 from playwright.sync_api import Locator, Page, expect
 
-from studio_scheduler_core import FINAL_RUN_STATUSES, SchedulerEngine, SchedulerSettings
+from studio_scheduler_core import SchedulerEngine, SchedulerSettings
 from studio_state import ManualClock
 
 SET_YAML = """\
@@ -68,19 +68,6 @@ def create(server: StudioProcess, name: str, **fields: object) -> dict[str, Any]
     answer = server.request("POST", "/api/schedules", json=body)
     assert answer.status_code == 201, answer.text
     return dict(answer.json())
-
-
-def run_to_the_end(server: StudioProcess, schedule_id: str) -> dict[str, Any]:
-    answer = server.request("POST", f"/api/schedules/{schedule_id}/trigger")
-    assert answer.status_code == 202, answer.text
-    run_id = answer.json()["run_id"]
-
-    def ended() -> dict[str, Any] | None:
-        run = server.request("GET", f"/api/schedules/runs/{run_id}").json()
-        return run if run["status"] in FINAL_RUN_STATUSES else None
-
-    wait_for(lambda: ended() is not None, what=f"run {run_id} ended")
-    return ended() or {}
 
 
 def cell(page: Page, name: str, label: str) -> Locator:

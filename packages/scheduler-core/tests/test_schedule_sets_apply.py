@@ -34,6 +34,14 @@ async def apply(conn: Any, settings: SchedulerSettings, clock: ManualClock, plan
     return await apply_schedule_plan(conn, plan, timezone=settings.timezone, clock=clock)
 
 
+async def apply_members(
+    conn: Any, settings: SchedulerSettings, clock: ManualClock, path: Path, members: dict[str, str]
+) -> Any:
+    """Write team-a's document of ``members`` to ``path``, then plan and apply it."""
+    path.write_text(set_document("team-a", members))
+    return await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+
+
 def actions(plan: ScheduleSetPlan) -> dict[str, str]:
     return {c.name: c.action for c in plan.changes}
 
@@ -90,8 +98,7 @@ async def test_update_lists_fields_and_keeps_id_and_history(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(set_document("team-a", {"one": set_member("5m")}))
-    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    await apply_members(conn, settings, clock, path, {"one": set_member("5m")})
     first = await service.resolve("team-a/one")
     path.write_text(
         set_document("team-a", {"one": set_member("10m", extra=", description: slower")})
@@ -123,8 +130,7 @@ async def test_absent_member_is_disabled_and_pruned_through_the_delete_rules(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(set_document("team-a", {"one": set_member(), "two": set_member()}))
-    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    await apply_members(conn, settings, clock, path, {"one": set_member(), "two": set_member()})
     two = await service.resolve("team-a/two")
     path.write_text(set_document("team-a", {"one": set_member()}))
 
@@ -190,8 +196,7 @@ async def test_a_failed_forced_prune_cancels_nothing(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(set_document("team-a", {"one": set_member(), "two": set_member()}))
-    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    await apply_members(conn, settings, clock, path, {"one": set_member(), "two": set_member()})
     one, two = await service.resolve("team-a/one"), await service.resolve("team-a/two")
     await _running(conn, two.id, "r1", clock())
 
@@ -324,8 +329,7 @@ async def test_a_row_changed_since_the_plan_fails_the_apply_with_zero_writes(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(set_document("team-a", {"one": set_member()}))
-    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    await apply_members(conn, settings, clock, path, {"one": set_member()})
     path.write_text(set_document("team-a", {"one": set_member("7m"), "two": set_member()}))
     plan = await plan_of(conn, settings, clock, path)
     one = await service.resolve("team-a/one")
@@ -352,8 +356,7 @@ async def test_an_edit_outside_the_set_is_drift_and_the_next_apply_restores_it(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(set_document("team-a", {"one": set_member()}))
-    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    await apply_members(conn, settings, clock, path, {"one": set_member()})
     one = await service.resolve("team-a/one")
     assert not one.drifted
     edited = await service.update(one.id, {"interval_sec": 900})
@@ -375,8 +378,7 @@ async def test_a_schedule_studio_disabled_is_not_re_armed(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "a.yaml"
-    path.write_text(set_document("team-a", {"one": set_member()}))
-    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    await apply_members(conn, settings, clock, path, {"one": set_member()})
     one = await service.resolve("team-a/one")
     await conn.execute(
         "UPDATE schedules SET enabled = 0, disabled_reason = 'schedule.disabled.max_runs' "
@@ -397,16 +399,11 @@ async def test_a_fired_at_member_is_enabled_again_only_by_a_new_instant(
 ) -> None:
     def at_job(instant: float) -> str:
         stamp = datetime.fromtimestamp(instant, tz=UTC).isoformat()
-        # run_once: the same file still validates once its instant has passed
-        return (
-            f"{{trigger: {{at: '{stamp}'}}, command: {{argv: [{PY}, -c, pass]}}, "
-            "missed_fire_policy: run_once}"
-        )
+        return f"{{trigger: {{at: '{stamp}'}}, command: {{argv: [{PY}, -c, pass]}}}}"
 
     path = tmp_path / "a.yaml"
     first = clock() + 60
-    path.write_text(set_document("team-a", {"once": at_job(first)}))
-    await apply(conn, settings, clock, await plan_of(conn, settings, clock, path))
+    await apply_members(conn, settings, clock, path, {"once": at_job(first)})
     once = await service.resolve("team-a/once")
     clock.advance(120)  # it fired: the fire's transaction disabled it
     await conn.execute(
