@@ -440,9 +440,15 @@ async def test_a_one_shot_whose_instant_passed_stays_in_its_file(
     again = await plan_of(conn, settings, clock, path)
     assert actions(again) == {"team-a/once": "unchanged"} and not again.errors
     assert (await apply(conn, settings, clock, again)).writes == 0
+    # another field of it may still change: its instant is not new
+    described = once[:-1] + ", description: kept}"
+    path.write_text(set_document("team-a", {"once": described}))
+    edit = await plan_of(conn, settings, clock, path)
+    assert actions(edit) == {"team-a/once": "update"} and not edit.errors
+    assert (await apply(conn, settings, clock, edit)).writes == 1
 
-    moved = once.replace(soon, later)
-    path.write_text(set_document("team-a", {"once": once, "new": moved}))
+    moved = described.replace(soon, later)
+    path.write_text(set_document("team-a", {"once": described, "new": moved}))
     plan = await plan_of(conn, settings, clock, path)
     assert actions(plan) == {"team-a/once": "unchanged", "team-a/new": "error"}
     (error,) = plan.errors
