@@ -26,6 +26,7 @@ from .._exceptions import (
 from .._records.codec import encode_schedule
 from .._records.run import Run, RunWithChain
 from .._records.schedule import ManagedBy, Schedule
+from .._records.vocab import ENGINE_ACTOR
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times
 from . import store
@@ -46,8 +47,8 @@ Schedules = list[Schedule]
 Runs = list[Run]
 """A page of runs."""
 
-SERVICE_ACTOR = "studio"
-"""The actor of a change made without naming an operator: Studio's own (``ENGINE_ACTOR``)."""
+SERVICE_ACTOR = ENGINE_ACTOR
+"""The actor of a change made without naming an operator: Studio's own."""
 UPDATED = "schedule.updated.operator"
 """A schedule's stored fields changed (``metadata.fields`` names them)."""
 
