@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from studio_scheduler_core import (
+    HeldSlot,
+    RunState,
     latest_transition_seq,
     read_dispatch_counts,
     read_overview,
@@ -38,23 +40,22 @@ async def test_run_status_and_slots(conn: Any, service: Any, h: Any) -> None:
     await _insert_run(conn, "r-sched", schedule_id=created.id, status="running")
     await _insert_run(conn, "r-adhoc", schedule_id=None, status="running")
     await _insert_run(conn, "r-done", schedule_id=created.id, status="completed")
-    assert await read_run_status(conn, "r-sched") == {
-        "id": "r-sched",
-        "status": "running",
-        "status_reason_code": None,
-        "status_reason_summary": None,
-        "node_id": None,
-    }
+    assert await read_run_status(conn, "r-sched") == RunState(
+        id="r-sched",
+        status="running",
+        status_reason_code=None,
+        status_reason_summary=None,
+        node_id=None,
+    )
     holders, adhoc = await read_slot_holders(conn)
-    holder = {"schedule_id": created.id, "run_id": "r-sched", "since": T0}
-    assert holders == [{**holder, "schedule_name": created.name}]
+    assert holders == [HeldSlot(created.id, "r-sched", T0, created.name)]
     assert adhoc == 1
     assert await schedules_have_zones(conn) is True
     overview = await read_overview(conn, zones=True)
-    assert {row["id"] for row in overview["in_flight"]} == {"r-sched", "r-adhoc"}
-    assert overview["schedules_enabled"] == 1 and overview["schedules_disabled"] == 0
+    assert {row.id for row in overview.in_flight} == {"r-sched", "r-adhoc"}
+    assert overview.schedules_enabled == 1 and overview.schedules_disabled == 0
     rows, total = await read_runs_page(conn, status="running", zones=True, limit=10, offset=0)
-    assert total == 2 and {row["id"] for row in rows} == {"r-sched", "r-adhoc"}
+    assert total == 2 and {row.id for row in rows} == {"r-sched", "r-adhoc"}
 
 
 @pytest.mark.sqlite_only("reads the SQLite file or its schema itself")

@@ -170,8 +170,8 @@ async def test_a_run_names_the_node_that_ran_it_and_the_node_its_url(
     await first.start(loop=False)
     try:
         node = await read_node(first.conn, "node-a")
-        assert node is not None and node["url"] == "http://10.0.0.5:8765"
-        assert node["started_at"] == node["seen_at"] == clock()
+        assert node is not None and node.url == "http://10.0.0.5:8765"
+        assert node.started_at == node.seen_at == clock()
         assert await read_node(first.conn, "node-b") is None
         created = await first.service.create(h.command_schedule(h.blocker, str(flag)))
         clock.advance(61)
@@ -180,9 +180,9 @@ async def test_a_run_names_the_node_that_ran_it_and_the_node_its_url(
 
         async def named() -> dict[str, Any] | None:
             row = await read_run_status(first.conn, run["id"])
-            return row if row is not None and row["node_id"] is not None else None
+            return row if row is not None and row.node_id is not None else None
 
-        assert (await eventually(named))["node_id"] == "node-a"
+        assert (await eventually(named)).node_id == "node-a"
         flag.write_text("go")
     finally:
         await first.stop()
@@ -193,7 +193,7 @@ async def test_a_run_names_the_node_that_ran_it_and_the_node_its_url(
     await again.start(loop=False)
     try:
         node = await read_node(again.conn, "node-a")
-        assert node is not None and node["url"] is None and node["started_at"] == clock()
+        assert node is not None and node.url is None and node.started_at == clock()
     finally:
         await again.stop()
 
@@ -220,8 +220,8 @@ async def test_a_follower_claims_queued_ad_hoc_runs_but_fires_no_schedule(
 
         async def ended() -> dict[str, Any] | None:
             row = await read_run_status(follower.conn, queued.id)
-            return row if row is not None and row["status"] == "completed" else None
+            return row if row is not None and row.status == "completed" else None
 
-        assert (await eventually(ended))["node_id"] == "node-b"
+        assert (await eventually(ended)).node_id == "node-b"
     finally:
         await follower.stop()

@@ -69,6 +69,12 @@ from ._observe.stats import (
 )
 from ._observe.status import LastRun, ScheduleStatus, read_schedule_status
 from ._observe.store import (
+    HeldSlot,
+    NextFire,
+    NodeInfo,
+    Overview,
+    RunLine,
+    RunState,
     latest_transition_seq,
     read_dispatch_counts,
     read_dispatch_outcomes,
@@ -102,6 +108,7 @@ from ._records.vocab import (
 from ._recovery.orphans import OrphanReaper
 from ._schedules.enabling import KEEP
 from ._schedules.followups import MAX_CHAIN_DEPTH, OVERLAY_KEYS
+from ._schedules.jitter import JitteredEntry
 from ._schedules.service import ScheduleService
 from ._schedules.sets.apply import (
     ScheduleSetApplied,
@@ -153,6 +160,13 @@ __all__ = [
     "FireRefused",
     "GithubPollSource",
     "HEALTH_VERDICTS",
+    "HeldSlot",
+    "JitteredEntry",
+    "NextFire",
+    "NodeInfo",
+    "Overview",
+    "RunLine",
+    "RunState",
     "InvalidSettings",
     "InvalidStatsQuery",
     "KEEP",

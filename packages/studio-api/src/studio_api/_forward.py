@@ -48,7 +48,7 @@ async def find_leader(engine: SchedulerEngine) -> Leader | None:
     if node_id is None:
         return None
     info = await read_node(engine.conn, node_id)
-    url = None if info is None or not info["url"] else str(info["url"]).rstrip("/")
+    url = None if info is None or not info.url else info.url.rstrip("/")
     return Leader(node_id, url)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 from fastapi import HTTPException, Request
 
-from studio_scheduler_core import SchedulerEngine, read_node
+from studio_scheduler_core import RunState, SchedulerEngine, read_node
 
 PROXIED_HEADER = "x-studio-proxied"
 CONNECT_TIMEOUT = 5.0
@@ -31,7 +31,7 @@ CONNECT_TIMEOUT = 5.0
 
 
 async def node_elsewhere(
-    engine: SchedulerEngine, row: Mapping[str, Any], request: Request
+    engine: SchedulerEngine, row: RunState, request: Request
 ) -> tuple[str, str] | None:
     """``(node_id, base URL)`` of the node that ran the run ``row``, when it is not this one.
 
@@ -39,20 +39,20 @@ async def node_elsewhere(
     it is asked), or when the request was already forwarded by another node. A node without a
     URL raises a 409 naming it.
     """
-    node = row.get("node_id")
+    node = row.node_id
     if node is None or node == engine.node_id or request.headers.get(PROXIED_HEADER):
         return None
-    info = await read_node(engine.conn, str(node))
-    url = None if info is None else info["url"]
+    info = await read_node(engine.conn, node)
+    url = None if info is None else info.url
     if not url:
         raise HTTPException(
             409,
             detail=(
-                f"run {row['id']} ran on node {node}, which keeps its log; that node has no "
+                f"run {row.id} ran on node {node}, which keeps its log; that node has no "
                 "LIONAGI_STUDIO_NODE_URL, so this node cannot fetch it (ask that node)"
             ),
         )
-    return str(node), str(url)
+    return node, url
 
 
 def _headers(request: Request) -> dict[str, str]:

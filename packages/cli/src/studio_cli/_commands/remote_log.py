@@ -19,11 +19,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._context import auth_token, configured_node_id, open_db, run_async
 from .._errors import CliError
 from .._output import note
+
+if TYPE_CHECKING:
+    from studio_scheduler_core import NodeInfo
 
 CONNECT_TIMEOUT = 5.0
 
@@ -67,14 +70,14 @@ def node_url(db_path: Path | str, run: dict[str, Any], path: str) -> str | None:
     if node is None or os.path.exists(path) or not is_postgres(str(db_path)):
         return None
 
-    async def _read() -> dict[str, Any] | None:
+    async def _read() -> NodeInfo | None:
         from studio_scheduler_core import read_node
 
         async with open_db(db_path) as conn:
             return await read_node(conn, str(node))
 
     info = run_async(_read)
-    url = None if info is None else info["url"]
+    url = None if info is None else info.url
     if node == configured_node_id() or (not url and _this_machine(str(node))):
         return None  # this node's log: a missing file is a run that printed nothing yet
     if not url:

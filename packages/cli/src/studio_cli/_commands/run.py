@@ -354,7 +354,7 @@ def cancel(run_id: str, db: str | None, as_json: bool) -> None:
             found = await read_run_status(conn, run_id)
             if found is None:
                 raise RunNotFound(run_id)
-            return str(found["status"]), await service.cancel(run_id, actor=cli_actor())
+            return found.status, await service.cancel(run_id, actor=cli_actor())
 
     before, row = run_async(_cancel)
     if as_json:

@@ -8,6 +8,7 @@ is asked of that node's API (``remote_log``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -50,7 +51,7 @@ def _status(db_path: Path | str, run_id: str) -> dict[str, Any]:
             row = await read_run_status(conn, run_id)
         if row is None:
             raise CliError(f"run not found: {run_id}")
-        return dict(row)
+        return dataclasses.asdict(row)
 
     return run_async(_get)
 

@@ -7,6 +7,7 @@ running server (see ``trigger.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,14 @@ from .trigger import trigger
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from studio_scheduler_core import PreviewEntry, Run, RunWithChain, Schedule, ScheduleHealth
+    from studio_scheduler_core import (
+        JitteredEntry,
+        PreviewEntry,
+        Run,
+        RunWithChain,
+        Schedule,
+        ScheduleHealth,
+    )
 
 
 @click.group("schedule")
@@ -301,7 +309,7 @@ def preview(
         db_path = resolve_db_path(db, existing=True)
         assert schedule is not None
 
-        async def _preview() -> tuple[Schedule, list[dict[str, Any]]]:
+        async def _preview() -> tuple[Schedule, list[JitteredEntry]]:
             async with open_service(db_path) as service:
                 row = await service.resolve(schedule)
                 return row, await service.preview(row.id, count)
@@ -386,7 +394,7 @@ def limits(db: str | None, as_json: bool) -> None:
         return {
             "max_scheduled_concurrent": settings.max_scheduled_concurrent,
             "in_flight": len(holders),
-            "holders": holders,
+            "holders": [dataclasses.asdict(holder) for holder in holders],
             "max_adhoc_concurrent": settings.max_adhoc_concurrent,
             "adhoc_in_flight": adhoc,
         }

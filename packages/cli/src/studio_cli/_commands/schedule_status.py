@@ -76,11 +76,11 @@ async def _read(db_path: object, schedule: str, wait: bool) -> tuple[ScheduleSta
         waited = status.running_run_ids[0]
         while True:
             run = await read_run_status(conn, waited)
-            if run is None or run["status"] not in ("queued", "running", "retry_wait"):
+            if run is None or run.status not in ("queued", "running", "retry_wait"):
                 break
             await asyncio.sleep(WAIT_POLL_SECONDS)
         after = await read_schedule_status(conn, row.id, now=time.time())
-        ended = None if run is None else _BY_RUN.get(str(run["status"]))
+        ended = None if run is None else _BY_RUN.get(run.status)
         return after, ended
 
 

@@ -33,7 +33,7 @@ from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationErro
 from .._fire import store as fire_store
 from .._fire.ending import OPERATOR_CANCELLED, outcome_event, waiting_kind
 from .._notify.service import StoredNotify, check_notify, notify_run
-from .._records.codec import dumps, run_record
+from .._records.codec import dumps
 from .._records.run import Run
 from .._records.terminal import StatusChange, apply
 from .._records.vocab import ENGINE_ACTOR
@@ -257,30 +257,30 @@ class AdhocRunService:
         now = self._clock()
         who = actor or "operator"
         async with write_transaction(self._conn):
-            row = await fire_store.load_run(self._conn, run_id)
+            row = await fire_store.read_run(self._conn, run_id)
             if row is None:
                 raise RunNotFound(run_id)
-            status = row["status"]
+            status = row.status
             if status not in CANCELLABLE:
                 raise RunNotCancellable(run_id, status)
             summary = f"cancelled by the operator while {status}"
-            guards = {}
-            if status == "running" and row["leased_by"] is not None:
-                guards = {"leased_by": row["leased_by"], "lease_attempts": row["lease_attempts"]}
+            guards: dict[str, str | int] = {}
+            if status == "running" and row.leased_by is not None:
+                guards = {"leased_by": row.leased_by, "lease_attempts": row.lease_attempts}
             changes = [
                 StatusChange(
                     "schedule_runs", run_id, "cancelled", CANCELLED, summary, who, now,
                     previous=status, sets={"ended_at": now}, guards=guards,
-                    metadata={"leased_by": row["leased_by"], "child_pid": row["child_pid"]},
+                    metadata={"leased_by": row.leased_by, "child_pid": row.child_pid},
                 )
             ]  # fmt: skip
-            if status == "running" and row["invocation_id"]:
+            if status == "running" and row.invocation_id:
                 # PostgreSQL: the invocation's row first, as the run's terminal write takes
                 # them (invocation, then run): the two never wait on each other in a cycle.
-                await lock_row(self._conn, "invocations", row["invocation_id"])
+                await lock_row(self._conn, "invocations", row.invocation_id)
                 changes.append(
                     StatusChange(
-                        "invocations", row["invocation_id"], "cancelled", CANCELLED, summary,
+                        "invocations", row.invocation_id, "cancelled", CANCELLED, summary,
                         who, now, sets={"ended_at": now},
                         evidence_refs=[{"kind": "schedule_run", "id": run_id}],
                     )
@@ -291,37 +291,36 @@ class AdhocRunService:
         if applied and status != "running" and self._report_waiting:
             outcome_event(
                 run_id=run_id,
-                schedule_id=row["schedule_id"],
+                schedule_id=row.schedule_id,
                 status="cancelled",
                 reason_code=CANCELLED,
                 exit_code=None,
-                kind=waiting_kind(row["schedule_id"], row["chain_depth"]),
+                kind=waiting_kind(row.schedule_id, row.chain_depth),
                 duration=None,
             )
         if status == "running":
-            await self._stop_child(row)
+            await self._stop_child(run_id, row.child_pid, row.child_started_at)
         self._changed()
-        done = await fire_store.load_run(self._conn, run_id)
+        done = await fire_store.read_run(self._conn, run_id)
         if done is None:  # deleted with its schedule since (another node, PostgreSQL)
             raise RunNotFound(run_id)
-        return run_record(done)
+        return done
 
     async def stop_process(self, row: Mapping[str, Any]) -> None:
         """Stop the process of a run another transaction already cancelled (``row``: its
         ``id``, ``child_pid``, ``child_started_at``), as :meth:`cancel` stops its own."""
-        await self._stop_child(row)
+        await self._stop_child(str(row["id"]), row.get("child_pid"), row.get("child_started_at"))
 
-    async def _stop_child(self, row: Mapping[str, Any]) -> None:
-        if self._worker is not None and await self._worker.revoke(str(row["id"])):
+    async def _stop_child(self, run_id: str, pid: Any, started: Any) -> None:
+        if self._worker is not None and await self._worker.revoke(run_id):
             return
-        if self._runner is not None and await self._runner.revoke(str(row["id"])):
+        if self._runner is not None and await self._runner.revoke(run_id):
             return
-        pid, started = row.get("child_pid"), row.get("child_started_at")
         if not pid or started is None or not is_same_process(int(pid), float(started)):
             return
         try:
             await terminate_process_group(int(pid))
         except (LaunchError, OSError) as exc:
             logger.warning(
-                "could not terminate process group %s of run %s: %s", pid, row["id"], exc
+                "could not terminate process group %s of run %s: %s", pid, run_id, exc
             )

@@ -209,15 +209,9 @@ def notify_configured_sync(db: sqlite3.Connection, run_id: str) -> bool:
     return row is not None
 
 
-async def load_run(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
-    """The raw ``schedule_runs`` row, or ``None`` (the cancel's guarded read; the fire path
-    reads :func:`read_run`'s record)."""
-    return await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
-
-
 async def read_run(conn: aiosqlite.Connection, run_id: str) -> Run | None:
-    """The run's record, or ``None``."""
-    row = await load_run(conn, run_id)
+    """The run's record, or ``None`` (the fire path's read, and the cancel's guarded one)."""
+    row = await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
     return None if row is None else run_record(row)
 
 

@@ -26,35 +26,106 @@ _RUN_COLUMNS = (
 )
 
 
-async def read_run_status(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any] | None:
-    """A run's ``id``, ``status``, ``status_reason_code``, ``status_reason_summary`` and
-    ``node_id`` (the node that ran it, where its log is; ``None`` before its child started)
-    for any kind of run (scheduled, follow-up or ad-hoc), or ``None`` when there is no such
-    run."""
-    return await fetch_one(
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """Where a run stands: its status and reason, and ``node_id``, the node that ran it (where
+    its log is; ``None`` before its child started)."""
+
+    id: str
+    status: str
+    status_reason_code: str | None
+    status_reason_summary: str | None
+    node_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node that started on the database: ``url`` is its API (``None``: it gave none)."""
+
+    node_id: str
+    url: str | None
+    started_at: float
+    seen_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class HeldSlot:
+    """A running top-level scheduled run holding a slot: since its fire time."""
+
+    schedule_id: str
+    run_id: str
+    since: float | None
+    schedule_name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunLine:
+    """A run as the dashboard lists it, with its schedule's name and zone (``None``: an
+    ad-hoc run, or a schema without per-schedule zones)."""
+
+    id: str
+    schedule_id: str | None
+    action_kind: str
+    status: str
+    exit_code: int | None
+    chain_depth: int
+    fired_at: float | None
+    ended_at: float | None
+    created_at: float | None
+    status_reason_code: str | None
+    status_reason_summary: str | None
+    schedule_name: str | None
+    timezone: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NextFire:
+    """An enabled schedule's next fire (``timezone``: its zone, ``None`` as above)."""
+
+    id: str
+    name: str
+    trigger_type: str
+    next_fire_at: float
+    timezone: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The dashboard overview's figures (:func:`read_overview`)."""
+
+    in_flight: list[RunLine]
+    next_fires: list[NextFire]
+    failures: list[RunLine]
+    dispatch_by_status: dict[str, int]
+    schedules_enabled: int
+    schedules_disabled: int
+
+
+async def read_run_status(conn: aiosqlite.Connection, run_id: str) -> RunState | None:
+    """A run's status (any kind of run: scheduled, follow-up or ad-hoc), or ``None`` when
+    there is no such run."""
+    row = await fetch_one(
         conn,
         "SELECT id, status, status_reason_code, status_reason_summary, node_id "
         "FROM schedule_runs WHERE id = ?",
         (run_id,),
     )
+    return None if row is None else RunState(**row)
 
 
-async def read_node(conn: aiosqlite.Connection, node_id: str) -> dict[str, Any] | None:
-    """A node's ``node_id``, ``url`` (its API; ``None`` when it gave none), ``started_at`` and
-    ``seen_at``, or ``None`` when no node of that id ever started on this database."""
-    return await fetch_one(
+async def read_node(conn: aiosqlite.Connection, node_id: str) -> NodeInfo | None:
+    """The node, or ``None`` when no node of that id ever started on this database."""
+    row = await fetch_one(
         conn,
         "SELECT node_id, url, started_at, seen_at FROM studio_nodes WHERE node_id = ?",
         (node_id,),
     )
+    return None if row is None else NodeInfo(**row)
 
 
-async def read_slot_holders(conn: aiosqlite.Connection) -> tuple[list[dict[str, Any]], int]:
-    """The runs holding a scheduled slot now and how many ad-hoc runs are running.
-
-    A holder is a running top-level scheduled run: ``schedule_id``, ``run_id``, ``since``
-    (its fire time) and ``schedule_name``, oldest first.
-    """
+async def read_slot_holders(conn: aiosqlite.Connection) -> tuple[list[HeldSlot], int]:
+    """The runs holding a scheduled slot now (oldest first) and how many ad-hoc runs are
+    running."""
     holders = await fetch_all(
         conn,
         "SELECT r.schedule_id, r.id AS run_id, r.fired_at AS since, s.name AS schedule_name "
@@ -66,7 +137,7 @@ async def read_slot_holders(conn: aiosqlite.Connection) -> tuple[list[dict[str, 
         conn,
         "SELECT COUNT(*) AS n FROM schedule_runs WHERE status = 'running' AND schedule_id IS NULL",
     )
-    return holders, int(adhoc or 0)
+    return [HeldSlot(**row) for row in holders], int(adhoc or 0)
 
 
 async def schedules_have_zones(conn: aiosqlite.Connection) -> bool:
@@ -82,9 +153,7 @@ async def schedules_have_zones(conn: aiosqlite.Connection) -> bool:
     return any(row["name"] == "timezone" for row in rows)
 
 
-async def read_overview(
-    conn: aiosqlite.Connection, *, zones: bool, limit: int = 10
-) -> dict[str, Any]:
+async def read_overview(conn: aiosqlite.Connection, *, zones: bool, limit: int = 10) -> Overview:
     """In-flight runs, next fires, recent failures, the dispatch rows by status and the
     enabled/disabled schedule counts (each one indexed statement). ``zones``: whether the
     schedules carry ``timezone`` (:func:`schedules_have_zones`)."""
@@ -118,19 +187,19 @@ async def read_overview(
         conn, "SELECT enabled, COUNT(*) AS n FROM schedules GROUP BY enabled ORDER BY enabled"
     )
     enabled = {bool(row["enabled"]): int(row["n"]) for row in counts}
-    return {
-        "in_flight": in_flight,
-        "next_fires": next_fires,
-        "failures": failures,
-        "dispatch_by_status": {row["status"]: int(row["n"]) for row in by_status},
-        "schedules_enabled": enabled.get(True, 0),
-        "schedules_disabled": enabled.get(False, 0),
-    }
+    return Overview(
+        in_flight=[RunLine(**row) for row in in_flight],
+        next_fires=[NextFire(**row) for row in next_fires],
+        failures=[RunLine(**row) for row in failures],
+        dispatch_by_status={row["status"]: int(row["n"]) for row in by_status},
+        schedules_enabled=enabled.get(True, 0),
+        schedules_disabled=enabled.get(False, 0),
+    )
 
 
 async def read_runs_page(
     conn: aiosqlite.Connection, *, status: str | None, zones: bool, limit: int, offset: int
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[RunLine], int]:
     """One page of every run (scheduled, follow-up, ad-hoc), newest first, and the exact total.
 
     The total adds the trigger-kept counts (``schedule_run_counts``: every run with a
@@ -159,7 +228,7 @@ async def read_runs_page(
         f"WHERE schedule_id IS NULL AND queued_at IS NULL{' AND status = ?' if status else ''})",
         params * 3,
     )
-    return rows, int(total or 0)
+    return [RunLine(**row) for row in rows], int(total or 0)
 
 
 def read_dispatch_counts(db: sqlite3.Connection) -> dict[str, int]:

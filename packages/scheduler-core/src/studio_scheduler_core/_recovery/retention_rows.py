@@ -15,7 +15,7 @@ and their entity is gone (a ``maintenance`` row has no entity: it goes by age al
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -66,13 +66,24 @@ def _studio_rows() -> str:
     return f"(actor IS NULL OR actor IN ({marks(STUDIO_ACTORS)}))"
 
 
-def _rows(db: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
-    out = []
+def _rows(db: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[dict[str, object]]:
+    """The rows of ``sql`` as an archive line's columns (each value as stored: opaque here)."""
+    out: list[dict[str, object]] = []
     for row in db.execute(sql, tuple(params)).fetchall():
         record = dict(row)
         record.pop("rowid", None)  # PostgreSQL's identity column: not part of the row
         out.append(record)
     return out
+
+
+def _stamp(row: Mapping[str, object], *names: str) -> float | None:
+    """The first of the ``names`` columns that is set (an epoch second), as ``a or b``."""
+    value: object = None
+    for name in names:
+        value = row.get(name)
+        if value:
+            break
+    return value if isinstance(value, int | float) else None
 
 
 def keep_live_parents(db: sqlite3.Connection, ids: list[str]) -> list[str]:
@@ -122,7 +133,7 @@ def snapshot_runs(db: sqlite3.Connection, ids: list[str]) -> Snapshot:
     m = marks(ids)
     out: Snapshot = {i: [] for i in ids}
     for run in _rows(db, f"SELECT * FROM schedule_runs WHERE id IN ({m}) ORDER BY id", ids):
-        at = run.get("ended_at") or run.get("created_at")
+        at = _stamp(run, "ended_at", "created_at")
         out[str(run["id"])].append(ArchiveLine("schedule_run", run, at))
     invs = _rows(db, f"SELECT * FROM invocations WHERE schedule_run_id IN ({m}) ORDER BY id", ids)
     owner = {str(inv["id"]): str(inv["schedule_run_id"]) for inv in invs}
@@ -152,7 +163,7 @@ def snapshot_dispatches(db: sqlite3.Connection, ids: list[str]) -> Snapshot:
     m = marks(ids)
     out: Snapshot = {i: [] for i in ids}
     for row in _rows(db, f"SELECT * FROM dispatch_outbox WHERE id IN ({m}) ORDER BY id", ids):
-        at = row.get("updated_at") or row.get("created_at")
+        at = _stamp(row, "updated_at", "created_at")
         out[str(row["id"])].append(ArchiveLine("dispatch", row, at))
     for row in _rows(
         db,
@@ -170,7 +181,7 @@ def snapshot_audit(db: sqlite3.Connection, ids: list[str]) -> Snapshot:
     for row in _rows(
         db, f"SELECT * FROM status_transitions WHERE id IN ({marks(ids)}) ORDER BY id", ids
     ):
-        out[str(row["id"])].append(ArchiveLine("status_transition", row, row.get("created_at")))
+        out[str(row["id"])].append(ArchiveLine("status_transition", row, _stamp(row, "created_at")))
     return out
 
 

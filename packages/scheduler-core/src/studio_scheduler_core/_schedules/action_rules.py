@@ -53,7 +53,9 @@ def check_cwd(cwd: Any, project: Any, settings: SchedulerSettings) -> str | None
     return None
 
 
-def _check_overlay_values(out: dict[str, Any], field: str) -> None:
+def _check_overlay_values(out: dict[str, object], field: str) -> None:
+    """Check an overlay's keys and values in place (``out``: a copy of the JSON object given;
+    its values are whatever the input held until checked here)."""
     for key, value in out.items():
         if key not in OVERLAY_KEYS:
             allowed = ", ".join(OVERLAY_KEYS)
@@ -70,27 +72,30 @@ def _check_overlay_values(out: dict[str, Any], field: str) -> None:
         raise err(f"{field}.kind", "conflicts with action_kind")
     for key in ("kind", "action_kind"):
         if key in out:
-            out[key] = ACTION_KIND_ALIASES.get(out[key], out[key])
-            if out[key] not in ACTION_KINDS:
+            kind = out[key]
+            if isinstance(kind, str):
+                out[key] = kind = ACTION_KIND_ALIASES.get(kind, kind)
+            if kind not in ACTION_KINDS:
                 raise err(f"{field}.{key}", f"must be one of {', '.join(ACTION_KINDS)}")
 
 
 def check_overlay(
-    overlay: Mapping[str, Any] | None,
+    overlay: object,
     parent: Mapping[str, Any],
     *,
     field: str,
     settings: SchedulerSettings,
     level: int = 1,
-) -> dict[str, Any] | None:
-    """Validate one on_success/on_fail overlay (recursively) against the row it applies to."""
+) -> dict[str, object] | None:
+    """Validate one on_success/on_fail overlay (recursively) against the row it applies to;
+    return the checked overlay (a JSON object: the follow-up's keys and their values)."""
     if overlay is None:
         return None
     if not isinstance(overlay, Mapping):
         raise err(field, f"must be an object, got {type(overlay).__name__}")
     if level > MAX_CHAIN_DEPTH:
         raise err(field, f"follow-ups nest deeper than {MAX_CHAIN_DEPTH} levels")
-    out = dict(overlay)
+    out: dict[str, object] = dict(overlay)
     _check_overlay_values(out, field)
     child = overlay_input(parent, out)
     kind = str(child.get("action_kind"))

@@ -11,9 +11,15 @@ from typing import Any
 
 import aiosqlite
 
-from .._triggers.cadence import schedule_zone
+from .._triggers.cadence import PreviewEntry, schedule_zone
 from .._triggers.cron import CronError, next_after
 from .store import get_schedule
+
+
+class JitteredEntry(PreviewEntry):
+    """A previewed fire time with ``jitter_sec``: the delay that occurrence will wait."""
+
+    jitter_sec: float
 
 
 def _next_occurrence(schedule: Mapping[str, Any], due: float, timezone: str) -> float | None:
@@ -47,11 +53,16 @@ def jitter_delay(schedule: Mapping[str, Any], due: float | None, *, timezone: st
 
 
 def with_jitter(
-    schedule: Mapping[str, Any], times: Sequence[Mapping[str, Any]], *, timezone: str
-) -> list[dict[str, Any]]:
+    schedule: Mapping[str, Any], times: Sequence[PreviewEntry], *, timezone: str
+) -> list[JitteredEntry]:
     """Preview entries with each occurrence's ``jitter_sec`` (the delay it will wait)."""
     return [
-        {**entry, "jitter_sec": jitter_delay(schedule, entry["at"], timezone=timezone)}
+        JitteredEntry(
+            at=entry["at"],
+            utc=entry["utc"],
+            local=entry["local"],
+            jitter_sec=jitter_delay(schedule, entry["at"], timezone=timezone),
+        )
         for entry in times
     ]
 

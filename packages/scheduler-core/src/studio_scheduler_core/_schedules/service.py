@@ -32,7 +32,7 @@ from .._triggers.cadence import first_fire_at, preview_times
 from . import store
 from .backfill import backfill
 from .enabling import KEEP, Keep, check_enable, cursor_change
-from .jitter import with_jitter
+from .jitter import JitteredEntry, with_jitter
 from .store import (
     RUN_PAGE_KEY,
     drop_buffered,
@@ -380,7 +380,7 @@ class ScheduleService:
         self._changed()
         return queued
 
-    async def preview(self, schedule_id: str, n: int = 5) -> builtins.list[dict[str, Any]]:
+    async def preview(self, schedule_id: str, n: int = 5) -> builtins.list[JitteredEntry]:
         """The schedule's next ``n`` fire times (UTC and the schedule's zone) with the jitter
         delay of each (``jitter_sec``, 0 without jitter)."""
         schedule = await self.get(schedule_id)

@@ -274,7 +274,7 @@ async def set_enabled(
     disabled_reason: str | None = None,
     next_fire_at: float | None = None,
     actor: str = ENGINE_ACTOR,
-    metadata: dict[str, Any] | None = None,
+    metadata: Mapping[str, object] | None = None,
 ) -> bool:
     """Enable or disable a schedule, guarded on its current state, with its transition row.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import zoneinfo
@@ -100,7 +101,7 @@ async def overview(request: Request) -> Response:
         completion_rate=activity.completion_rate,
         activity_series=ACTIVITY_SERIES,
         verdicts=[(name, counts[name]) for name in HEALTH_VERDICTS],
-        **data,
+        **dataclasses.asdict(data),
     )
 
 

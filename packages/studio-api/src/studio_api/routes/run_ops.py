@@ -18,6 +18,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from studio_launcher import RUN_LOG_HEAD_BYTES
 from studio_scheduler_core import (
     RunNotFound,
+    RunState,
     SchedulerEngine,
     read_run_log,
     read_run_status,
@@ -39,7 +40,7 @@ MAX_PARTIAL = 8192
 """Output without a newline is sent once this much of it has accumulated."""
 
 
-async def _run_row(engine: SchedulerEngine, run_id: str) -> dict[str, Any]:
+async def _run_row(engine: SchedulerEngine, run_id: str) -> RunState:
     row = await read_run_status(engine.conn, run_id)
     if row is None:
         raise RunNotFound(run_id)
@@ -53,15 +54,15 @@ def _log_path(engine: SchedulerEngine, run_id: str) -> str:
         raise RunNotFound(run_id) from None
 
 
-async def _stored(engine: SchedulerEngine, row: dict[str, Any], tail: int | None) -> bytes | None:
+async def _stored(engine: SchedulerEngine, row: RunState, tail: int | None) -> bytes | None:
     """A finished run's log as stored in the database (PostgreSQL) when its file is not on
     this node: so any node serves it, also once the node that ran it is gone."""
-    if row["status"] not in TERMINAL:
+    if row.status not in TERMINAL:
         return None
-    path = _log_path(engine, str(row["id"]))
+    path = _log_path(engine, row.id)
     if await asyncio.to_thread(os.path.exists, path):
         return None
-    return await read_stored_run_log(engine.conn, str(row["id"]), tail=tail)
+    return await read_stored_run_log(engine.conn, row.id, tail=tail)
 
 
 def _json_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -127,7 +128,7 @@ async def follow_log(engine: SchedulerEngine, run_id: str, path: str) -> AsyncIt
     pending = b""
     while True:
         row = await read_run_status(engine.conn, run_id)
-        ended = row is None or row["status"] in TERMINAL
+        ended = row is None or row.status in TERMINAL
         data, offset = await asyncio.to_thread(_read_from, path, offset, head)
         pending += data
         if b"\n" in pending:
@@ -138,22 +139,22 @@ async def follow_log(engine: SchedulerEngine, run_id: str, path: str) -> AsyncIt
             pending = b""
         if ended:
             end = {
-                "status": None if row is None else row["status"],
-                "reason_code": None if row is None else row["status_reason_code"],
+                "status": None if row is None else row.status,
+                "reason_code": None if row is None else row.status_reason_code,
             }
             yield f"event: end\ndata: {json.dumps(end)}\n\n"
             return
         await asyncio.sleep(POLL_SECONDS)
 
 
-async def replay_log(row: dict[str, Any], content: bytes) -> AsyncIterator[str]:
+async def replay_log(row: RunState, content: bytes) -> AsyncIterator[str]:
     """A finished run's stored log as the events :func:`follow_log` sends, then its end."""
     if b"\n" in content:
         complete, _, content = content.rpartition(b"\n")
         yield _events(complete.decode("utf-8", errors="replace"))
     if content:
         yield _events(content.decode("utf-8", errors="replace"))
-    end = {"status": row["status"], "reason_code": row["status_reason_code"]}
+    end = {"status": row.status, "reason_code": row.status_reason_code}
     yield f"event: end\ndata: {json.dumps(end)}\n\n"
 
 
