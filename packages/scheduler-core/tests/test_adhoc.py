@@ -43,7 +43,7 @@ async def _wait_status(h: Any, conn: Any, run_id: str, *statuses: str) -> dict[s
 
 async def _steps(h: Any, conn: Any, entity_id: str) -> list[tuple[str | None, str, str]]:
     return [
-        (t["previous_status"], t["status"], t["reason_code"])
+        (t.previous_status, t.status, t.reason_code)
         for t in await h.transitions_of(conn, entity_id)
     ]
 
@@ -208,7 +208,7 @@ async def test_queue_claim_complete_like_a_scheduled_fire(
         ("running", "completed", "run.completed.ok"),
     ]
     claim = (await h.transitions_of(engine.conn, run.id))[1]
-    assert json.loads(claim["metadata"])["argv"] == [h.PY, h.env_dump, str(out)]
+    assert claim.metadata["argv"] == [h.PY, h.env_dump, str(out)]
     assert engine.limits()["adhoc_in_flight"] == 0
     await engine.tick_once()
     assert len(out.read_text().splitlines()) == 1  # never claimed twice

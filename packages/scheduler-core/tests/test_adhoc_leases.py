@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import subprocess
 import sys
@@ -42,7 +41,7 @@ async def _run(conn: Any, run_id: str) -> dict[str, Any]:
 
 
 async def _steps(h: Any, conn: Any, entity_id: str) -> list[tuple[str, str]]:
-    return [(t["status"], t["reason_code"]) for t in await h.transitions_of(conn, entity_id)]
+    return [(t.status, t.reason_code) for t in await h.transitions_of(conn, entity_id)]
 
 
 async def _invocations(conn: Any, run_id: str) -> list[dict[str, Any]]:
@@ -343,7 +342,7 @@ async def test_kill_9_of_the_engine_then_restart_never_runs_the_orphan_twice(
     assert steps.count(("running", "run.running.claimed")) == 1
     assert (await _run(engine.conn, run.id))["status"] == "failed"
     assert await fetch_value(engine.conn, "SELECT COUNT(*) FROM schedule_runs") == 1
-    meta = json.loads((await h.transitions_of(engine.conn, run.id))[-1]["metadata"])
+    meta = (await h.transitions_of(engine.conn, run.id))[-1].metadata
     assert meta["leased_by"] == row["leased_by"]
 
 

@@ -7,7 +7,6 @@ and a new leader holds again the slots of fires still queued or running.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ async def _follow_up_completed(h: Any, engine: Any, schedule_id: str) -> None:
     async def done() -> bool:
         await engine.tick_once()
         rows = await h.runs_at_depth(engine.conn, schedule_id, 1)
-        return bool(rows) and rows[0]["status"] == "completed"
+        return bool(rows) and rows[0].status == "completed"
 
     await h.eventually(done, timeout=20)
 
@@ -49,7 +48,7 @@ async def _ended(h: Any, engine: Any, schedule_id: str, count: int = 1) -> list[
     async def ended() -> bool:
         await engine.tick_once()
         rows = await h.runs_at_depth(engine.conn, schedule_id, 0)
-        done = [r for r in rows if r["status"] in ENDED]
+        done = [r for r in rows if r.status in ENDED]
         return len(done) >= count
 
     await h.eventually(ended, timeout=20)
@@ -77,8 +76,8 @@ async def test_the_run_shows_the_argv_the_claiming_worker_ran(
     changed = str(tmp_path / "b")
     await engine.service.update(created.id, {"action_command_args": [h.env_dump, changed]})
     [run] = await _ended(h, engine, created.id)
-    assert run["status"] == "completed" and Path(changed).exists()
-    assert json.loads(run["action_args"])[-2:] == [h.env_dump, changed]
+    assert run.status == "completed" and Path(changed).exists()
+    assert list(run.action_args)[-2:] == [h.env_dump, changed]
 
 
 async def test_a_due_fire_is_queued_then_claimed_and_run_under_a_lease(
@@ -91,14 +90,14 @@ async def test_a_due_fire_is_queued_then_claimed_and_run_under_a_lease(
     # The slot is the leader's from the commit on, while the fire waits for a worker.
     assert engine.limits()["in_flight"] == 1
     [run] = await _ended(h, engine, created.id)
-    assert (run["status"], run["status_reason_code"]) == ("completed", "run.completed.ok")
-    assert run["leased_by"] == engine._worker.worker_id
-    assert run["lease_attempts"] == 1 and run["node_id"] == engine.node_id
+    assert (run.status, run.status_reason_code) == ("completed", "run.completed.ok")
+    assert run.leased_by == engine._worker.worker_id
+    assert run.lease_attempts == 1 and run.node_id == engine.node_id
     assert out.read_text().count("LIONAGI_INVOCATION_ID") == 1
-    steps = [t["status"] for t in await h.transitions_of(engine.conn, run["id"])]
+    steps = [t.status for t in await h.transitions_of(engine.conn, run.id)]
     assert steps == ["queued", "running", "completed"]
     skill = await fetch_value(
-        engine.conn, "SELECT skill FROM invocations WHERE id = ?", (run["invocation_id"],)
+        engine.conn, "SELECT skill FROM invocations WHERE id = ?", (run.invocation_id,)
     )
     assert skill == f"scheduled:{created.name}"
     await engine.tick_once()
@@ -151,8 +150,8 @@ async def test_a_follow_up_is_queued_and_runs_the_overlay_action(
     await _follow_up_completed(h, engine, created.id)
     [child] = await h.runs_at_depth(engine.conn, created.id, 1)
     [parent] = await h.runs_at_depth(engine.conn, created.id, 0)
-    assert child["chain_parent_id"] == parent["id"] and child["leased_by"] is not None
-    steps = [t["status"] for t in await h.transitions_of(engine.conn, child["id"])]
+    assert child.chain_parent_id == parent.id and child.leased_by is not None
+    steps = [t.status for t in await h.transitions_of(engine.conn, child.id)]
     assert steps == ["queued", "running", "completed"]
     assert (tmp_path / "follow.jsonl").read_text().count("LIONAGI_INVOCATION_ID") == 1
 
@@ -169,7 +168,7 @@ async def test_max_runs_counts_the_fires_still_queued(make_engine, clock, h, tmp
     clock.set(due + 60)
     await engine.tick_once()
     row = await h.schedule_row(engine.conn, created.id)
-    assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.max_runs")
+    assert (row.enabled, row.disabled_reason) == (0, "schedule.disabled.max_runs")
     assert [s for s, _ in await h.run_reasons(engine.conn, created.id)] in (
         ["queued"],
         ["running"],
@@ -195,7 +194,7 @@ async def test_a_new_leader_holds_the_slot_of_a_fire_still_queued(
     other = await second.service.create(h.command_schedule(h.env_dump, str(out), name="b"))
     clock.set(other.next_fire_at)
     [run, *_] = await _ended(h, second, created.id)
-    assert (run["status"], run["leased_by"]) == ("completed", second._worker.worker_id)
+    assert (run.status, run.leased_by) == ("completed", second._worker.worker_id)
     assert ("skipped", "schedule.deferred.capacity") in await h.run_reasons(second.conn, other.id)
     await _ended(h, second, other.id)
 
@@ -213,8 +212,8 @@ async def test_a_retry_is_queued_for_a_worker_too(make_engine, clock, h, tmp_pat
     clock.advance(5.0)
     runs = await _ended(h, engine, created.id, count=2)
     retry = runs[1]
-    assert (retry["status"], retry["attempt"], retry["retry_of"]) == ("completed", 2, runs[0]["id"])
-    steps = [t["status"] for t in await h.transitions_of(engine.conn, retry["id"])]
+    assert (retry.status, retry.attempt, retry.retry_of) == ("completed", 2, runs[0].id)
+    steps = [t.status for t in await h.transitions_of(engine.conn, retry.id)]
     assert steps == ["retry_wait", "queued", "running", "completed"]
 
 
@@ -228,7 +227,7 @@ async def test_a_fire_of_another_machines_worker_whose_lease_lapsed_is_node_lost
     async def child_started() -> dict[str, Any] | None:
         await engine.tick_once()
         [run] = await h.runs_of(engine.conn, created.id)
-        return run if run["child_pid"] else None
+        return run if run.child_pid else None
 
     run = await h.eventually(child_started, timeout=20)
     # As if a node on another machine had claimed it and its host died.
@@ -236,11 +235,11 @@ async def test_a_fire_of_another_machines_worker_whose_lease_lapsed_is_node_lost
         await other.execute(
             "UPDATE schedule_runs SET leased_by = 'elsewhere:4242:0000beef', "
             "lease_expires_at = ? WHERE id = ?",
-            (clock() - 1, run["id"]),
+            (clock() - 1, run.id),
         )
     [after] = await _ended(h, engine, created.id)
-    assert (after["status"], after["status_reason_code"]) == ("failed", "run.failed.node_lost")
-    await h.eventually(lambda: not h.group_has_live_member(int(run["child_pid"])), timeout=20)
+    assert (after.status, after.status_reason_code) == ("failed", "run.failed.node_lost")
+    await h.eventually(lambda: not h.group_has_live_member(int(run.child_pid)), timeout=20)
     await engine.tick_once()
     assert engine.limits()["in_flight"] == 0  # the leader's hold on it is released
     flag.touch()
@@ -251,13 +250,13 @@ async def test_an_operator_cancels_a_fire_still_queued(make_engine, clock, h, tm
     out = tmp_path / "env.jsonl"
     created = await _first_fire(engine, clock, h.command_schedule(h.env_dump, str(out)))
     [run] = await h.runs_of(engine.conn, created.id)
-    cancelled = await engine.runs.cancel(run["id"])
+    cancelled = await engine.runs.cancel(run.id)
     assert cancelled.status == "cancelled"
     await engine.tick_once()
     await engine.tick_once()
     assert engine.limits()["in_flight"] == 0
     [after] = await h.runs_of(engine.conn, created.id)
-    assert (after["status"], after["invocation_id"], after["leased_by"]) == (
+    assert (after.status, after.invocation_id, after.leased_by) == (
         "cancelled",
         None,
         None,
@@ -292,7 +291,7 @@ async def test_a_fire_whose_setup_fails_on_the_claiming_node_still_runs_its_on_f
 
     await _follow_up_completed(h, engine, created.id)
     [parent] = await h.runs_at_depth(engine.conn, created.id, 0)
-    assert (parent["status"], parent["status_reason_code"]) == ("failed", "run.failed.spawn_error")
+    assert (parent.status, parent.status_reason_code) == ("failed", "run.failed.spawn_error")
     assert out.read_text().count("LIONAGI_INVOCATION_ID") == 1
 
 
@@ -300,7 +299,7 @@ async def _claimed_and_running(h: Any, engine: Any, schedule_id: str) -> dict[st
     async def running() -> dict[str, Any] | None:
         await engine.tick_once()
         rows = await h.runs_at_depth(engine.conn, schedule_id, 0)
-        live = [r for r in rows if r["status"] == "running" and r["child_pid"]]
+        live = [r for r in rows if r.status == "running" and r.child_pid]
         return live[0] if live else None
 
     found: dict[str, Any] = await h.eventually(running, timeout=20)
@@ -323,10 +322,10 @@ async def test_cancel_other_stops_the_fire_a_worker_runs_and_queues_the_new_one(
         ("cancelled", "run.cancelled.overlap"),
         ("queued", "schedule.fired.due"),
     ]
-    await h.eventually(lambda: not h.group_has_live_member(int(first["child_pid"])), timeout=20)
+    await h.eventually(lambda: not h.group_has_live_member(int(first.child_pid)), timeout=20)
     flag.touch()
     runs = await _ended(h, engine, created.id, count=2)
-    assert [r["status"] for r in runs] == ["cancelled", "completed"]
+    assert [r.status for r in runs] == ["cancelled", "completed"]
 
 
 async def test_a_buffered_occurrence_is_queued_when_the_fire_a_worker_ran_ends(
@@ -347,8 +346,8 @@ async def test_a_buffered_occurrence_is_queued_when_the_fire_a_worker_ran_ends(
     ]
     flag.touch()
     runs = await _ended(h, engine, created.id, count=2)
-    assert [r["status"] for r in runs] == ["completed", "completed"], [
+    assert [r.status for r in runs] == ["completed", "completed"], [
         (r["status"], r["status_reason_code"], r["error_detail"]) for r in runs
     ]
-    steps = [t["status"] for t in await h.transitions_of(engine.conn, runs[1]["id"])]
+    steps = [t.status for t in await h.transitions_of(engine.conn, runs[1].id)]
     assert steps == ["waiting_dependency", "queued", "running", "completed"]

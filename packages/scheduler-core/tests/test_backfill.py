@@ -47,7 +47,7 @@ async def test_a_backfill_over_the_spring_forward_day_runs_each_hour_once(
     hours = [datetime.fromtimestamp(c["due_at"], BERLIN).hour for c in contexts]
     assert hours == [0, 1, *range(3, 24)]
     steps = await h.transitions_of(engine.conn, runs[0]["id"])
-    assert [s["reason_code"] for s in steps][:2] == [
+    assert [s.reason_code for s in steps][:2] == [
         "schedule.backfill.queued",
         "schedule.fired.backfill",
     ]

@@ -3,7 +3,6 @@ nesting capped at creation, and the budget gate before each follow-up."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -42,10 +41,10 @@ async def test_on_success_prompt_runs_once_not_to_the_depth_cap(make_engine, clo
     )
     await _fire(engine, clock, created)
     runs = await h.runs_of(engine.conn, created.id)
-    assert [(r["chain_depth"], r["status"]) for r in runs] == [(0, "completed"), (1, "completed")]
-    assert json.loads(runs[1]["action_args"])[-1] == "post the summary usage=completed:10:10:0.40"
+    assert [(r.chain_depth, r.status) for r in runs] == [(0, "completed"), (1, "completed")]
+    assert list(runs[1].action_args)[-1] == "post the summary usage=completed:10:10:0.40"
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["enabled"] == 1  # spent $0.80 of $1.00: nothing overspent, nothing disabled
+    assert row.enabled is True  # spent $0.80 of $1.00: nothing overspent, nothing disabled
 
 
 async def test_failing_command_follow_up_runs_once(make_engine, clock, h) -> None:
@@ -56,7 +55,7 @@ async def test_failing_command_follow_up_runs_once(make_engine, clock, h) -> Non
     )
     await _fire(engine, clock, created)
     runs = await h.runs_of(engine.conn, created.id)
-    assert [(r["chain_depth"], r["status"]) for r in runs] == [(0, "failed"), (1, "failed")]
+    assert [(r.chain_depth, r.status) for r in runs] == [(0, "failed"), (1, "failed")]
 
 
 async def test_budget_gate_stops_the_chain_with_a_skipped_run(make_engine, clock, h) -> None:
@@ -70,17 +69,15 @@ async def test_budget_gate_stops_the_chain_with_a_skipped_run(make_engine, clock
     )
     await _fire(engine, clock, created)
     runs = await h.runs_of(engine.conn, created.id)
-    assert [(r["chain_depth"], r["status"]) for r in runs] == [(0, "completed"), (1, "skipped")]
+    assert [(r.chain_depth, r.status) for r in runs] == [(0, "completed"), (1, "skipped")]
     skipped = runs[1]
-    assert skipped["status_reason_code"] == "run.skipped.budget"
-    assert skipped["chain_parent_id"] == runs[0]["id"]
-    assert skipped["child_pid"] is None and skipped["invocation_id"] is None
-    assert "budget_usd=1.0" in skipped["status_reason_summary"]
-    assert json.loads(skipped["trigger_context"])["chain_from"] == runs[0]["id"]
-    transitions = await h.transitions_of(engine.conn, skipped["id"])
-    assert [(t["status"], t["reason_code"]) for t in transitions] == [
-        ("skipped", "run.skipped.budget")
-    ]
+    assert skipped.status_reason_code == "run.skipped.budget"
+    assert skipped.chain_parent_id == runs[0].id
+    assert skipped.child_pid is None and skipped.invocation_id is None
+    assert "budget_usd=1.0" in skipped.status_reason_summary
+    assert skipped.trigger_context["chain_from"] == runs[0].id
+    transitions = await h.transitions_of(engine.conn, skipped.id)
+    assert [(t.status, t.reason_code) for t in transitions] == [("skipped", "run.skipped.budget")]
 
 
 async def test_budget_gate_checks_tokens_before_a_failure_follow_up(make_engine, clock, h) -> None:
@@ -90,7 +87,7 @@ async def test_budget_gate_checks_tokens_before_a_failure_follow_up(make_engine,
     )
     await _fire(engine, clock, created)
     runs = await h.runs_of(engine.conn, created.id)
-    assert [(r["status"], r["status_reason_code"]) for r in runs][1] == (
+    assert [(r.status, r.status_reason_code) for r in runs][1] == (
         "skipped",
         "run.skipped.budget",
     )

@@ -79,8 +79,8 @@ async def test_the_child_record_commits_at_normal_and_the_fire_stays_full(
     await engine.wait_idle()
     await _untrace(engine.conn)
     runs = await h.runs_of(engine.conn, schedule.id)
-    assert [r["status"] for r in runs] == ["completed"]
-    assert runs[0]["child_pid"]
+    assert [r.status for r in runs] == ["completed"]
+    assert runs[0].child_pid
     records = [
         i for i, s in enumerate(statements) if s.startswith("UPDATE schedule_runs SET child")
     ]

@@ -43,8 +43,8 @@ async def _invocation_of_completed_run(engine: Any, clock: Any, h: Any, tmp_path
     created = await engine.service.create(h.command_schedule(h.env_dump, str(tmp_path / "o")))
     await h.fire_due(engine, clock, created.next_fire_at)
     [run] = await h.runs_of(engine.conn, created.id)
-    assert run["status"] == "completed"
-    return str(run["invocation_id"])
+    assert run.status == "completed"
+    return str(run.invocation_id)
 
 
 async def test_the_sweep_terminates_the_processes_of_ended_runs_only(
@@ -61,7 +61,7 @@ async def test_the_sweep_terminates_the_processes_of_ended_runs_only(
     [live] = await h.runs_of(engine.conn, blocked.id)
     _process(spawned, ended, studio_db)  # the orphan: spawned[0]
     same_id_other_db = _process(spawned, ended, str(tmp_path / "other.db"))
-    of_a_live_run = _process(spawned, str(live["invocation_id"]), studio_db)
+    of_a_live_run = _process(spawned, str(live.invocation_id), studio_db)
     not_a_runs = _process(spawned, "0123456789ab", studio_db)
     # Until each has exec'd (before, /proc shows the environment it forked with).
     await h.eventually(lambda: all(_started(p) for p in spawned))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -38,7 +37,7 @@ async def test_engine_fires_once_across_a_dst_night(
     await engine.wait_idle()
     runs = await h.runs_of(engine.conn, created.id)
     assert len(runs) == 1
-    fired = json.loads(runs[0]["trigger_context"])["due_at"]
+    fired = runs[0].trigger_context["due_at"]
     local = datetime.fromtimestamp(fired, zone)
     assert (local.hour, local.minute) == local_hm
     assert local.fold == 0
@@ -55,21 +54,19 @@ async def test_interval_cadence_has_no_drift_over_many_fires(make_engine, clock,
         await engine.tick_once()
         await engine.wait_idle()
         row = await h.schedule_row(engine.conn, created.id)
-        assert row["next_fire_at"] == base + 60 * (k + 1)
+        assert row.next_fire_at == base + 60 * (k + 1)
     runs = await h.runs_of(engine.conn, created.id)
     assert len(runs) == 60
-    assert [json.loads(r["trigger_context"])["due_at"] for r in runs] == [
-        base + 60 * k for k in range(60)
-    ]
+    assert [r.trigger_context["due_at"] for r in runs] == [base + 60 * k for k in range(60)]
     # a long stall coalesces: one fire, then the first slot after now
     clock.set(base + 60 * 60 + 1000)
     await engine.tick_once()
     await engine.wait_idle()
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == base + 60 * 77
+    assert row.next_fire_at == base + 60 * 77
     runs = await h.runs_of(engine.conn, created.id)
     # 61 fires, and the coalescing of the 16 slots passed over recorded once in the run list
-    assert len([r for r in runs if r["status"] != "skipped"]) == 61
-    assert [r["status_reason_code"] for r in runs if r["status"] == "skipped"] == [
+    assert len([r for r in runs if r.status != "skipped"]) == 61
+    assert [r.status_reason_code for r in runs if r.status == "skipped"] == [
         "schedule.skipped.coalesced"
     ]

@@ -87,4 +87,4 @@ async def test_coalesced_slots_are_counted(make_engine, clock, h, events: Captur
     (fire,) = events.events("fire")
     assert fire["lag_seconds"] == pytest.approx(245)
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == created.next_fire_at + 5 * 60
+    assert row.next_fire_at == created.next_fire_at + 5 * 60

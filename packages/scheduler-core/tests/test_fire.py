@@ -29,32 +29,30 @@ async def test_occurrence_commits_run_invocation_transitions_and_advance(
     runs = await h.runs_of(engine.conn, created.id)
     assert len(runs) == 1
     run = runs[0]
-    assert (run["status"], run["status_reason_code"], run["exit_code"]) == (
+    assert (run.status, run.status_reason_code, run.exit_code) == (
         "completed",
         "run.completed.ok",
         0,
     )
-    assert json.loads(run["action_args"]) == [h.PY, h.env_dump, str(out)]
-    assert run["child_pid"] and run["child_started_at"]
-    ctx = json.loads(run["trigger_context"])
+    assert list(run.action_args) == [h.PY, h.env_dump, str(out)]
+    assert run.child_pid and run.child_started_at
+    ctx = run.trigger_context
     assert ctx["scheduled"] is True and ctx["due_at"] == created.next_fire_at
     invocation = await fetch_one(
-        engine.conn, "SELECT * FROM invocations WHERE id = ?", (run["invocation_id"],)
+        engine.conn, "SELECT * FROM invocations WHERE id = ?", (run.invocation_id,)
     )
     assert invocation["status"] == "completed"
-    assert invocation["schedule_run_id"] == run["id"]
+    assert invocation["schedule_run_id"] == run.id
     assert invocation["skill"] == f"scheduled:{created.name}"
     env = json.loads(out.read_text().splitlines()[0])
-    assert env["LIONAGI_INVOCATION_ID"] == run["invocation_id"]
+    assert env["LIONAGI_INVOCATION_ID"] == run.invocation_id
     assert env["LIONAGI_STUDIO_DB"] == engine.db_path
     assert env["cwd"] == str(tmp_path)
-    steps = [
-        (t["status"], t["reason_code"]) for t in await h.transitions_of(engine.conn, run["id"])
-    ]
+    steps = [(t.status, t.reason_code) for t in await h.transitions_of(engine.conn, run.id)]
     assert steps == [("running", "schedule.fired.due"), ("completed", "run.completed.ok")]
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == created.next_fire_at + 60
-    assert row["last_fired_at"] == created.next_fire_at
+    assert row.next_fire_at == created.next_fire_at + 60
+    assert row.last_fired_at == created.next_fire_at
 
 
 async def test_nonzero_exit_records_code_and_stderr_tail(make_engine, clock, h) -> None:
@@ -65,14 +63,14 @@ async def test_nonzero_exit_records_code_and_stderr_tail(make_engine, clock, h) 
     created = await engine.service.create(h.command_schedule(path))
     await _fire_due(engine, clock, created)
     (run,) = await h.runs_of(engine.conn, created.id)
-    assert (run["status"], run["status_reason_code"], run["exit_code"]) == (
+    assert (run.status, run.status_reason_code, run.exit_code) == (
         "failed",
         "run.failed.exit_nonzero",
         3,
     )
-    assert run["error_detail"].endswith("END") and len(run["error_detail"]) <= 2048
+    assert run.error_detail.endswith("END") and len(run.error_detail) <= 2048
     status = await fetch_value(
-        engine.conn, "SELECT status FROM invocations WHERE id = ?", (run["invocation_id"],)
+        engine.conn, "SELECT status FROM invocations WHERE id = ?", (run.invocation_id,)
     )
     assert status == "failed"
 
@@ -83,10 +81,10 @@ async def test_deadline_times_out_and_kills_the_group(make_engine, clock, h) -> 
     created = await engine.service.create(h.command_schedule(path))
     await _fire_due(engine, clock, created)
     (run,) = await h.runs_of(engine.conn, created.id)
-    assert (run["status"], run["status_reason_code"]) == ("timed_out", "run.timed_out.deadline")
+    assert (run.status, run.status_reason_code) == ("timed_out", "run.timed_out.deadline")
     from studio_launcher import is_same_process
 
-    assert not is_same_process(run["child_pid"], run["child_started_at"])
+    assert not is_same_process(run.child_pid, run.child_started_at)
 
 
 async def test_spawn_failure_fails_the_run_at_once(make_engine, clock, h) -> None:
@@ -102,8 +100,8 @@ async def test_spawn_failure_fails_the_run_at_once(make_engine, clock, h) -> Non
     )
     await _fire_due(engine, clock, created)
     (run,) = await h.runs_of(engine.conn, created.id)
-    assert (run["status"], run["status_reason_code"]) == ("failed", "run.failed.spawn_error")
-    assert run["child_pid"] is None and run["ended_at"] is not None
+    assert (run.status, run.status_reason_code) == ("failed", "run.failed.spawn_error")
+    assert run.child_pid is None and run.ended_at is not None
     assert (
         await fetch_value(engine.conn, "SELECT COUNT(*) FROM invocations WHERE status = 'running'")
         == 0
@@ -125,12 +123,12 @@ async def test_invalid_action_at_fire_time_is_recorded_once_and_cadence_moves(
     await engine.tick_once()
     await engine.wait_idle()
     runs = await h.runs_of(engine.conn, created.id)
-    assert [(r["status"], r["status_reason_code"]) for r in runs] == [
+    assert [(r.status, r.status_reason_code) for r in runs] == [
         ("failed", "run.failed.invalid_action")
     ]
-    assert json.loads(runs[0]["action_args"]) == []
+    assert list(runs[0].action_args) == []
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == created.next_fire_at + 60
+    assert row.next_fire_at == created.next_fire_at + 60
 
 
 async def test_missing_cwd_fails_with_its_reason(make_engine, clock, h, tmp_path: Path) -> None:
@@ -141,7 +139,7 @@ async def test_missing_cwd_fails_with_its_reason(make_engine, clock, h, tmp_path
     gone.rmdir()
     await _fire_due(engine, clock, created)
     (run,) = await h.runs_of(engine.conn, created.id)
-    assert (run["status"], run["status_reason_code"]) == ("failed", "run.failed.missing_cwd")
+    assert (run.status, run.status_reason_code) == ("failed", "run.failed.missing_cwd")
 
 
 @pytest.mark.parametrize(
@@ -172,9 +170,9 @@ async def test_invocation_status_comes_from_session_evidence(
     )
     await _fire_due(engine, clock, created)
     (run,) = await h.runs_of(engine.conn, created.id)
-    assert run["status"] == run_status
+    assert run.status == run_status
     invocation = await fetch_one(
-        engine.conn, "SELECT * FROM invocations WHERE id = ?", (run["invocation_id"],)
+        engine.conn, "SELECT * FROM invocations WHERE id = ?", (run.invocation_id,)
     )
     assert invocation["status"] == inv_status
     assert invocation["prompt"] == f"do it {tokens}"

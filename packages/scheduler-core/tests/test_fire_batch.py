@@ -5,7 +5,6 @@ notify or retry is one trip."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -85,18 +84,18 @@ async def test_the_fires_of_one_pass_commit_in_one_transaction_with_a_setup_refu
         runs = await h.runs_of(engine.conn, schedule.id)
         assert len(runs) == 1, schedule.name  # fired once: the next pass finds none due
         row = await h.schedule_row(engine.conn, schedule.id)
-        assert row["next_fire_at"] == schedule.next_fire_at + 60
+        assert row.next_fire_at == schedule.next_fire_at + 60
         want = (
             ("failed", "run.failed.missing_cwd")
             if schedule is refused
             else ("completed", "run.completed.ok")
         )
-        assert (runs[0]["status"], runs[0]["status_reason_code"]) == want
-        steps = [t["status"] for t in await h.transitions_of(engine.conn, runs[0]["id"])]
+        assert (runs[0].status, runs[0].status_reason_code) == want
+        steps = [t.status for t in await h.transitions_of(engine.conn, runs[0].id)]
         assert steps == (["running", "failed"] if schedule is refused else ["running", "completed"])
     (refusal,) = await h.runs_of(engine.conn, refused.id)
     dispatches = await fetch_all(engine.conn, "SELECT dedup_key FROM dispatch_outbox")
-    assert dispatches == [{"dedup_key": f"run:{refusal['id']}:run.failed"}]
+    assert dispatches == [{"dedup_key": f"run:{refusal.id}:run.failed"}]
     await engine.tick_once()
     await engine.wait_idle()
     for schedule in schedules:
@@ -156,18 +155,18 @@ async def test_a_lost_claim_in_a_batch_writes_nothing_of_that_fire_and_starts_no
     assert sorted(p.name for p in out.iterdir()) == ["a", "c"]  # no child for b
     assert await h.runs_of(engine.conn, schedules[1].id) == []
     lost = await h.schedule_row(engine.conn, schedules[1].id)
-    assert (lost["next_fire_at"], lost["last_fired_at"]) == (moved, None)
+    assert (lost.next_fire_at, lost.last_fired_at) == (moved, None)
     invocation = staged[1].prepared.invocation_id
     found = await fetch_one(engine.conn, "SELECT 1 FROM invocations WHERE id = ?", (invocation,))
     assert found is None
     for index in (0, 2):
         (row,) = await h.runs_of(engine.conn, schedules[index].id)
-        assert (row["status"], row["status_reason_code"]) == ("completed", "run.completed.ok")
-        assert json.loads(row["trigger_context"])["due_at"] == schedules[index].next_fire_at
-        steps = [t["status"] for t in await h.transitions_of(engine.conn, row["id"])]
+        assert (row.status, row.status_reason_code) == ("completed", "run.completed.ok")
+        assert row.trigger_context["due_at"] == schedules[index].next_fire_at
+        steps = [t.status for t in await h.transitions_of(engine.conn, row.id)]
         assert steps == ["running", "completed"]
         sched = await h.schedule_row(engine.conn, schedules[index].id)
-        assert sched["next_fire_at"] == schedules[index].next_fire_at + 60
+        assert sched.next_fire_at == schedules[index].next_fire_at + 60
     assert run.env.committed == {}
     assert run.admission.slots == {}
 
@@ -220,7 +219,7 @@ async def test_a_terminal_write_with_nothing_to_notify_is_one_trip_and_notifies_
             conn, "SELECT status FROM invocations WHERE id = ?", (fire.invocation_id,)
         )
         assert invocation == {"status": "completed"}
-        steps = [t["status"] for t in await h.transitions_of(conn, fire.run_id)]
+        steps = [t.status for t in await h.transitions_of(conn, fire.run_id)]
         assert steps == ["running", "completed"]
     dispatches = await fetch_all(conn, "SELECT dedup_key FROM dispatch_outbox")
     assert dispatches == [{"dedup_key": f"run:{loud.run_id}:run.completed"}]
@@ -267,7 +266,7 @@ async def test_terminal_writes_of_one_loop_turn_share_a_transaction_each_in_its_
     updates = [s for s in terminal[0] if s.startswith("UPDATE schedule_runs")]
     assert all(any(f.run_id in s for s in updates) for f in fires)
     for fire in fires:
-        steps = [t["status"] for t in await h.transitions_of(conn, fire.run_id)]
+        steps = [t.status for t in await h.transitions_of(conn, fire.run_id)]
         assert steps == ["running", "completed"]
         assert fire.run_id not in env.committed
     assert await fetch_all(conn, "SELECT id FROM schedules WHERE name = 'rolled back'") == []

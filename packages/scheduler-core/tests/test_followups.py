@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +24,26 @@ async def test_on_success_chain_links_and_stops_at_depth_10(make_engine, clock, 
     created = await engine.service.create(h.command_schedule(ok, on_success=overlay))
     await _fire(engine, clock, created)
     runs = await h.runs_of(engine.conn, created.id)
-    assert [r["chain_depth"] for r in runs] == list(range(11))
+    assert [r.chain_depth for r in runs] == list(range(11))
     for parent, child in zip(runs, runs[1:], strict=False):
-        assert child["chain_parent_id"] == parent["id"]
-        ctx = json.loads(child["trigger_context"])
-        assert ctx["chain_from"] == parent["id"]
+        assert child.chain_parent_id == parent.id
+        ctx = child.trigger_context
+        assert ctx["chain_from"] == parent.id
         assert ctx["parent_exit_code"] == 0 and ctx["parent_status"] == "completed"
         assert ctx["scheduled"] is True  # the parent's context is kept
-        assert json.loads(child["action_args"]) == [h.PY, ok, "again"]
-    assert all(r["status"] == "completed" for r in runs)
-    detail = await engine.service.get_run(runs[0]["id"])
+        assert list(child.action_args) == [h.PY, ok, "again"]
+    assert all(r.status == "completed" for r in runs)
+    detail = await engine.service.get_run(runs[0].id)
     assert [c.chain_depth for c in detail.chain_children] == list(range(1, 11))
     # children never move the schedule's cadence
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == created.next_fire_at + 60
-    reasons = {r["status_reason_code"] for r in runs[1:]}
+    assert row.next_fire_at == created.next_fire_at + 60
+    reasons = {r.status_reason_code for r in runs[1:]}
     assert reasons == {"run.completed.ok"}
     fired = await fetch_all(
         engine.conn,
         "SELECT reason_code FROM status_transitions WHERE entity_id = ? AND status = 'running'",
-        (runs[1]["id"],),
+        (runs[1].id,),
     )
     assert [f["reason_code"] for f in fired] == ["schedule.fired.follow_up"]
 
@@ -64,14 +63,14 @@ async def test_on_fail_after_failure_and_timeout_with_overlay(
     await _fire(engine, clock, failing)
     await _fire(engine, clock, timing)
     f_runs = await h.runs_of(engine.conn, failing.id)
-    assert [(r["chain_depth"], r["status"]) for r in f_runs] == [(0, "failed"), (1, "completed")]
-    assert json.loads(f_runs[1]["trigger_context"])["parent_exit_code"] == 4
+    assert [(r.chain_depth, r.status) for r in f_runs] == [(0, "failed"), (1, "completed")]
+    assert f_runs[1].trigger_context["parent_exit_code"] == 4
     t_runs = await h.runs_of(engine.conn, timing.id)
-    assert [(r["chain_depth"], r["status"]) for r in t_runs] == [
+    assert [(r.chain_depth, r.status) for r in t_runs] == [
         (0, "timed_out"),
         (1, "completed"),
     ]
-    ctx = json.loads(t_runs[1]["trigger_context"])
+    ctx = t_runs[1].trigger_context
     assert ctx["parent_status"] == "timed_out" and ctx["parent_exit_code"] is None
 
 
@@ -91,11 +90,11 @@ async def test_follow_up_overlay_changes_kind_and_prompt(make_engine, clock, h) 
     )
     await _fire(engine, clock, created)
     parent, child = await h.runs_of(engine.conn, created.id)
-    argv = json.loads(child["action_args"])
-    assert child["action_kind"] == "agent"
+    argv = list(child.action_args)
+    assert child.action_kind == "agent"
     assert argv[1:4] == ["agent", "--", "gpt-x"]
-    assert argv[4] == f"after {parent['id']} exit=0"
-    assert child["exit_code"] == 0
+    assert argv[4] == f"after {parent.id} exit=0"
+    assert child.exit_code == 0
 
 
 async def test_no_follow_up_after_cancellation(make_engine, clock, h, tmp_path: Path) -> None:
@@ -115,7 +114,7 @@ async def test_no_follow_up_after_cancellation(make_engine, clock, h, tmp_path: 
 
     async with connect(conn_path) as conn:
         runs = await h.runs_of(conn, created.id)
-    assert [(r["status"], r["status_reason_code"]) for r in runs] == [
+    assert [(r.status, r.status_reason_code) for r in runs] == [
         ("cancelled", "run.cancelled.shutdown")
     ]
 
@@ -135,4 +134,4 @@ async def test_follow_ups_take_no_slot(make_engine, clock, h) -> None:
         h.command_schedule(ok, on_success={"command_args": [ok, "x"], "on_success": None})
     )
     await _fire(engine, clock, created)
-    assert [r["chain_depth"] for r in await h.runs_of(engine.conn, created.id)] == [0, 1]
+    assert [r.chain_depth for r in await h.runs_of(engine.conn, created.id)] == [0, 1]

@@ -47,7 +47,7 @@ async def test_overlap_skip_writes_a_skipped_row_and_advances(
         ("skipped", "schedule.skipped.overlap"),
     ]
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == due + 120
+    assert row.next_fire_at == due + 120
     flag.touch()
     await engine.wait_idle()
     assert (await h.run_reasons(engine.conn, created.id))[0] == ("completed", "run.completed.ok")
@@ -106,7 +106,7 @@ async def test_capacity_defers_and_records_on_1st_11th_21st(
     assert await _capacity_deferral_counts(engine.conn) == [1, 11, 21]
     # deferral leaves the occurrence due: it fires once the slot frees
     row = await h.schedule_row(engine.conn, waiting.id)
-    assert row["next_fire_at"] == waiting.next_fire_at
+    assert row.next_fire_at == waiting.next_fire_at
     assert engine.health()["due_backlog"] == 1
     flag.touch()
     await engine.wait_idle()
@@ -160,8 +160,8 @@ async def test_budget_exhausted_skips_and_disables(make_engine, clock, h, tmp_pa
         ("skipped", "schedule.budget.exhausted"),
     ]
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["enabled"] == 0 and row["disabled_reason"] == "schedule.budget.exhausted"
-    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created.id)]
+    assert row.enabled is False and row.disabled_reason == "schedule.budget.exhausted"
+    steps = [t.reason_code for t in await h.transitions_of(engine.conn, created.id)]
     assert steps == ["schedule.created", "schedule.budget.exhausted"]
 
 
@@ -221,7 +221,7 @@ async def test_budget_overshoot_is_bounded_by_one_fire(
     reasons = [r[1] for r in await h.run_reasons(engine.conn, created.id)]
     assert "schedule.deferred.budget_pending" in reasons
     assert reasons[-1] == "schedule.budget.exhausted"
-    assert (await h.schedule_row(engine.conn, created.id))["enabled"] == 0
+    assert (await h.schedule_row(engine.conn, created.id)).enabled is False
 
 
 async def test_max_runs_counts_top_level_terminal_runs_not_chain_children(
@@ -241,14 +241,14 @@ async def test_max_runs_counts_top_level_terminal_runs_not_chain_children(
         await _tick_at(engine, clock, due + i * 60)
         await engine.wait_idle()
     runs = await h.runs_of(engine.conn, created.id)
-    assert [(r["chain_depth"], r["status"]) for r in runs] == [
+    assert [(r.chain_depth, r.status) for r in runs] == [
         (0, "completed"),
         (1, "completed"),
         (0, "completed"),
         (1, "completed"),
     ]
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["enabled"] == 0 and row["disabled_reason"] == "schedule.disabled.max_runs"
+    assert row.enabled is False and row.disabled_reason == "schedule.disabled.max_runs"
 
 
 async def test_max_runs_counts_in_process_claims(make_engine, clock, h, tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ async def test_max_runs_counts_in_process_claims(make_engine, clock, h, tmp_path
     await _tick_at(engine, clock, due)
     await _tick_at(engine, clock, due + 60)
     assert await h.run_reasons(engine.conn, created.id) == [("running", "schedule.fired.due")]
-    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created.id)]
+    steps = [t.reason_code for t in await h.transitions_of(engine.conn, created.id)]
     assert steps == ["schedule.created", "schedule.disabled.max_runs"]
     flag.touch()
     await engine.wait_idle()
@@ -290,7 +290,7 @@ async def test_gate_order(
     await _tick_at(engine, clock, due)  # in flight: overlap, budget pending, claim, slot all held
     await _tick_at(engine, clock, due + 60)
     runs = await h.run_reasons(engine.conn, created.id)
-    steps = [t["reason_code"] for t in await h.transitions_of(engine.conn, created.id)]
+    steps = [t.reason_code for t in await h.transitions_of(engine.conn, created.id)]
     assert expected in [r[1] for r in runs] + steps
     flag.touch()
     await engine.wait_idle()
@@ -307,7 +307,7 @@ async def test_manual_fire_paths(make_engine, clock, h, tmp_path: Path) -> None:
     assert run.status == "running" and run.trigger_context["manual"] is True
     assert run.status_reason_code == "schedule.fired.manual"
     # the cadence is untouched by a manual fire
-    assert (await h.schedule_row(engine.conn, created.id))["next_fire_at"] == created.next_fire_at
+    assert (await h.schedule_row(engine.conn, created.id)).next_fire_at == created.next_fire_at
     other = await engine.service.create(_blocking(h, flag, name="other"))
     with pytest.raises(FireRefused) as info:
         await engine.fire_now(other.id)
@@ -336,7 +336,7 @@ async def test_manual_fire_refused_by_budget_and_max_runs_without_disabling(
     with pytest.raises(FireRefused) as info:
         await engine.fire_now(limited.id)
     assert info.value.reason_code == "schedule.disabled.max_runs"
-    assert (await h.schedule_row(engine.conn, created.id))["enabled"] == 1
+    assert (await h.schedule_row(engine.conn, created.id)).enabled is True
     assert len(await h.runs_of(engine.conn, created.id)) == 1
 
 

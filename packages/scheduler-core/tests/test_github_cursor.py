@@ -35,9 +35,9 @@ async def test_reset_replays_the_backlog_and_a_later_cursor_skips_it(
     (change,) = [
         t
         for t in await h.transitions_of(engine.conn, created.id)
-        if t["reason_code"] == "schedule.updated.operator"
+        if t.reason_code == "schedule.updated.operator"
     ]
-    assert change["actor"] == "ops"
+    assert change.actor == "ops"
     clock.advance(60)
     await gh.poll(engine)  # the ETag went with the cursor: a full listing, replayed
     assert gh.numbers(await gh.fired(engine.conn, created.id)) == [1, 2, 3, 1, 2, 3]

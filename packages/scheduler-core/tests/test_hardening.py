@@ -78,10 +78,10 @@ async def test_a_schedule_deleted_before_the_deferral_flush_does_not_sink_the_ba
     written = await write_deferrals(conn, [record(gone.id), record(kept.id)], now=clock())
     assert written == 1
     runs = await h.runs_of(conn, kept.id)
-    assert [(r["status"], r["status_reason_code"]) for r in runs] == [
+    assert [(r.status, r.status_reason_code) for r in runs] == [
         ("skipped", "schedule.deferred.capacity")
     ]
-    assert [t["status"] for t in await h.transitions_of(conn, runs[0]["id"])] == ["skipped"]
+    assert [t.status for t in await h.transitions_of(conn, runs[0].id)] == ["skipped"]
     orphans = await fetch_one(
         conn,
         "SELECT COUNT(*) AS n FROM status_transitions t WHERE t.entity_type = 'schedule_run' "
@@ -155,7 +155,7 @@ async def test_runs_claimed_but_not_started_go_back_to_queued_on_stop(
             row = await _run(conn, run.id)
             assert (row["status"], row["leased_by"], row["lease_attempts"]) == ("queued", None, 0)
             steps = await h.transitions_of(conn, run.id)
-            assert (steps[-1]["status"], steps[-1]["reason_code"]) == (
+            assert (steps[-1].status, steps[-1].reason_code) == (
                 "queued",
                 "run.queued.shutdown",
             )

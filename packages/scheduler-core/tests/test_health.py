@@ -55,8 +55,8 @@ async def test_each_verdict_from_a_real_schedule(make_engine, clock, h) -> None:
     assert health[ok.id].next_fire_at == due + 120
     assert set(health[ok.id].to_json()) >= {"health", "spend_partial", "remaining_runs"}
     runs = await h.runs_of(engine.conn, bad.id)
-    assert [r["error_class"] for r in runs] == ["nonzero_exit", "nonzero_exit"]
-    assert {r["error_class"] for r in await h.runs_of(engine.conn, ok.id)} == {None}
+    assert [r.error_class for r in runs] == ["nonzero_exit", "nonzero_exit"]
+    assert {r.error_class for r in await h.runs_of(engine.conn, ok.id)} == {None}
 
 
 async def test_never_fired_then_overdue_by_the_clock(make_engine, clock, h) -> None:
@@ -100,7 +100,7 @@ async def test_activity_and_spend_read_the_counters(make_engine, clock, h) -> No
     runs = await h.runs_of(engine.conn, ok.id)
     await report_usage(
         engine.conn,
-        invocation_id=runs[0]["invocation_id"],
+        invocation_id=runs[0].invocation_id,
         input_tokens=10,
         output_tokens=5,
         cost_usd=0.25,
@@ -150,7 +150,7 @@ async def test_usage_reported_while_running_is_spend(make_engine, clock, h) -> N
     created = await engine.service.create(h.command_schedule(script, name="spender"))
     await h.fire_due(engine, clock, created.next_fire_at)
     [run] = await h.runs_of(engine.conn, created.id)
-    assert run["status"] == "completed", run["error_detail"]
+    assert run.status == "completed", run.error_detail
     health = (await read_schedule_health(engine.conn, [created.id], now=clock()))[created.id]
     assert (health.spend_usd, health.spend_tokens, health.spend_partial) == (0.5, 10, False)
     spend = await read_spend(engine.conn, by="action", now=clock())
@@ -186,7 +186,7 @@ async def test_a_spawn_failure_and_a_missing_cwd_are_classed(make_engine, clock,
     await engine.conn.commit()
     await h.fire_due(engine, clock, created.next_fire_at)
     [run] = await h.runs_of(engine.conn, created.id)
-    assert (run["status"], run["error_class"]) == ("failed", "not_found")
+    assert (run.status, run.error_class) == ("failed", "not_found")
     health = await read_schedule_health(engine.conn, [created.id], now=clock())
     assert health[created.id].health == "failing"
 

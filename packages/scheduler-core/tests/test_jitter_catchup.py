@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from studio_scheduler_core import ScheduleService, ensure_schema
 from studio_scheduler_core._schedules.jitter import jitter_delay
 from studio_state import connect
@@ -27,10 +25,10 @@ async def test_a_jittered_occurrence_starts_at_its_delay_not_before(make_engine,
     await engine.tick_once()
     await engine.wait_idle()
     runs = await h.runs_of(engine.conn, created.id)
-    assert [r["status"] for r in runs] == ["completed"]
-    assert json.loads(runs[0]["trigger_context"])["due_at"] == due
+    assert [r.status for r in runs] == ["completed"]
+    assert runs[0].trigger_context["due_at"] == due
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == due + 60  # the cadence itself is not jittered
+    assert row.next_fire_at == due + 60  # the cadence itself is not jittered
 
 
 async def test_cron_jitter_is_clamped_before_the_next_occurrence(service) -> None:
@@ -66,9 +64,9 @@ async def test_a_missed_occurrence_older_than_the_catchup_window_is_skipped(
     engine = await make_engine(clock=clock)
     await engine.wait_idle()
     [skipped] = await h.runs_of(engine.conn, old.id)
-    assert skipped["status"] == "skipped"
-    assert skipped["status_reason_code"] == "schedule.skipped.missed_fire"
-    assert "catch-up window" in skipped["status_reason_summary"]
+    assert skipped.status == "skipped"
+    assert skipped.status_reason_code == "schedule.skipped.missed_fire"
+    assert "catch-up window" in skipped.status_reason_summary
     [ran] = await h.runs_of(engine.conn, fresh.id)
-    assert ran["status"] == "completed"
-    assert json.loads(ran["trigger_context"])["missed_recovery"] is True
+    assert ran.status == "completed"
+    assert ran.trigger_context["missed_recovery"] is True

@@ -90,8 +90,8 @@ async def test_the_duration_is_from_the_fire_to_the_end_on_the_real_clock(
     (run,) = await h.runs_of(engine.conn, created.id)
     (row,) = await _dispatches(engine.conn)
     body = row["payload"]["body"]
-    assert run["child_started_at"] is not None
-    assert body["duration_seconds"] == round(run["ended_at"] - run["fired_at"], 3)
+    assert run.child_started_at is not None
+    assert body["duration_seconds"] == round(run.ended_at - run.fired_at, 3)
     assert body["duration_seconds"] >= 0.3
 
 
@@ -116,8 +116,8 @@ async def test_failed_run_enqueues_run_failed_in_the_terminal_write(
     (row,) = await _dispatches(engine.conn)
     assert (row["kind"], row["dedup_key"], row["schedule_run_id"], row["deliver_to"]) == (
         "run.failed",
-        f"run:{run['id']}:run.failed",
-        run["id"],
+        f"run:{run.id}:run.failed",
+        run.id,
         HOOK,
     )
     assert row["ack_required"] == 1 and row["max_attempts"] == 8
@@ -127,11 +127,11 @@ async def test_failed_run_enqueues_run_failed_in_the_terminal_write(
     assert body["exit_code"] == 3 and body["stderr_tail"].endswith("it broke")
     assert body["error_class"] == "nonzero_exit"
     assert body["schedule_name"] == "nightly" and body["schedule_id"] == created.id
-    assert body["ended_at"] == run["ended_at"] and body["duration_seconds"] >= 0
+    assert body["ended_at"] == run.ended_at and body["duration_seconds"] >= 0
     assert body["trigger_context"]["due_at"] == created.next_fire_at
-    assert body["log_url"] == f"/api/schedules/runs/{run['id']}/log"
+    assert body["log_url"] == f"/api/schedules/runs/{run.id}/log"
     # the dispatch's enqueue transition is stamped with the terminal write's time
-    assert row["created_at"] == run["ended_at"]
+    assert row["created_at"] == run.ended_at
 
 
 async def test_completed_is_silent_by_default_and_recovered_is_sent_once(
@@ -175,9 +175,9 @@ async def test_setup_refusal_enqueues_with_the_occurrence(
     gone.rmdir()
     await _fire(engine, clock, created.next_fire_at)
     (run,) = await h.runs_of(engine.conn, created.id)
-    assert run["status_reason_code"] == "run.failed.missing_cwd"
+    assert run.status_reason_code == "run.failed.missing_cwd"
     (row,) = await _dispatches(engine.conn)
-    assert row["dedup_key"] == f"run:{run['id']}:run.failed"
+    assert row["dedup_key"] == f"run:{run.id}:run.failed"
     assert row["payload"]["body"]["reason_code"] == "run.failed.missing_cwd"
 
 
@@ -286,9 +286,9 @@ async def test_follow_ups_and_timeouts_notify_like_top_level_runs(
     parent, child = await h.runs_of(engine.conn, created.id)
     rows = await _dispatches(engine.conn)
     assert [(r["kind"], r["schedule_run_id"]) for r in rows] == [
-        ("run.timed_out", parent["id"]),
-        ("run.failed", child["id"]),
+        ("run.timed_out", parent.id),
+        ("run.failed", child.id),
     ]
     body = rows[1]["payload"]["body"]
-    assert (body["chain_depth"], body["chain_parent_id"]) == (1, parent["id"])
+    assert (body["chain_depth"], body["chain_parent_id"]) == (1, parent.id)
     assert rows[0]["payload"]["body"]["reason_code"] == "run.timed_out.deadline"

@@ -132,7 +132,7 @@ async def _coalesced(h: Any, conn: Any, schedule_id: str) -> list[dict[str, Any]
     return [
         r
         for r in await h.runs_of(conn, schedule_id)
-        if r["status_reason_code"] == "schedule.skipped.coalesced"
+        if r.status_reason_code == "schedule.skipped.coalesced"
     ]
 
 
@@ -147,22 +147,22 @@ async def test_coalesced_slots_are_counted_and_recorded_on_the_first_and_elevent
     await engine.wait_idle()
     records = await _coalesced(h, engine.conn, sid)
     assert len(records) == 1
-    assert records[0]["status"] == "skipped"
-    fired = [r for r in await h.runs_of(engine.conn, sid) if r["status"] == "completed"]
+    assert records[0].status == "skipped"
+    fired = [r for r in await h.runs_of(engine.conn, sid) if r.status == "completed"]
     assert len(fired) == 1
     meta = json.loads(
         await fetch_value(
             engine.conn,
             "SELECT metadata FROM status_transitions WHERE entity_id = ?",
-            (records[0]["id"],),
+            (records[0].id,),
         )
     )
     assert meta["slots"] == 10 and meta["coalesced_count"] == 1
-    assert meta["run_id"] == fired[0]["id"]
+    assert meta["run_id"] == fired[0].id
     assert engine.health()["coalesced_slots"] == 10
     for _ in range(10):  # ten more late fires, 2 slots passed over each
         row = await h.schedule_row(engine.conn, sid)
-        clock.set(row["next_fire_at"] + 120)
+        clock.set(row.next_fire_at + 120)
         await engine.tick_once()
         await engine.wait_idle()
     records = await _coalesced(h, engine.conn, sid)
@@ -171,18 +171,18 @@ async def test_coalesced_slots_are_counted_and_recorded_on_the_first_and_elevent
         await fetch_value(
             engine.conn,
             "SELECT metadata FROM status_transitions WHERE entity_id = ?",
-            (records[1]["id"],),
+            (records[1].id,),
         )
     )
     assert (meta["slots"], meta["coalesced_count"]) == (2, 11)
     assert engine.health()["coalesced_slots"] == 30
     # A fire on time ends the streak: the next coalescing is a first one again.
     row = await h.schedule_row(engine.conn, sid)
-    clock.set(row["next_fire_at"])
+    clock.set(row.next_fire_at)
     await engine.tick_once()
     await engine.wait_idle()
     row = await h.schedule_row(engine.conn, sid)
-    clock.set(row["next_fire_at"] + 60)
+    clock.set(row.next_fire_at + 60)
     await engine.tick_once()
     await engine.wait_idle()
     assert len(await _coalesced(h, engine.conn, sid)) == 3

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -16,10 +15,10 @@ async def _deferral_counts(h: Any, conn: Any, schedule_id: str) -> list[int]:
     """The deferral count each recorded rate-limit deferral carries (on its run's transition)."""
     out = []
     for run in await h.runs_of(conn, schedule_id):
-        if run["status_reason_code"] != "schedule.deferred.rate_limit":
+        if run.status_reason_code != "schedule.deferred.rate_limit":
             continue
-        (transition,) = await h.transitions_of(conn, run["id"])
-        out.append(json.loads(transition["metadata"])["deferral_count"])
+        (transition,) = await h.transitions_of(conn, run.id)
+        out.append(transition.metadata["deferral_count"])
     return out
 
 
@@ -44,7 +43,7 @@ async def test_rate_limit_defers_past_max_fires_in_the_window(
     assert await _deferral_counts(h, engine.conn, created.id) == [1, 11, 21]
     # Deferred, not skipped: the occurrence is still due at due + 20.
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == due + 20
+    assert row.next_fire_at == due + 20
     # The first fire leaves the window at due + 60: the held occurrence fires then.
     await h.fire_due(engine, clock, due + 59)
     assert (

@@ -19,6 +19,7 @@ from studio_scheduler_core import (
 )
 from studio_scheduler_core._records.codec import SCHEDULE_JSON_COLUMNS
 from studio_scheduler_core._records.column import columns, create_fields, update_fields
+from studio_scheduler_core._records.schedule_input import ScheduleInput
 from studio_scheduler_core._schedules.validation import CREATE_FIELDS, NOT_NULL_FIELDS
 from studio_state import fetch_all
 
@@ -68,6 +69,12 @@ def test_field_sets_come_from_the_metadata() -> None:
     public = [s.name for s in record_specs(Schedule) if s.meta.public]
     assert "github_etag" not in public and len(public) == len(columns(Schedule)) - 1
     assert "playbook" not in ACTION_KINDS
+
+
+def test_the_input_mapping_names_every_create_field_in_column_order() -> None:
+    # a field added to the record without its input key here would go untyped in the test kit
+    assert tuple(ScheduleInput.__annotations__) == CREATE_FIELDS
+    assert ScheduleInput.__required_keys__ == frozenset()
 
 
 async def test_a_stored_schedule_round_trips_through_its_record(

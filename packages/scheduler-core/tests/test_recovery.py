@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -37,12 +36,12 @@ async def test_missed_fire_skip_records_once_and_advances(
     clock.advance(1000)  # 16 occurrences passed while nothing ran
     engine = await make_engine(clock=clock)
     runs = await h.runs_of(engine.conn, created.id)
-    assert [(r["status"], r["status_reason_code"]) for r in runs] == [
+    assert [(r.status, r.status_reason_code) for r in runs] == [
         ("skipped", "schedule.skipped.missed_fire")
     ]
-    assert json.loads(runs[0]["trigger_context"])["missed_fire_at"] == created.next_fire_at
+    assert runs[0].trigger_context["missed_fire_at"] == created.next_fire_at
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["next_fire_at"] == h.T0 + 1020
+    assert row.next_fire_at == h.T0 + 1020
     await engine.tick_once()
     assert len(await h.runs_of(engine.conn, created.id)) == 1
 
@@ -59,11 +58,11 @@ async def test_missed_fire_run_once_fires_once(db_target, settings, clock, make_
     engine = await make_engine(clock=clock)
     await engine.wait_idle()
     runs = await h.runs_of(engine.conn, created.id)
-    assert [(r["status"], r["chain_depth"]) for r in runs] == [("completed", 0)]
-    ctx = json.loads(runs[0]["trigger_context"])
+    assert [(r.status, r.chain_depth) for r in runs] == [("completed", 0)]
+    ctx = runs[0].trigger_context
     assert ctx["missed_recovery"] is True and ctx["missed_fire_at"] == created.next_fire_at
-    steps = await h.transitions_of(engine.conn, runs[0]["id"])
-    assert steps[0]["reason_code"] == "schedule.fired.missed_fire"
+    steps = await h.transitions_of(engine.conn, runs[0].id)
+    assert steps[0].reason_code == "schedule.fired.missed_fire"
     await engine.tick_once()
     assert len(await h.runs_of(engine.conn, created.id)) == 1
 
@@ -83,9 +82,9 @@ async def test_startup_recomputes_cron_in_the_current_zone(
         )
     engine = await make_engine(clock=clock, timezone="America/New_York")
     row = await h.schedule_row(engine.conn, created.id)
-    local = datetime.fromtimestamp(row["next_fire_at"], ZoneInfo("America/New_York"))
+    local = datetime.fromtimestamp(row.next_fire_at, ZoneInfo("America/New_York"))
     assert (local.hour, local.minute) == (3, 0)
-    assert row["next_fire_at"] != created.next_fire_at
+    assert row.next_fire_at != created.next_fire_at
 
 
 CRASHING_ENGINE = """
@@ -281,7 +280,7 @@ async def test_two_concurrent_evaluations_fire_an_occurrence_once(
     await asyncio.gather(engine.tick_once(), engine.tick_once(), engine.tick_once())
     await engine.wait_idle()
     runs = await h.runs_of(engine.conn, created.id)
-    assert [r["status"] for r in runs] == ["completed"]
+    assert [r.status for r in runs] == ["completed"]
 
 
 async def test_deleting_a_schedule_under_an_inflight_fire(make_engine, clock, h, tmp_path) -> None:

@@ -51,11 +51,11 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     old = await engine.service.create(h.command_schedule(ok, name="old"))
     await _fire(engine, clock, old.id)
     old_run = (await h.runs_of(conn, old.id))[0]
-    assert old_run["status"] == "completed"
+    assert old_run.status == "completed"
     runs_dir = db_path.parent / "runs"
     runs_dir.mkdir(exist_ok=True)
-    (runs_dir / f"{old_run['id']}.log").write_text("output\n")
-    await usage(conn, old_run["invocation_id"], clock)
+    (runs_dir / f"{old_run.id}.log").write_text("output\n")
+    await usage(conn, old_run.invocation_id, clock)
     await enqueue_dispatch(conn, kind="k", deliver_to="x", clock=clock)
     await enqueue_dispatch(conn, kind="k", deliver_to="y", clock=clock)
     await _deliver(conn, db_target, notify_template=["true"], clock=clock, limit=1)
@@ -81,13 +81,13 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     await engine.tick_once()  # this tick's reaper runs retention too
     await h.eventually(lambda: _ended(conn, recent.id))
 
-    assert await _count(conn, "schedule_runs", "id = ?", (old_run["id"],)) == 0
+    assert await _count(conn, "schedule_runs", "id = ?", (old_run.id,)) == 0
     assert (
         await _count(
             conn,
             "invocations",
             "schedule_run_id = ? OR id = ?",
-            (old_run["id"], old_run["invocation_id"]),
+            (old_run.id, old_run.invocation_id),
         )
         == 0
     )
@@ -97,21 +97,21 @@ async def test_old_rows_go_recent_and_live_rows_stay(
             conn,
             "status_transitions",
             "entity_id IN (?, ?)",
-            (old_run["id"], old_run["invocation_id"]),
+            (old_run.id, old_run.invocation_id),
         )
         == 0
     )
-    assert not (runs_dir / f"{old_run['id']}.log").exists()
+    assert not (runs_dir / f"{old_run.id}.log").exists()
     assert await _count(conn, "dispatch_outbox", "id = ?", (delivered_id,)) == 0
     assert await _count(conn, "status_transitions", "entity_id = ?", (delivered_id,)) == 0
     assert await _count(conn, "dispatch_outbox", "status = 'pending'") == 1
     # the live chain: parent and running child both stay
-    assert await _count(conn, "schedule_runs", "id = ?", (parent["id"],)) == 1
-    assert await _count(conn, "schedule_runs", "chain_parent_id = ?", (parent["id"],)) == 1
-    assert (await h.runs_of(conn, recent.id))[0]["status"] == "completed"
+    assert await _count(conn, "schedule_runs", "id = ?", (parent.id,)) == 1
+    assert await _count(conn, "schedule_runs", "chain_parent_id = ?", (parent.id,)) == 1
+    assert (await h.runs_of(conn, recent.id))[0].status == "completed"
     before = h.T0 + DAY  # everything fired before the clock moved on
     left = await fetch_all(conn, "SELECT id FROM schedule_runs WHERE fired_at < ?", (before,))
-    assert {r["id"] for r in left} == {parent["id"], child["id"]}
+    assert {r["id"] for r in left} == {parent.id, child.id}
     assert engine.last_retention is not None and engine.last_retention.runs == 2  # old's two
     # both of old's runs wrote a log (every run kind writes one)
     assert engine.last_retention.dispatches == 1 and engine.last_retention.log_files == 2
@@ -121,7 +121,7 @@ async def test_old_rows_go_recent_and_live_rows_stay(
     await engine.wait_idle()
     report = await retention_pass(conn, now=clock() + 3 * DAY, retention_days=2, runs_dir=runs_dir)
     assert report.done and report.runs >= 3  # parent, child, the recent run (+ later skips)
-    assert await _count(conn, "schedule_runs", "id = ?", (parent["id"],)) == 0
+    assert await _count(conn, "schedule_runs", "id = ?", (parent.id,)) == 0
     assert all(hold < 1.0 for hold in report.holds)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from studio_outbox import deliver_due_dispatches, enqueue_dispatch
-from studio_scheduler_core import EVENTS_LOGGER
+from studio_scheduler_core import EVENTS_LOGGER, Run
 from studio_scheduler_core._recovery.archive import (
     manifests_in,
     read_archive,
@@ -73,7 +73,7 @@ async def _dispatches(conn: Any, db_target: str, clock: Any) -> tuple[str, str]:
     return delivered, dead
 
 
-async def _old_run(engine: Any, clock: Any, h: Any) -> dict[str, Any]:
+async def _old_run(engine: Any, clock: Any, h: Any) -> Run:
     """A completed run (fired at the clock's time) with an operator's row on its history."""
     ok = h.script("ok.py", "print('ok')\n")
     schedule = await engine.service.create(h.command_schedule(ok, name="old"))
@@ -81,19 +81,19 @@ async def _old_run(engine: Any, clock: Any, h: Any) -> dict[str, Any]:
     await engine.tick_once()
     await engine.wait_idle()
     run = (await h.runs_of(engine.conn, schedule.id))[0]
-    assert run["status"] == "completed"
+    assert run.status == "completed"
     async with write_transaction(engine.conn):
         await record_transition(
             engine.conn,
             entity_type="schedule_run",
-            entity_id=run["id"],
+            entity_id=run.id,
             previous_status="completed",
             status="completed",
             reason_code="run.noted.operator",
             actor="ops-token",
             now=clock(),
         )
-    return dict(run)
+    return run
 
 
 def _archived(directory: Path) -> dict[str, list[dict[str, Any]]]:
@@ -127,7 +127,7 @@ async def test_each_kind_goes_by_its_own_window_archived_first(
         )
     runs_dir = tmp_path / "logs"
     runs_dir.mkdir()
-    (runs_dir / f"{run['id']}.log").write_text("x" * 100 + "the end\n")
+    (runs_dir / f"{run.id}.log").write_text("x" * 100 + "the end\n")
     archive = tmp_path / "archive"
 
     # 8 days on: only the delivered dispatch is past its window
@@ -148,21 +148,21 @@ async def test_each_kind_goes_by_its_own_window_archived_first(
         conn, now=ended + 31 * DAY, runs_dir=runs_dir, archive_dir=archive, log_bytes=50, **WINDOWS
     )
     assert (report.runs, report.dispatches, report.audit_rows) == (1, 1, 0)
-    assert report.log_files == 1 and not (runs_dir / f"{run['id']}.log").exists()
-    assert await _count(conn, "schedule_runs", "id = ?", (run["id"],)) == 0
-    assert await _count(conn, "invocations", "schedule_run_id = ?", (run["id"],)) == 0
+    assert report.log_files == 1 and not (runs_dir / f"{run.id}.log").exists()
+    assert await _count(conn, "schedule_runs", "id = ?", (run.id,)) == 0
+    assert await _count(conn, "invocations", "schedule_run_id = ?", (run.id,)) == 0
     left = await fetch_all(
-        conn, "SELECT actor FROM status_transitions WHERE entity_id = ?", (run["id"],)
+        conn, "SELECT actor FROM status_transitions WHERE entity_id = ?", (run.id,)
     )
     assert [r["actor"] for r in left] == ["ops-token"]
     rows = _archived(archive)
-    assert [r["id"] for r in rows["schedule_run"]] == [run["id"]]
-    assert [r["id"] for r in rows["invocation"]] == [run["invocation_id"]]
-    run_history = [r for r in rows["status_transition"] if r["entity_id"] == run["id"]]
+    assert [r["id"] for r in rows["schedule_run"]] == [run.id]
+    assert [r["id"] for r in rows["invocation"]] == [run.invocation_id]
+    run_history = [r for r in rows["status_transition"] if r["entity_id"] == run.id]
     assert "ops-token" in {r["actor"] for r in run_history} and len(run_history) >= 2
-    assert any(r["entity_id"] == run["invocation_id"] for r in rows["status_transition"])
+    assert any(r["entity_id"] == run.invocation_id for r in rows["status_transition"])
     (log,) = rows["run_log"]  # bounded as the run log is: its last 50 bytes
-    assert log["run_id"] == run["id"] and log["truncated"] and log["bytes"] == 108
+    assert log["run_id"] == run.id and log["truncated"] and log["bytes"] == 108
     assert log["content"].endswith("the end\n") and len(log["content"]) == 50
     assert [r["id"] for r in rows["dispatch"]] == [delivered, dead]
 

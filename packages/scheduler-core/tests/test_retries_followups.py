@@ -3,7 +3,6 @@ real child processes)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -32,22 +31,22 @@ async def test_a_follow_up_with_its_own_retry_is_re_run_per_its_policy(
     assert created.on_fail["retry"]["backoff_factor"] == 2  # validated, defaults filled
     await fire_due(engine, clock, float(created.next_fire_at))
     [top] = await runs_at_depth(engine.conn, created.id, 0)
-    assert top["status"] == "failed"  # the schedule has no retry: the top-level run is not
+    assert top.status == "failed"  # the schedule has no retry: the top-level run is not
     first, planned = await runs_at_depth(engine.conn, created.id, 1)
-    assert first["status"] == "failed" and first["chain_parent_id"] == top["id"]
-    assert (planned["status"], planned["status_reason_code"]) == (
+    assert first.status == "failed" and first.chain_parent_id == top.id
+    assert (planned.status, planned.status_reason_code) == (
         "retry_wait",
         "run.retry.scheduled",
     )
-    assert (planned["retry_of"], planned["attempt"]) == (first["id"], 2)
-    assert planned["chain_parent_id"] == top["id"]
-    assert planned["queued_at"] == first["ended_at"] + 5
+    assert (planned.retry_of, planned.attempt) == (first.id, 2)
+    assert planned.chain_parent_id == top.id
+    assert planned.queued_at == first.ended_at + 5
 
-    await fire_due(engine, clock, planned["queued_at"])
+    await fire_due(engine, clock, planned.queued_at)
     runs = await runs_at_depth(engine.conn, created.id, 1)
-    assert [(r["status"], r["attempt"]) for r in runs] == [("failed", None), ("completed", 2)]
-    assert json.loads(runs[1]["trigger_context"])["chain_from"] == top["id"]
-    assert json.loads(runs[1]["action_args"])[1:] == [flaky, str(tmp_path / "count"), "2"]
+    assert [(r.status, r.attempt) for r in runs] == [("failed", None), ("completed", 2)]
+    assert runs[1].trigger_context["chain_from"] == top.id
+    assert list(runs[1].action_args)[1:] == [flaky, str(tmp_path / "count"), "2"]
     assert (tmp_path / "count").read_text() == "2"
 
 
@@ -65,15 +64,15 @@ async def test_a_follow_up_without_its_own_retry_is_never_retried(
     )
     await fire_due(engine, clock, float(created.next_fire_at))
     _, planned = await runs_at_depth(engine.conn, created.id, 0)
-    await fire_due(engine, clock, planned["queued_at"])
-    await fire_due(engine, clock, planned["queued_at"] + 30)
+    await fire_due(engine, clock, planned.queued_at)
+    await fire_due(engine, clock, planned.queued_at + 30)
     tops = await runs_at_depth(engine.conn, created.id, 0)
-    assert [(r["status"], r["attempt"]) for r in tops[:2]] == [("failed", None), ("failed", 2)]
+    assert [(r.status, r.attempt) for r in tops[:2]] == [("failed", None), ("failed", 2)]
     [follow_up] = await runs_at_depth(engine.conn, created.id, 1)
-    assert follow_up["status"] == "failed" and follow_up["chain_parent_id"] == tops[1]["id"]
+    assert follow_up.status == "failed" and follow_up.chain_parent_id == tops[1].id
     assert (
         await fetch_all(
-            engine.conn, "SELECT id FROM schedule_runs WHERE retry_of = ?", (follow_up["id"],)
+            engine.conn, "SELECT id FROM schedule_runs WHERE retry_of = ?", (follow_up.id,)
         )
         == []
     )

@@ -39,7 +39,7 @@ async def test_create_stores_row_with_next_fire_at_and_transition(h, service, co
     )
     assert created.action_extra_args == () and created.on_success is None
     rows = await h.transitions_of(conn, created.id)
-    assert [(r["entity_type"], r["status"], r["reason_code"]) for r in rows] == [
+    assert [(r.entity_type, r.status, r.reason_code) for r in rows] == [
         ("schedule", "enabled", "schedule.created")
     ]
 
@@ -294,7 +294,7 @@ async def test_update_revalidates_and_rearms(h, service, clock, conn) -> None:
         created.id, {"trigger_type": "cron", "cron_expr": "*/5 * * * *"}
     )
     assert switched.interval_sec is None and switched.trigger_type == "cron"
-    assert (await h.schedule_row(conn, created.id))["cron_expr"] == "*/5 * * * *"
+    assert (await h.schedule_row(conn, created.id)).cron_expr == "*/5 * * * *"
 
 
 async def test_update_name_collision(service) -> None:
@@ -318,7 +318,7 @@ async def test_enable_disable_transitions_and_on_change(h, conn, settings, clock
     assert enabled.enabled is True and enabled.next_fire_at > clock()
     assert enabled.disabled_reason is None
     rows = await h.transitions_of(conn, created.id)
-    assert [r["reason_code"] for r in rows] == [
+    assert [r.reason_code for r in rows] == [
         "schedule.created",
         "schedule.disabled.manual",
         "schedule.enabled.manual",
@@ -349,7 +349,7 @@ async def test_delete_and_not_found(h, service, conn) -> None:
     with pytest.raises(ScheduleNotFound):
         await service.delete(created.id)
     rows = await h.transitions_of(conn, created.id)
-    assert rows[-1]["status"] == "deleted"
+    assert rows[-1].status == "deleted"
     with pytest.raises(RunNotFound):
         await service.get_run("000000000000")
 

@@ -148,6 +148,6 @@ async def test_a_tick_that_meets_a_full_disk_reports_it_and_recovers(
         health = engine.health()
         assert health["database_error"] is None and health["last_tick_error"] is None
         runs = await h.runs_of(engine.conn, created.id)
-        assert [r["status"] for r in runs] == ["completed"]
+        assert [r.status for r in runs] == ["completed"]
     finally:
         await engine.stop()

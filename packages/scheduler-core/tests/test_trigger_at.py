@@ -42,18 +42,18 @@ async def test_at_fires_once_then_is_disabled_in_the_fire_transaction(
     await h.fire_due(engine, clock, clock() + 1)
     assert await h.run_reasons(engine.conn, created.id) == [("completed", "run.completed.ok")]
     row = await h.schedule_row(engine.conn, created.id)
-    assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.once")
-    assert row["next_fire_at"] is None
+    assert (row.enabled, row.disabled_reason) == (0, "schedule.disabled.once")
+    assert row.next_fire_at is None
     (disabled,) = [
-        t for t in await h.transitions_of(engine.conn, created.id) if t["status"] == "disabled"
+        t for t in await h.transitions_of(engine.conn, created.id) if t.status == "disabled"
     ]
-    assert (disabled["reason_code"], disabled["previous_status"]) == (
+    assert (disabled.reason_code, disabled.previous_status) == (
         "schedule.disabled.once",
         "enabled",
     )
     run = (await h.runs_of(engine.conn, created.id))[0]
     # The disable committed with the fire: same instant as the run's fire.
-    assert disabled["created_at"] == run["fired_at"]
+    assert disabled.created_at == run.fired_at
     outbox = await fetch_all(engine.conn, "SELECT kind, payload FROM dispatch_outbox")
     assert [r["kind"] for r in outbox] == ["schedule.disabled"]
     assert json.loads(outbox[0]["payload"])["body"]["reason_code"] == "schedule.disabled.once"
@@ -75,7 +75,7 @@ async def test_at_in_the_past_is_refused_unless_run_once(
     await h.fire_due(engine, clock, clock() + 1)
     assert [r[0] for r in await h.run_reasons(engine.conn, created.id)] == ["completed"]
     row = await h.schedule_row(engine.conn, created.id)
-    assert row["disabled_reason"] == "schedule.disabled.once"
+    assert row.disabled_reason == "schedule.disabled.once"
     # Editing the fired schedule's description does not re-judge its (past) instant.
     updated = await engine.service.update(created.id, {"description": "done"})
     assert updated.description == "done"
@@ -125,7 +125,7 @@ async def test_a_missed_at_under_skip_is_skipped_and_disabled(
         ("skipped", "schedule.skipped.missed_fire")
     ]
     row = await h.schedule_row(restarted.conn, created.id)
-    assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.once")
+    assert (row.enabled, row.disabled_reason) == (0, "schedule.disabled.once")
 
 
 async def test_a_fired_at_is_not_enabled_again_without_a_new_instant(
@@ -149,7 +149,7 @@ async def test_a_fired_at_is_not_enabled_again_without_a_new_instant(
         await engine.service.update(created.id, {"enabled": True, "at": when})
     assert await h.transitions_of(engine.conn, created.id) == before
     row = await h.schedule_row(engine.conn, created.id)
-    assert (row["enabled"], row["description"]) == (0, None)
+    assert (row.enabled, row.description) == (0, None)
     await h.fire_due(engine, clock, clock() + 3600)
     assert len(await h.runs_of(engine.conn, created.id)) == 1  # it never fired again
 

@@ -79,8 +79,8 @@ async def _engine_history(db: Path, workdir: Path) -> str:
         await engine.service.create(command_schedule(flaky, name="quiet", enabled=False))
         await fire_due(engine, clock, float(created.next_fire_at or clock()))
         first, planned = await runs_at_depth(engine.conn, created.id, 0)
-        assert (first["status"], planned["status"]) == ("failed", "retry_wait")
-        await fire_due(engine, clock, planned["queued_at"])
+        assert (first.status, planned.status) == ("failed", "retry_wait")
+        await fire_due(engine, clock, planned.queued_at)
         await _insert_running(engine.conn, "stale", None, clock() - 500)
         clock.advance(1000)
         assert (await engine.tick_once())["reapers"] == 1

@@ -89,6 +89,7 @@ from ._observe.store import (
 from ._records.column import Column, Spec, record_specs
 from ._records.run import Run, RunWithChain
 from ._records.schedule import Action, Schedule
+from ._records.schedule_input import ScheduleInput
 from ._records.vocab import (
     ACTION_KIND_ALIASES,
     ACTION_KINDS,
@@ -161,6 +162,7 @@ __all__ = [
     "GithubPollSource",
     "HEALTH_VERDICTS",
     "HeldSlot",
+    "ScheduleInput",
     "JitteredEntry",
     "NextFire",
     "NodeInfo",

@@ -14,14 +14,18 @@ import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, Unpack
 
 import aiosqlite
 
-from studio_state import ManualClock, fetch_all, fetch_one
+from studio_state import ManualClock, Transition, fetch_all, fetch_one
 from studio_state.testing import eventually, group_has_live_member
 
 from ._engine.engine import SchedulerEngine
+from ._records.codec import run_record, schedule_record
+from ._records.run import Run
+from ._records.schedule import Schedule
+from ._records.schedule_input import ScheduleInput
 from ._schedules.sets.apply import ScheduleSetApplied, apply_schedule_plan
 from ._schedules.sets.plan import plan_schedule_sets
 from ._schedules.sets.records import ScheduleSetPlan
@@ -99,10 +103,10 @@ def write_script(directory: Path, name: str, body: str) -> str:
     return str(path)
 
 
-def command_schedule(path: str, *args: str, **fields: Any) -> dict[str, Any]:
+def command_schedule(path: str, *args: str, **fields: Unpack[ScheduleInput]) -> ScheduleInput:
     """Create data for an interval schedule running ``python3 path args…`` (``fields`` win)."""
-    data: dict[str, Any] = {
-        "name": fields.pop("name", f"cmd-{Path(path).stem}"),
+    data: ScheduleInput = {
+        "name": f"cmd-{Path(path).stem}",
         "trigger_type": "interval",
         "interval_sec": 60,
         "action_kind": "command",
@@ -113,31 +117,31 @@ def command_schedule(path: str, *args: str, **fields: Any) -> dict[str, Any]:
     return data
 
 
-async def runs_of(conn: aiosqlite.Connection, schedule_id: str) -> list[dict[str, Any]]:
+async def runs_of(conn: aiosqlite.Connection, schedule_id: str) -> list[Run]:
     """The schedule's runs, oldest first."""
-    return await fetch_all(
+    rows = await fetch_all(
         conn,
         "SELECT * FROM schedule_runs WHERE schedule_id = ? ORDER BY created_at, rowid",
         (schedule_id,),
     )
+    return [run_record(row) for row in rows]
 
 
-async def run_reasons(conn: aiosqlite.Connection, schedule_id: str) -> list[tuple[str, str]]:
+async def run_reasons(conn: aiosqlite.Connection, schedule_id: str) -> list[tuple[str, str | None]]:
     """``(status, status_reason_code)`` of the schedule's runs, oldest first."""
-    return [(r["status"], r["status_reason_code"]) for r in await runs_of(conn, schedule_id)]
+    return [(r.status, r.status_reason_code) for r in await runs_of(conn, schedule_id)]
 
 
-async def runs_at_depth(
-    conn: aiosqlite.Connection, schedule_id: str, depth: int
-) -> list[dict[str, Any]]:
+async def runs_at_depth(conn: aiosqlite.Connection, schedule_id: str, depth: int) -> list[Run]:
     """The schedule's runs at one chain depth (0: top-level, 1: their follow-ups), oldest
     first."""
-    return await fetch_all(
+    rows = await fetch_all(
         conn,
         "SELECT * FROM schedule_runs WHERE schedule_id = ? AND chain_depth = ? "
         "ORDER BY created_at, rowid",
         (schedule_id, depth),
     )
+    return [run_record(row) for row in rows]
 
 
 async def fire_due(engine: SchedulerEngine, clock: ManualClock, at: float) -> None:
@@ -147,20 +151,38 @@ async def fire_due(engine: SchedulerEngine, clock: ManualClock, at: float) -> No
     await engine.wait_idle()
 
 
-async def transitions_of(conn: aiosqlite.Connection, entity_id: str) -> list[dict[str, Any]]:
-    """The status transitions of one entity, oldest first."""
-    return await fetch_all(
+def _json(value: object) -> object:
+    """A JSON column's value decoded (PostgreSQL's driver may have decoded it already)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+async def transitions_of(conn: aiosqlite.Connection, entity_id: str) -> list[Transition]:
+    """The status transitions of one entity, oldest first (``evidence_refs`` and ``metadata``
+    decoded)."""
+    rows = await fetch_all(
         conn,
-        "SELECT * FROM status_transitions WHERE entity_id = ? ORDER BY created_at, rowid",
+        "SELECT entity_type, entity_id, status, reason_code, created_at, previous_status, "
+        "reason_summary, evidence_refs, actor, metadata FROM status_transitions "
+        "WHERE entity_id = ? ORDER BY created_at, rowid",
         (entity_id,),
     )
+    return [
+        Transition(
+            **{
+                **row,
+                "evidence_refs": _json(row["evidence_refs"]),
+                "metadata": _json(row["metadata"]),
+            }
+        )
+        for row in rows
+    ]
 
 
-async def schedule_row(conn: aiosqlite.Connection, schedule_id: str) -> dict[str, Any]:
-    """The ``schedules`` row (it must exist)."""
+async def schedule_row(conn: aiosqlite.Connection, schedule_id: str) -> Schedule:
+    """The schedule as stored, read straight from its row (it must exist)."""
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
     assert row is not None, schedule_id
-    return row
+    return schedule_record(row)
 
 
 # -- ScheduleSet documents ------------------------------------------------------------------

@@ -321,6 +321,4 @@ class AdhocRunService:
         try:
             await terminate_process_group(int(pid))
         except (LaunchError, OSError) as exc:
-            logger.warning(
-                "could not terminate process group %s of run %s: %s", pid, run_id, exc
-            )
+            logger.warning("could not terminate process group %s of run %s: %s", pid, run_id, exc)

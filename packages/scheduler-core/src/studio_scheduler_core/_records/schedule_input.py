@@ -1,0 +1,54 @@
+"""``ScheduleInput``: the fields a schedule's create input may set, as a typed mapping.
+
+Input is JSON-shaped: a field in seconds also takes a duration (``"90s"``), an action kind an
+alias, a list field any sequence of strings; the service's ``normalize`` checks each. The keys
+are :func:`~.column.create_fields` of :class:`~.schedule.Schedule` (a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
+
+
+class ScheduleInput(TypedDict, total=False):
+    """Create input (or update changes) of a schedule: any subset of its input fields."""
+
+    name: str
+    description: str | None
+    enabled: bool
+    trigger_type: str
+    cron_expr: str | None
+    interval_sec: int | str | None
+    github_repo: str | None
+    github_filter: Mapping[str, object] | None
+    poll_interval_sec: int | str | None
+    action_kind: str
+    action_model: str | None
+    action_prompt: str | None
+    action_agent: str | None
+    action_playbook: str | None
+    action_flow_yaml: str | None
+    action_project: str | None
+    action_cwd: str | None
+    action_extra_args: Sequence[str] | None
+    action_command: str | None
+    action_command_args: Sequence[str] | None
+    on_success: Mapping[str, object] | None
+    on_fail: Mapping[str, object] | None
+    missed_fire_policy: str
+    overlap_policy: str
+    max_runs: int | None
+    budget_usd: float | None
+    budget_tokens: int | None
+    project: str | None
+    threshold_config: Mapping[str, object] | None
+    timezone: str | None
+    timeout_sec: int | str | None
+    notify: Mapping[str, object] | None
+    catchup_window_sec: int | str | None
+    jitter_sec: int | str | None
+    pause_on_failure: bool | None
+    retry: Mapping[str, object] | None
+    at: str | None
+    rate_limit: Mapping[str, object] | None
