@@ -26,6 +26,7 @@ from .._exceptions import (
 from .._records.codec import encode_schedule
 from .._records.run import Run, RunWithChain
 from .._records.schedule import ManagedBy, Schedule
+from .._records.schedule_input import ScheduleRow
 from .._records.vocab import ENGINE_ACTOR
 from .._settings import SchedulerSettings
 from .._triggers.cadence import first_fire_at, preview_times
@@ -91,7 +92,7 @@ class ScheduleService:
         if self._on_change is not None:
             self._on_change()
 
-    async def validate(self, data: Mapping[str, Any]) -> dict[str, Any]:
+    async def validate(self, data: Mapping[str, Any]) -> ScheduleRow:
         """The normalised row ``create`` would store (with ``next_fire_at``); nothing written."""
         now = self._clock()
         row = normalize(data, settings=self._settings, now=now)
@@ -108,14 +109,9 @@ class ScheduleService:
         """
         now = self._clock()
         row = normalize(data, settings=self._settings, now=now)
-        row.update(
-            id=new_id(),
-            next_fire_at=first_fire_at(row, now=now, timezone=self._settings.timezone),
-            poller_consecutive_401=0,
-            managed_by=self._managed_by,
-            created_at=now,
-            updated_at=now,
-        )
+        row["next_fire_at"] = first_fire_at(row, now=now, timezone=self._settings.timezone)
+        row.update({"id": new_id(), "poller_consecutive_401": 0, "managed_by": self._managed_by})
+        row.update({"created_at": now, "updated_at": now})
         async with write_transaction(self._conn):
             if await store.name_taken(self._conn, row["name"]):
                 raise ScheduleNameTaken(row["name"])

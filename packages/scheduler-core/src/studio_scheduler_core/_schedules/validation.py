@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfoNotFoundError
 
 from .._notify.service import check_notify
 from .._records.column import create_fields, maximum, not_null_fields, specs
 from .._records.schedule import Schedule
+from .._records.schedule_input import ScheduleRow
 from .._records.vocab import (
     ACTION_KIND_ALIASES,
     ACTION_KINDS,
@@ -169,8 +170,12 @@ def _check_limits(row: Mapping[str, Any]) -> dict[str, int | float]:
     return out
 
 
-def _merge(data: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The input row: ``data`` over the record's defaults (create) or over ``base`` (update)."""
+def _merge(data: Mapping[str, Any], base: Mapping[str, Any] | None) -> dict[str, object]:
+    """The input row: ``data`` over the record's defaults (create) or over ``base`` (update).
+
+    Its values are the input's, not yet checked (any JSON value): :func:`normalize` checks
+    each and returns the row typed."""
+    row: dict[str, object]
     if base is None:
         row = {k: list(v) if isinstance(v, tuple) else v for k, v in _DEFAULTS.items()}
         row.update({k: v for k, v in data.items() if v is not None or k not in NOT_NULL_FIELDS})
@@ -198,10 +203,11 @@ def normalize(
     settings: SchedulerSettings,
     now: float,
     base: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> ScheduleRow:
     """Validate ``data`` (create input, or update changes over ``base``) into a stored row.
 
-    Returns the schedule columns (not id/created_at/updated_at/cadence); nothing is written.
+    Returns the schedule's input columns, checked (not id/created_at/updated_at/cadence);
+    nothing is written.
     """
     if not isinstance(data, Mapping):
         raise err("schedule", f"must be an object, got {type(data).__name__}")
@@ -213,18 +219,21 @@ def normalize(
     _durations(row)
     row.update(_check_types(row))
     row.update(_check_enums(row))
-    row["timezone"] = check_timezone(row.get("timezone"))
+    row["timezone"] = zone_name = check_timezone(row.get("timezone"))
     fresh_at = base is None or row.get("at") != base.get("at")
-    zone_name = row["timezone"] or settings.timezone
-    row.update(check_trigger(row, timezone=zone_name, now=now, fresh_at=fresh_at))
+    row.update(
+        check_trigger(row, timezone=zone_name or settings.timezone, now=now, fresh_at=fresh_at)
+    )
     row.update(_check_limits(row))
     check_policies(row)
     row["rate_limit"] = check_rate_limit(row.get("rate_limit"))
-    if row.get("project") is not None and not row["project"].strip():
+    project = row.get("project")
+    if isinstance(project, str) and not project.strip():
         raise err("project", "must not be blank")
     check_action(row, settings=settings)
     row["action_cwd"] = check_cwd(row.get("action_cwd"), row.get("action_project"), settings)
     for key in ("on_success", "on_fail"):
         row[key] = check_overlay(row.get(key), row, field=key, settings=settings)
     row["notify"] = check_notify(row.get("notify"))
-    return row
+    # every column is checked above: the row now has the shape its type names
+    return cast("ScheduleRow", row)

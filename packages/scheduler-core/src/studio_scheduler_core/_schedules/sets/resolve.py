@@ -97,8 +97,8 @@ def _check(draft: Draft, name: str, settings: SchedulerSettings) -> tuple[dict[s
                 return data, True
             continue
         if draft.at is not None:
-            row.update(trigger_type="at", at=draft.at, interval_sec=None)
-        return row, refused
+            row.update({"trigger_type": "at", "at": draft.at, "interval_sec": None})
+        return {**row}, refused
     return data, True
 
 
