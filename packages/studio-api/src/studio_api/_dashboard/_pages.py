@@ -101,7 +101,7 @@ async def overview(request: Request) -> Response:
         completion_rate=activity.completion_rate,
         activity_series=ACTIVITY_SERIES,
         verdicts=[(name, counts[name]) for name in HEALTH_VERDICTS],
-        **dataclasses.asdict(data),
+        **dataclasses.asdict(data),  # the templates read the run rows as mappings
     )
 
 
@@ -215,7 +215,7 @@ async def runs(request: Request) -> Response:
         request,
         "runs.html",
         who,
-        runs=rows,
+        runs=[dataclasses.asdict(row) for row in rows],  # the run rows' macros read mappings
         total=total,
         offset=offset,
         pages=page_links(request, offset, total),
