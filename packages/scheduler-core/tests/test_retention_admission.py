@@ -160,6 +160,46 @@ async def test_a_spent_budget_stays_spent_when_retention_deletes_the_runs(
     assert info.value.field == "budget_tokens"
 
 
+async def test_any_node_workers_max_runs_holds_through_retention(
+    make_engine: Any, clock: Any, h: Any, tmp_path: Path
+) -> None:
+    """``scheduled_on_any_node``: fires are queued for workers, the gate counts admitted runs
+    (queued, running, ended) plus what retention deleted."""
+    engine = await make_engine(clock=clock, scheduled_on_any_node=True)
+    ok = h.script("ok.py", "pass\n")
+    made = await engine.service.create(h.command_schedule(ok, overlap_policy="allow", max_runs=3))
+
+    async def ended(count: int) -> None:
+        async def done() -> bool:
+            await engine.tick_once()
+            rows = await h.runs_at_depth(engine.conn, made.id, 0)
+            return sum(r["status"] == "completed" for r in rows) >= count
+
+        await h.eventually(done, timeout=20)
+
+    for i in range(2):
+        clock.set(made.next_fire_at + 60 * i)
+        await engine.tick_once()
+        await ended(i + 1)
+    clock.advance(3 * DAY)
+    assert await _prune(engine, clock, tmp_path, archive=False) == 2
+    assert await admitted_run_count(engine.conn, made.id) == 2
+    assert (await h.schedule_row(engine.conn, made.id))["enabled"] == 1  # one run left
+    due = (await engine.service.get(made.id)).next_fire_at
+    clock.set(max(due, clock()))
+    await engine.tick_once()
+    await ended(1)
+    for _ in range(3):  # the limit is reached: no more fires
+        clock.advance(60)
+        await engine.tick_once()
+    await engine.wait_idle()
+    fired = [r["status"] for r in await h.runs_at_depth(engine.conn, made.id, 0)]
+    assert [s for s in fired if s != "skipped"] == ["completed"]
+    row = await h.schedule_row(engine.conn, made.id)
+    assert (row["enabled"], row["disabled_reason"]) == (0, "schedule.disabled.max_runs")
+    assert await admitted_run_count(engine.conn, made.id) == 3
+
+
 async def test_migration_20_gives_every_health_row_zero_carried_totals(db_target: str) -> None:
     async with connect(db_target) as conn:
         await ensure_state_schema(conn)
