@@ -15,10 +15,12 @@ from datetime import datetime
 
 from ..._exceptions import ScheduleValidationError
 from ..._triggers.cron import CronError, check_expression, next_after
+from ..trigger_rules import ThresholdConfig
 from ..validation import check_timezone
 from .durations import parse_duration, parse_minutes
+from .shapes import CronBlock, GithubBlock, ThresholdBlock, TriggerBlock, keys
 
-TRIGGER_KINDS = ("cron", "every", "at", "github", "threshold")
+TRIGGER_KINDS = keys(TriggerBlock)
 """The keys of a member's ``trigger:`` block (exactly one)."""
 ACTION_BLOCKS = ("command", "agent", "playbook", "flow")
 """A member's action keys (exactly one, at member level)."""
@@ -34,7 +36,7 @@ ACTION_KEYS: Mapping[str, tuple[str, ...]] = {
     "flow": ("model", "fanout", "yaml", *_COMMON_ACTION_KEYS),
 }
 """The keys each action block accepts."""
-_COLUMN = {
+ACTION_COLUMNS: Mapping[str, str] = {
     "agent": "action_agent",
     "model": "action_model",
     "prompt": "action_prompt",
@@ -43,6 +45,8 @@ _COLUMN = {
     "name": "action_playbook",
     "yaml": "action_flow_yaml",
 }
+"""The action block keys that are a schedule input field under another name (``cwd``, a
+path resolved against the document's folder, aside)."""
 
 
 @dataclass
@@ -114,7 +118,7 @@ def duration(draft: Draft, value: object, path: str) -> int | None:
 
 
 def _cron(draft: Draft, value: object, path: str) -> None:
-    block = mapping_at(draft, value, path, ("expression", "timezone"))
+    block = mapping_at(draft, value, path, keys(CronBlock))
     expr, zone_name = block.get("expression"), block.get("timezone")
     ok = True
     if not isinstance(expr, str) or not expr.strip():
@@ -170,7 +174,7 @@ def _at(draft: Draft, value: object, path: str, run_once: bool) -> None:
 
 
 def _github(draft: Draft, value: object, path: str) -> None:
-    block = mapping_at(draft, value, path, ("repo", "filter", "poll_interval_sec"))
+    block = mapping_at(draft, value, path, keys(GithubBlock))
     draft.put("trigger_type", "github_poll", path)
     draft.put("github_repo", block.get("repo"), f"{path}.repo")
     if block.get("repo") is None:
@@ -183,8 +187,7 @@ def _github(draft: Draft, value: object, path: str) -> None:
 
 
 def _threshold(draft: Draft, value: object, path: str) -> None:
-    keys = ("metric", "op", "value", "window_minutes", "every", "cron")
-    block = mapping_at(draft, value, path, keys)
+    block = mapping_at(draft, value, path, keys(ThresholdBlock))
     cadence = [k for k in ("every", "cron") if k in block]
     if len(cadence) != 1:
         draft.fail(path, "needs exactly one of every or cron (how often it is checked)", "trigger")
@@ -192,7 +195,7 @@ def _threshold(draft: Draft, value: object, path: str) -> None:
         _every(draft, block["every"], f"{path}.every")
     else:
         _cron(draft, block["cron"], f"{path}.cron")
-    config = {k: block[k] for k in keys[:4] if k in block}
+    config = {k: block[k] for k in keys(ThresholdConfig) if k in block}
     if "window_minutes" in config:
         try:
             config["window_minutes"] = parse_minutes(
@@ -285,11 +288,11 @@ def action(draft: Draft, member: Mapping[object, object]) -> None:
     for key, item in block.items():
         if key == "cwd":
             _cwd(draft, item, f"{path}.cwd")
-        elif key in _COLUMN:
-            draft.put(_COLUMN[key], item, f"{path}.{key}")
+        elif key in ACTION_COLUMNS:
+            draft.put(ACTION_COLUMNS[key], item, f"{path}.{key}")
     # A refusal of a column the block left out (``action_model`` is required …) names the key
     # that would set it.
     for key in ACTION_KEYS[kind]:
-        column = "action_cwd" if key == "cwd" else _COLUMN.get(key)
+        column = "action_cwd" if key == "cwd" else ACTION_COLUMNS.get(key)
         if column is not None:
             draft.paths.setdefault(column, f"{path}.{key}")

@@ -18,8 +18,9 @@ import aiosqlite
 import yaml
 
 from ..._records.schedule import Schedule, disabled_by_studio
-from .blocks import ACTION_KEYS
+from .blocks import ACTION_COLUMNS, ACTION_KEYS
 from .document import API_VERSION, KIND, MEMBER_FIELDS, NAME_PATTERN
+from .shapes import CronBlock, GithubBlock, ThresholdBlock, TriggerBlock
 from .store import held_rows
 
 _BLOCK_OF_KIND = {
@@ -30,54 +31,8 @@ _BLOCK_OF_KIND = {
     "fanout": "flow",
     "flow_yaml": "flow",
 }
-_KEY_COLUMN = {
-    "agent": "action_agent",
-    "model": "action_model",
-    "prompt": "action_prompt",
-    "project": "action_project",
-    "cwd": "action_cwd",
-    "extra_args": "action_extra_args",
-    "name": "action_playbook",
-    "yaml": "action_flow_yaml",
-}
+_KEY_COLUMN = {**ACTION_COLUMNS, "cwd": "action_cwd"}
 _UNSAFE = re.compile(r"[^a-z0-9\-_.]")
-
-
-class CronBlock(TypedDict):
-    """``cron: {expression, timezone}``."""
-
-    expression: str | None
-    timezone: str
-
-
-class GithubBlock(TypedDict, total=False):
-    """``github: {repo, filter?, poll_interval_sec?}``."""
-
-    repo: str | None
-    filter: dict[str, object]
-    poll_interval_sec: int
-
-
-class ThresholdBlock(TypedDict, total=False):
-    """``threshold: {metric, op, value, window_minutes}`` and its cadence (``every`` or
-    ``cron``)."""
-
-    metric: str
-    op: str
-    value: float
-    window_minutes: int
-    every: int | None
-    cron: CronBlock
-
-
-class TriggerBlock(TypedDict, total=False):
-    """A member's ``trigger:`` block: exactly one key."""
-
-    cron: CronBlock
-    every: int | None
-    at: str | None
-    github: GithubBlock
-    threshold: ThresholdBlock
 
 
 class ExportedMetadata(TypedDict):
