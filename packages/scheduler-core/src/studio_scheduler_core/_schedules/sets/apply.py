@@ -162,20 +162,21 @@ class _Writer:
         )
 
     async def create(self, member: ScheduleSetMember) -> None:
-        schedule = replace(
-            member.schedule,
+        schedule_id = new_id()
+        row = {
+            **member.fields,
             **_set_columns(member),
-            id=new_id(),
-            created_at=self.now,
-            updated_at=self.now,
-        )
-        row = schedule.to_row()
+            "id": schedule_id,
+            "poller_consecutive_401": 0,
+            "created_at": self.now,
+            "updated_at": self.now,
+        }
         row["next_fire_at"] = first_fire_at(row, now=self.now, timezone=self.timezone)
         self.inserts.append(encode_schedule(row))  # written together by flush()
         self.transition(
-            schedule.id,
+            schedule_id,
             member.owner,
-            status="enabled" if schedule.enabled else "disabled",
+            status="enabled" if member.schedule.enabled else "disabled",
             reason_code="schedule.created",
             reason_summary=f"schedule {member.name!r} created by set {member.owner!r}",
         )

@@ -16,8 +16,9 @@ Snapshot = tuple[str, str | None, str | None, str, bool]
 """What a plan saw of a row: its behaviour digest, owner key, set digest, managed_by, enabled."""
 FieldChange = tuple[object, object]
 """An input field's value before and after (JSON values)."""
-INPUT_FIELDS = frozenset(create_fields(Schedule))
-"""The input fields of a schedule (what a member sets; the rest is bookkeeping)."""
+INPUT_FIELDS = create_fields(Schedule)
+"""The input fields of a schedule, in column order (what a member sets; the rest is
+bookkeeping)."""
 
 
 class ProblemJson(TypedDict):
@@ -72,7 +73,12 @@ class ScheduleSetMember:
     @property
     def fields(self) -> dict[str, object]:
         """The schedule's input fields, as :meth:`ScheduleService.create` takes them."""
-        return {k: v for k, v in self.schedule.to_row().items() if k in INPUT_FIELDS}
+        schedule = self.schedule
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name in INPUT_FIELDS
+            for value in (getattr(schedule, name),)
+        }
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from ..._exceptions import ScheduleValidationError
-from ..._records.schedule import Schedule
+from ..._records.schedule import Schedule, fields_digest, set_fields
 from ..._records.vocab import MAX_INTERVAL_SEC
 from ..._settings import SchedulerSettings
 from ..trigger_rules import TRIGGER_FIELDS
@@ -54,10 +54,10 @@ def _path_of(draft: Draft, field: str) -> str:
     return f"{base}.{rest}"
 
 
-def _check(draft: Draft, name: str, settings: SchedulerSettings) -> Schedule | None:
+def _check(draft: Draft, name: str, settings: SchedulerSettings) -> Mapping[str, object] | None:
     """Validate the member as create would; report refusals not already reported.
 
-    Returns the schedule it stands for, or ``None`` when the schedule validation refused
+    Returns the normalised input row, or ``None`` when the schedule validation refused
     anything.
     """
     data: dict[str, object] = {**draft.fields, "name": name}
@@ -99,7 +99,7 @@ def _check(draft: Draft, name: str, settings: SchedulerSettings) -> Schedule | N
             return None
         if draft.at is not None:
             row.update(trigger_type="at", at=draft.at, interval_sec=None)
-        return _unstored(row)
+        return row
     return None
 
 
@@ -272,21 +272,21 @@ def _resolve_members(
     owner = doc.owner if doc.owner is not None else "?"
     for draft in doc.members:
         name = f"{owner}/{draft.member}"
-        schedule = _check(draft, name, settings)
+        row = _check(draft, name, settings)
         if doc.owner is not None:
             where = f"{doc.source}: {draft.prefix}"
             first = names.setdefault(name, where)
             if first != where:
                 draft.fail(draft.prefix, f"resolves to the name {name!r}, as {first} does")
-        if schedule is None or draft.seen or doc.owner is None:
+        if row is None or draft.seen or doc.owner is None:
             continue
         resolved.append(
             ScheduleSetMember(
                 owner=owner,
                 member=draft.member,
                 name=name,
-                schedule=schedule,
-                digest=schedule.digest,
+                schedule=_unstored(row),
+                digest=fields_digest(set_fields(row)),  # Schedule.digest, from the row at hand
                 source=doc.source,
                 past_at=draft.at_path,
             )
