@@ -1,6 +1,10 @@
 """The SQL of admission: the holds on runs that any node's worker runs, the run counts the
 gates and the run lists read (``max_runs``, the ad-hoc total), and usage evidence (the
 invocation a report names, the ``sessions`` row it writes, the spend the budget gates compare).
+
+The ``max_runs`` counts and the spend add the schedule's carried totals of what retention
+deleted (``schedule_health.pruned_*``, migration 20) to what is still stored, so deleting old
+history never re-arms a schedule that reached its limit.
 """
 
 from __future__ import annotations
@@ -52,25 +56,34 @@ async def top_level_in_flight(conn: aiosqlite.Connection) -> list[HeldFire]:
     return [HeldFire(str(r["id"]), str(r["schedule_id"]), float(r["fired_at"])) for r in rows]
 
 
+# What retention deleted of a schedule's counts and spend (migration 20): a schedule with no
+# health row (none yet) carries nothing.
+_PRUNED = "COALESCE((SELECT {col} FROM schedule_health WHERE schedule_id = ?), 0)"
+
+
 async def fired_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
-    """Top-level runs of the schedule that fired and ended (chain children and skips excluded)."""
+    """Top-level runs of the schedule that fired and ended (chain children and skips excluded),
+    those retention deleted included."""
     value = await fetch_value(
         conn,
-        "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
-        f"AND status IN ({_TERMINAL_SQL}) AND retry_of IS NULL",
-        (schedule_id,),
+        "SELECT (SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
+        f"AND status IN ({_TERMINAL_SQL}) AND retry_of IS NULL) + "
+        + _PRUNED.format(col="pruned_runs"),
+        (schedule_id, schedule_id),
     )
     return int(value or 0)
 
 
 async def admitted_run_count(conn: aiosqlite.Connection, schedule_id: str) -> int:
     """Top-level runs of the schedule that fired and ended, or are queued or running (what
-    ``max_runs`` counts when workers of any node run the fires)."""
+    ``max_runs`` counts when workers of any node run the fires), those retention deleted
+    included."""
     value = await fetch_value(
         conn,
-        "SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
-        f"AND status IN ({_TERMINAL_SQL}, 'queued', 'running') AND retry_of IS NULL",
-        (schedule_id,),
+        "SELECT (SELECT COUNT(*) FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
+        f"AND status IN ({_TERMINAL_SQL}, 'queued', 'running') AND retry_of IS NULL) + "
+        + _PRUNED.format(col="pruned_runs"),
+        (schedule_id, schedule_id),
     )
     return int(value or 0)
 
@@ -138,14 +151,17 @@ async def insert_session(
 
 
 async def schedule_spend(conn: aiosqlite.Connection, schedule_id: str) -> tuple[float, int]:
-    """``(cost_usd, tokens)`` summed over the sessions of every run of the schedule."""
+    """``(cost_usd, tokens)`` summed over the sessions of every run of the schedule, those of
+    the runs retention deleted included."""
     row = await fetch_one(
         conn,
+        "SELECT l.cost + " + _PRUNED.format(col="pruned_cost_usd") + " AS cost, "
+        "l.tokens + " + _PRUNED.format(col="pruned_tokens") + " AS tokens FROM ("
         "SELECT COALESCE(SUM(s.total_cost_usd), 0) AS cost, "
         "COALESCE(SUM(COALESCE(s.input_tokens, 0) + COALESCE(s.output_tokens, 0)), 0) AS tokens "
         "FROM schedule_runs r JOIN sessions s ON s.invocation_id = r.invocation_id "
-        "WHERE r.schedule_id = ? AND r.invocation_id IS NOT NULL",
-        (schedule_id,),
+        "WHERE r.schedule_id = ? AND r.invocation_id IS NOT NULL) l",
+        (schedule_id, schedule_id, schedule_id),
     )
     assert row is not None
     return float(row["cost"]), int(row["tokens"])

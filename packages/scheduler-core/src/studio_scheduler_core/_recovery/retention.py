@@ -24,9 +24,12 @@ their window but older than the dispatches', transitions of entities that still 
 than the audit window).
 
 A run is deleted with its invocations, their sessions, the transition rows of all of them,
-and its log file ``runs/<run_id>.log`` beside the database. A run that is the chain parent
-of a run still live (queued or running), or the attempt a live run retries (``retry_of``: a
-planned ``retry_wait`` or a running retry), is kept until that run ends.
+and its log file ``runs/<run_id>.log`` beside the database; what it counted toward its
+schedule's ``max_runs`` and budgets goes into the schedule's carried totals in the same
+transaction (:func:`.store.fold_pruned_runs_sync`), so the gates count it still.
+A run that is the chain parent of a run still live (queued or running), or the attempt a live
+run retries (``retry_of``: a planned ``retry_wait`` or a running retry), is kept until that
+run ends.
 With an archive directory, each batch first reads the rows it is about to delete (no write
 lock held: a read on the engine connection), writes them to a verified archive
 (:mod:`.archive`), and only then deletes, in a write transaction that reads the same rows again

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .archive import ArchiveLine
+from .store import fold_pruned_runs_sync
 
 TERMINAL_RUN = ("completed", "failed", "timed_out", "cancelled", "skipped")
 LIVE_RUN = ("queued", "waiting_dependency", "running", "retry_wait")
@@ -187,7 +188,9 @@ def snapshot_audit(db: sqlite3.Connection, ids: list[str]) -> Snapshot:
 
 def delete_runs(db: sqlite3.Connection, ids: list[str]) -> None:
     """Delete runs with their invocations, sessions and the transitions of all of them but
-    the audit rows (which the audit walk deletes later)."""
+    the audit rows (which the audit walk deletes later); what they counted for ``max_runs``
+    and the budgets stays in their schedules' carried totals."""
+    fold_pruned_runs_sync(db, ids)
     m = marks(ids)
     invs = [
         str(row["id"])

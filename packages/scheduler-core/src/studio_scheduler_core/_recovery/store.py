@@ -1,6 +1,6 @@
 """The SQL of recovery: the runs and invocations start-up reconciliation and the stale-run
-reaper inspect, the database's file and the WAL checkpoint, and the pruning of old counter
-rows.
+reaper inspect, the database's file and the WAL checkpoint, the pruning of old counter
+rows, and what deleted runs leave in their schedule's carried totals (migration 20).
 
 The writes themselves go through :func:`~studio_scheduler_core._records.terminal.apply`. A second
 backend implements these reads (and replaces the checkpoint with its own maintenance).
@@ -15,6 +15,7 @@ import aiosqlite
 
 from studio_state import backend_of, connect, fetch_all, fetch_ids_in
 
+from .._records.codec import TERMINAL_RUN_STATUSES
 from .._records.store import roll_weeks_sync
 from .._records.vocab import DAY_SECONDS
 
@@ -144,3 +145,38 @@ def prune_counter_rows_sync(db: sqlite3.Connection, cutoff: int, day: int) -> in
         "(SELECT 1 FROM schedules s WHERE s.id = schedule_health.schedule_id)"
     ).rowcount
     return max(deleted, 0)
+
+
+_FIRED = ", ".join(f"'{s}'" for s in TERMINAL_RUN_STATUSES)
+# What the admission counts lose when these runs go: the top-level first attempts that fired
+# and ended (the rows ``fired_run_count`` and ``admitted_run_count`` count: retention deletes
+# no queued or running run) and the usage of the sessions ``schedule_spend`` joins to them.
+_FOLD = f"""
+UPDATE schedule_health SET pruned_runs = schedule_health.pruned_runs + o.runs,
+  pruned_cost_usd = schedule_health.pruned_cost_usd + o.usd,
+  pruned_tokens = schedule_health.pruned_tokens + o.tokens
+FROM (
+  SELECT r.schedule_id,
+    sum(CASE WHEN r.chain_depth = 0 AND r.retry_of IS NULL AND r.status IN ({_FIRED})
+      THEN 1 ELSE 0 END) AS runs,
+    COALESCE(sum(u.usd), 0) AS usd, COALESCE(sum(u.tokens), 0) AS tokens
+  FROM schedule_runs r LEFT JOIN (
+    SELECT s.invocation_id, COALESCE(sum(s.total_cost_usd), 0) AS usd,
+      COALESCE(sum(COALESCE(s.input_tokens, 0) + COALESCE(s.output_tokens, 0)), 0) AS tokens
+    FROM sessions s WHERE s.invocation_id IN (
+      SELECT invocation_id FROM schedule_runs WHERE id IN ({{marks}}))
+    GROUP BY s.invocation_id
+  ) u ON u.invocation_id = r.invocation_id
+  WHERE r.id IN ({{marks}}) AND r.schedule_id IS NOT NULL GROUP BY r.schedule_id
+) o WHERE o.schedule_id = schedule_health.schedule_id
+"""
+
+
+def fold_pruned_runs_sync(db: sqlite3.Connection, ids: list[str]) -> None:
+    """Add to their schedules' carried totals what deleting the runs ``ids`` takes out of the
+    ``max_runs`` counts and the spend (in the transaction that deletes them, before it does).
+
+    A schedule that no longer exists has no health row: nothing is carried for it.
+    """
+    marks = ", ".join("?" * len(ids))
+    db.execute(_FOLD.format(marks=marks), (*ids, *ids))

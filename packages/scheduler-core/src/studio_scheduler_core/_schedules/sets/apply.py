@@ -16,9 +16,9 @@ transaction (:mod:`.cancel`); their processes are stopped after the commit. A de
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypedDict
 
 import aiosqlite
 
@@ -31,8 +31,8 @@ from studio_state import (
 )
 
 from ..._exceptions import ScheduleNameTaken, SchedulerError
-from ..._records.codec import encode_schedule
-from ..._records.schedule import Schedule, disabled_by_studio
+from ..._records.codec import ColumnValue, encode_schedule
+from ..._records.schedule import ManagedBy, Schedule, disabled_by_studio
 from ..._triggers.cadence import first_fire_at
 from ..._triggers.once import ONCE
 from ..store import (
@@ -42,9 +42,9 @@ from ..store import (
     set_enabled,
     update_schedule,
 )
-from .cancel import CancelledRun, cancel_running
+from .cancel import CancelledRun, RunProcess, cancel_running
 from .plan import snapshot
-from .records import ScheduleSetChange, ScheduleSetMember, ScheduleSetPlan
+from .records import INPUT_FIELDS, ScheduleSetChange, ScheduleSetMember, ScheduleSetPlan
 from .store import lock_owners, owner_rows, running_runs
 
 UPDATED = "schedule.updated.operator"
@@ -116,17 +116,21 @@ async def _check_unchanged(
     return found_rows
 
 
-def _new_occurrence(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+def _new_occurrence(current: Schedule, new: Schedule) -> bool:
     """Whether the member gives an ``at`` schedule whose occurrence is behind it another
     instant: then it is enabled again, as an enable with a new ``at`` is."""
-    return (
-        current.get("disabled_reason") == ONCE
-        and new.get("trigger_type") == "at"
-        and new.get("at") != current.get("at")
-    )
+    return current.disabled_reason == ONCE and new.trigger_type == "at" and new.at != current.at
 
 
-def _set_columns(member: ScheduleSetMember) -> dict[str, Any]:
+class _SetColumns(TypedDict):
+    managed_by: ManagedBy
+    owner_key: str
+    set_member: str
+    set_digest: str
+
+
+def _set_columns(member: ScheduleSetMember) -> _SetColumns:
+    """The bookkeeping columns an apply writes beside the member's input fields."""
     return {
         "managed_by": "set",
         "owner_key": member.owner,
@@ -144,7 +148,7 @@ class _Writer:
         self.timezone = timezone
         self.transitions: list[Transition] = []
         self.cancelled: list[CancelledRun] = []
-        self.inserts: list[dict[str, Any]] = []
+        self.inserts: list[dict[str, ColumnValue]] = []
 
     def transition(self, schedule_id: str, owner: str, **values: Any) -> None:
         self.transitions.append(
@@ -158,19 +162,21 @@ class _Writer:
         )
 
     async def create(self, member: ScheduleSetMember) -> None:
-        row: dict[str, Any] = {**member.fields, **_set_columns(member)}
-        row.update(
-            id=new_id(),
-            next_fire_at=first_fire_at(row, now=self.now, timezone=self.timezone),
-            poller_consecutive_401=0,
-            created_at=self.now,
-            updated_at=self.now,
-        )
+        schedule_id = new_id()
+        row = {
+            **member.fields,
+            **_set_columns(member),
+            "id": schedule_id,
+            "poller_consecutive_401": 0,
+            "created_at": self.now,
+            "updated_at": self.now,
+        }
+        row["next_fire_at"] = first_fire_at(row, now=self.now, timezone=self.timezone)
         self.inserts.append(encode_schedule(row))  # written together by flush()
         self.transition(
-            row["id"],
+            schedule_id,
             member.owner,
-            status="enabled" if row["enabled"] else "disabled",
+            status="enabled" if member.schedule.enabled else "disabled",
             reason_code="schedule.created",
             reason_summary=f"schedule {member.name!r} created by set {member.owner!r}",
         )
@@ -187,24 +193,25 @@ class _Writer:
         await record_transitions(self.conn, self.transitions)
 
     async def update(self, row: Schedule, member: ScheduleSetMember) -> None:
-        current = row.to_row()
-        new: dict[str, Any] = {**member.fields, **_set_columns(member)}
-        was = bool(current["enabled"])
+        inputs = {name: getattr(member.schedule, name) for name in INPUT_FIELDS}
+        new = replace(row, **inputs, **_set_columns(member))
+        was = row.enabled
         if (
             not was
-            and new["enabled"]
-            and disabled_by_studio(current["disabled_reason"])
-            and not _new_occurrence(current, new)
+            and new.enabled
+            and disabled_by_studio(row.disabled_reason)
+            and not _new_occurrence(row, new)
         ):
-            new["enabled"] = False  # Studio paused it (max runs, budget …): not re-armed here
-        enabling = bool(new["enabled"]) and not was
-        if enabling or any(new.get(k) != current.get(k) for k in _CADENCE):
-            new["next_fire_at"] = first_fire_at(
-                {**current, **new}, now=self.now, timezone=self.timezone
+            # Studio paused it (max runs, budget …): not re-armed here
+            new = replace(new, enabled=False)
+        enabling = new.enabled and not was
+        if enabling or any(getattr(new, k) != getattr(row, k) for k in _CADENCE):
+            new = replace(
+                new, next_fire_at=first_fire_at(new.to_row(), now=self.now, timezone=self.timezone)
             )
-        if bool(new["enabled"]) != was:
-            new["disabled_reason"] = None if new["enabled"] else "manual"
-        old_values, new_values = encode_schedule(current), encode_schedule(new)
+        if new.enabled != was:
+            new = replace(new, disabled_reason=None if new.enabled else "manual")
+        old_values, new_values = encode_schedule(row.to_row()), encode_schedule(new.to_row())
         diff = {k: v for k, v in new_values.items() if old_values.get(k) != v}
         if "github_repo" in diff or "github_filter" in diff:
             diff["github_etag"] = None
@@ -214,7 +221,7 @@ class _Writer:
         await update_schedule(self.conn, row.id, diff)
         fields = sorted(k for k in diff if k not in ("github_etag", "updated_at"))
         state = "enabled" if was else "disabled"
-        if bool(new["enabled"]) == was:
+        if new.enabled == was:
             self.transition(
                 row.id,
                 member.owner,
@@ -225,14 +232,14 @@ class _Writer:
                 metadata={"fields": fields},
             )
             return
-        if not new["enabled"]:
+        if not new.enabled:
             await drop_buffered(self.conn, row.id, now=self.now)
         self.transition(
             row.id,
             member.owner,
             previous_status=state,
-            status="enabled" if new["enabled"] else "disabled",
-            reason_code="schedule.enabled.manual" if new["enabled"] else "schedule.disabled.manual",
+            status="enabled" if new.enabled else "disabled",
+            reason_code="schedule.enabled.manual" if new.enabled else "schedule.disabled.manual",
             reason_summary=f"by set {member.owner!r}",
             metadata={"fields": fields},
         )
@@ -277,7 +284,7 @@ async def apply_schedule_plan(
     timezone: str,
     clock: Clock,
     on_change: Callable[[], None] | None = None,
-    stop_process: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None,
+    stop_process: Callable[[RunProcess], Awaitable[None]] | None = None,
 ) -> ScheduleSetApplied:
     """Write ``plan`` in one transaction on ``conn`` (``timezone``: the settings' default zone,
     for the first fire times); ``on_change`` (the engine's wake) is called after a commit

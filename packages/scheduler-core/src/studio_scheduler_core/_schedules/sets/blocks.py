@@ -12,14 +12,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from ..._exceptions import ScheduleValidationError
 from ..._triggers.cron import CronError, check_expression, next_after
+from ..trigger_rules import ThresholdConfig
 from ..validation import check_timezone
 from .durations import parse_duration, parse_minutes
+from .shapes import CronBlock, GithubBlock, ThresholdBlock, TriggerBlock, keys
 
-TRIGGER_KINDS = ("cron", "every", "at", "github", "threshold")
+TRIGGER_KINDS = keys(TriggerBlock)
 """The keys of a member's ``trigger:`` block (exactly one)."""
 ACTION_BLOCKS = ("command", "agent", "playbook", "flow")
 """A member's action keys (exactly one, at member level)."""
@@ -35,7 +36,7 @@ ACTION_KEYS: Mapping[str, tuple[str, ...]] = {
     "flow": ("model", "fanout", "yaml", *_COMMON_ACTION_KEYS),
 }
 """The keys each action block accepts."""
-_COLUMN = {
+ACTION_COLUMNS: Mapping[str, str] = {
     "agent": "action_agent",
     "model": "action_model",
     "prompt": "action_prompt",
@@ -44,6 +45,8 @@ _COLUMN = {
     "name": "action_playbook",
     "yaml": "action_flow_yaml",
 }
+"""The action block keys that are a schedule input field under another name (``cwd``, a
+path resolved against the document's folder, aside)."""
 
 
 @dataclass
@@ -54,7 +57,9 @@ class Draft:
     prefix: str
     now: float
     base_dir: str
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, object] = field(default_factory=dict)
+    """The schedule's input fields as the document gave them (checked by the schedule
+    validation, which names the document path of each field it refuses)."""
     paths: dict[str, str] = field(default_factory=dict)
     at: str | None = None
     at_path: str | None = None
@@ -67,7 +72,7 @@ class Draft:
     problems: list[tuple[str, str]] = field(default_factory=list)
     """``(path, message)`` of each problem, in the order found."""
 
-    def put(self, column: str, value: Any, path: str) -> None:
+    def put(self, column: str, value: object, path: str) -> None:
         """Set the input field ``column`` from the document path ``path``."""
         self.fields[column] = value
         self.paths[column] = path
@@ -87,12 +92,14 @@ class Draft:
             self.broken.add(part)
 
 
-def mapping_at(draft: Draft, value: Any, path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+def mapping_at(
+    draft: Draft, value: object, path: str, allowed: tuple[str, ...]
+) -> dict[str, object]:
     """``value`` as a mapping; each key outside ``allowed`` (and a non-mapping) reported."""
     if not isinstance(value, Mapping):
         draft.fail(path, f"must be a mapping, got {type(value).__name__}")
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, item in value.items():
         if key not in allowed:
             draft.fail(f"{path}.{key}", f"unknown key (allowed: {', '.join(allowed)})")
@@ -101,7 +108,7 @@ def mapping_at(draft: Draft, value: Any, path: str, allowed: tuple[str, ...]) ->
     return out
 
 
-def duration(draft: Draft, value: Any, path: str) -> int | None:
+def duration(draft: Draft, value: object, path: str) -> int | None:
     """``value`` in seconds, or ``None`` after reporting it."""
     try:
         return parse_duration(path, value)
@@ -110,8 +117,8 @@ def duration(draft: Draft, value: Any, path: str) -> int | None:
         return None
 
 
-def _cron(draft: Draft, value: Any, path: str) -> None:
-    block = mapping_at(draft, value, path, ("expression", "timezone"))
+def _cron(draft: Draft, value: object, path: str) -> None:
+    block = mapping_at(draft, value, path, keys(CronBlock))
     expr, zone_name = block.get("expression"), block.get("timezone")
     ok = True
     if not isinstance(expr, str) or not expr.strip():
@@ -138,7 +145,7 @@ def _cron(draft: Draft, value: Any, path: str) -> None:
     draft.put("timezone", zone_name, f"{path}.timezone")
 
 
-def _every(draft: Draft, value: Any, path: str) -> None:
+def _every(draft: Draft, value: object, path: str) -> None:
     seconds = duration(draft, value, path)
     if seconds is None:
         draft.broken.add("trigger")
@@ -146,7 +153,7 @@ def _every(draft: Draft, value: Any, path: str) -> None:
     draft.put("interval_sec", seconds, path)
 
 
-def _at(draft: Draft, value: Any, path: str, run_once: bool) -> None:
+def _at(draft: Draft, value: object, path: str, run_once: bool) -> None:
     draft.put("trigger_type", "at", path)
     if not isinstance(value, str) or not _AT.fullmatch(value.strip()):
         draft.fail(
@@ -166,8 +173,8 @@ def _at(draft: Draft, value: Any, path: str, run_once: bool) -> None:
     draft.at = value
 
 
-def _github(draft: Draft, value: Any, path: str) -> None:
-    block = mapping_at(draft, value, path, ("repo", "filter", "poll_interval_sec"))
+def _github(draft: Draft, value: object, path: str) -> None:
+    block = mapping_at(draft, value, path, keys(GithubBlock))
     draft.put("trigger_type", "github_poll", path)
     draft.put("github_repo", block.get("repo"), f"{path}.repo")
     if block.get("repo") is None:
@@ -179,9 +186,8 @@ def _github(draft: Draft, value: Any, path: str) -> None:
         draft.put("poll_interval_sec", seconds, f"{path}.poll_interval_sec")
 
 
-def _threshold(draft: Draft, value: Any, path: str) -> None:
-    keys = ("metric", "op", "value", "window_minutes", "every", "cron")
-    block = mapping_at(draft, value, path, keys)
+def _threshold(draft: Draft, value: object, path: str) -> None:
+    block = mapping_at(draft, value, path, keys(ThresholdBlock))
     cadence = [k for k in ("every", "cron") if k in block]
     if len(cadence) != 1:
         draft.fail(path, "needs exactly one of every or cron (how often it is checked)", "trigger")
@@ -189,7 +195,7 @@ def _threshold(draft: Draft, value: Any, path: str) -> None:
         _every(draft, block["every"], f"{path}.every")
     else:
         _cron(draft, block["cron"], f"{path}.cron")
-    config = {k: block[k] for k in keys[:4] if k in block}
+    config = {k: block[k] for k in keys(ThresholdConfig) if k in block}
     if "window_minutes" in config:
         try:
             config["window_minutes"] = parse_minutes(
@@ -201,7 +207,7 @@ def _threshold(draft: Draft, value: Any, path: str) -> None:
     draft.put("threshold_config", config, path)
 
 
-def trigger(draft: Draft, value: Any, *, run_once: bool) -> None:
+def trigger(draft: Draft, value: object, *, run_once: bool) -> None:
     """Map the member's ``trigger:`` block (exactly one of :data:`TRIGGER_KINDS`)."""
     path = f"{draft.prefix}.trigger"
     if value is None:
@@ -229,7 +235,7 @@ def trigger(draft: Draft, value: Any, *, run_once: bool) -> None:
         _threshold(draft, item, where)
 
 
-def _cwd(draft: Draft, value: Any, path: str) -> None:
+def _cwd(draft: Draft, value: object, path: str) -> None:
     if not isinstance(value, str) or not value.strip():
         draft.fail(path, f"must be a directory path, got {value!r}")
         return
@@ -237,7 +243,7 @@ def _cwd(draft: Draft, value: Any, path: str) -> None:
     draft.put("action_cwd", resolved, path)
 
 
-def _command(draft: Draft, block: dict[str, Any], path: str) -> None:
+def _command(draft: Draft, block: Mapping[str, object], path: str) -> None:
     argv = block.get("argv")
     draft.put("action_kind", "command", path)
     if isinstance(argv, str):
@@ -249,7 +255,7 @@ def _command(draft: Draft, block: dict[str, Any], path: str) -> None:
         draft.put("action_command_args", argv[1:], f"{path}.argv")
 
 
-def action(draft: Draft, member: Mapping[str, Any]) -> None:
+def action(draft: Draft, member: Mapping[object, object]) -> None:
     """Map the member's action block (exactly one of :data:`ACTION_BLOCKS`)."""
     present = [k for k in ACTION_BLOCKS if k in member]
     if len(present) != 1:
@@ -282,11 +288,11 @@ def action(draft: Draft, member: Mapping[str, Any]) -> None:
     for key, item in block.items():
         if key == "cwd":
             _cwd(draft, item, f"{path}.cwd")
-        elif key in _COLUMN:
-            draft.put(_COLUMN[key], item, f"{path}.{key}")
+        elif key in ACTION_COLUMNS:
+            draft.put(ACTION_COLUMNS[key], item, f"{path}.{key}")
     # A refusal of a column the block left out (``action_model`` is required …) names the key
     # that would set it.
     for key in ACTION_KEYS[kind]:
-        column = "action_cwd" if key == "cwd" else _COLUMN.get(key)
+        column = "action_cwd" if key == "cwd" else ACTION_COLUMNS.get(key)
         if column is not None:
             draft.paths.setdefault(column, f"{path}.{key}")

@@ -11,18 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import aiosqlite
 
 from studio_state import lock_row
 
 from ..._notify.service import notify_run
+from ..._records.codec import ColumnValue
 from ..._records.terminal import StatusChange, apply
-from .store import running_runs
+from .store import RunToCancel, running_runs
 
 OPERATOR_CANCELLED = "run.cancelled.operator"
 """The reason code of a run an operator cancelled (the fire path reports it by this code)."""
+
+
+class RunProcess(TypedDict):
+    """A cancelled run as a stop of its process reads it (``AdhocRunService.stop_process``)."""
+
+    id: str
+    schedule_id: str
+    leased_by: str | None
+    child_pid: int | None
+    child_started_at: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +46,7 @@ class CancelledRun:
     child_pid: int | None = None
     child_started_at: float | None = None
 
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> RunProcess:
         """The run's columns as a stop of its process reads them."""
         return {
             "id": self.id,
@@ -46,24 +57,24 @@ class CancelledRun:
         }
 
 
-def _changes(row: dict[str, Any], *, actor: str, owner: str, now: float) -> list[StatusChange]:
+def _changes(run: RunToCancel, *, actor: str, owner: str, now: float) -> list[StatusChange]:
     summary = f"cancelled while running: its schedule is deleted by set {owner!r} (--prune --force)"
-    guards: dict[str, Any] = {}
-    if row["leased_by"] is not None:
-        guards = {"leased_by": row["leased_by"], "lease_attempts": row["lease_attempts"]}
+    guards: dict[str, ColumnValue] = {}
+    if run.leased_by is not None:
+        guards = {"leased_by": run.leased_by, "lease_attempts": run.lease_attempts}
     out = [
         StatusChange(
-            "schedule_runs", str(row["id"]), "cancelled", OPERATOR_CANCELLED, summary, actor,
+            "schedule_runs", run.id, "cancelled", OPERATOR_CANCELLED, summary, actor,
             now, previous="running", sets={"ended_at": now}, guards=guards,
-            metadata={"leased_by": row["leased_by"], "child_pid": row["child_pid"]},
+            metadata={"leased_by": run.leased_by, "child_pid": run.child_pid},
         )
     ]  # fmt: skip
-    if row["invocation_id"]:
+    if run.invocation_id:
         out.append(
             StatusChange(
-                "invocations", str(row["invocation_id"]), "cancelled", OPERATOR_CANCELLED,
+                "invocations", run.invocation_id, "cancelled", OPERATOR_CANCELLED,
                 summary, actor, now, sets={"ended_at": now},
-                evidence_refs=[{"kind": "schedule_run", "id": row["id"]}],
+                evidence_refs=[{"kind": "schedule_run", "id": run.id}],
             )
         )  # fmt: skip
     return out
@@ -75,22 +86,22 @@ async def cancel_running(
     """Cancel the running runs of ``schedule_id`` inside the caller's write transaction; the
     runs cancelled."""
     cancelled: list[CancelledRun] = []
-    for row in await running_runs(conn, schedule_id):
-        if row["invocation_id"]:
-            await lock_row(conn, "invocations", str(row["invocation_id"]))
-        applied = await apply(conn, _changes(row, actor=f"set:{owner}", owner=owner, now=now))
+    for run in await running_runs(conn, schedule_id):
+        if run.invocation_id:
+            await lock_row(conn, "invocations", run.invocation_id)
+        applied = await apply(conn, _changes(run, actor=f"set:{owner}", owner=owner, now=now))
         if not applied[0]:
             continue
-        await notify_run(conn, str(row["id"]), now=now)
+        await notify_run(conn, run.id, now=now)
         cancelled.append(
             CancelledRun(
-                id=str(row["id"]),
-                schedule_id=str(row["schedule_id"]),
-                leased_by=row["leased_by"],
-                child_pid=None if row["child_pid"] is None else int(row["child_pid"]),
+                id=run.id,
+                schedule_id=run.schedule_id,
+                leased_by=run.leased_by,
+                child_pid=None if run.child_pid is None else int(run.child_pid),
                 child_started_at=None
-                if row["child_started_at"] is None
-                else float(row["child_started_at"]),
+                if run.child_started_at is None
+                else float(run.child_started_at),
             )
         )
     return cancelled

@@ -13,7 +13,6 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..._records.schedule import Action
 from ..trigger_rules import TRIGGER_FIELDS
@@ -61,7 +60,7 @@ class DocumentDraft:
         self.problems.append((path, message))
 
 
-def _unknown(key: Any, allowed: tuple[str, ...]) -> str:
+def _unknown(key: object, allowed: tuple[str, ...]) -> str:
     if isinstance(key, str) and _CAMEL.search(key):
         snake = _CAMEL.sub(lambda m: "_" + m.group(1).lower(), key)
         if snake in allowed:
@@ -69,7 +68,7 @@ def _unknown(key: Any, allowed: tuple[str, ...]) -> str:
     return "unknown key"
 
 
-def _metadata(doc: DocumentDraft, value: Any) -> None:
+def _metadata(doc: DocumentDraft, value: object) -> None:
     if not isinstance(value, Mapping):
         doc.problem("metadata", "is required: a mapping with name (and owner)")
         return
@@ -88,7 +87,7 @@ def _metadata(doc: DocumentDraft, value: Any) -> None:
     doc.owner, doc.owner_path = key, path
 
 
-def _retry_durations(draft: Draft, value: Any, path: str) -> Any:
+def _retry_durations(draft: Draft, value: object, path: str) -> object:
     if not isinstance(value, Mapping):
         return value
     out = dict(value)
@@ -98,7 +97,7 @@ def _retry_durations(draft: Draft, value: Any, path: str) -> Any:
     return out
 
 
-def _overlay_durations(draft: Draft, value: Any, path: str) -> Any:
+def _overlay_durations(draft: Draft, value: object, path: str) -> object:
     """A follow-up overlay with its retry durations (and its own follow-ups') in seconds."""
     if not isinstance(value, Mapping):
         return value
@@ -111,7 +110,7 @@ def _overlay_durations(draft: Draft, value: Any, path: str) -> Any:
     return out
 
 
-def _member(draft: Draft, value: Mapping[Any, Any]) -> None:
+def _member(draft: Draft, value: Mapping[object, object]) -> None:
     for key in value:
         if key not in MEMBER_KEYS:
             draft.fail(f"{draft.prefix}.{key}", _unknown(key, MEMBER_KEYS))
@@ -133,7 +132,9 @@ def _member(draft: Draft, value: Mapping[Any, Any]) -> None:
     action(draft, value)
 
 
-def walk(document: Mapping[Any, Any], *, source: str, base_dir: str, now: float) -> DocumentDraft:
+def walk(
+    document: Mapping[object, object], *, source: str, base_dir: str, now: float
+) -> DocumentDraft:
     """Walk ``document`` (read from ``source``, whose folder is ``base_dir``) into drafts.
 
     Members whose names are unusable are reported and left out; every other member is drafted

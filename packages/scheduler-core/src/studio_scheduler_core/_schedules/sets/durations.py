@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ..checks import err
 
@@ -14,7 +13,7 @@ MAX_DURATION_SEC = 3660 * 86_400
 _DURATION = re.compile(r"([0-9]{1,10})([smhd]?)")
 
 
-def parse_duration(field: str, value: Any) -> int:
+def parse_duration(field: str, value: object) -> int:
     """``value`` in whole seconds: an integer (or its digits), or a number with a unit suffix.
 
     Raises :class:`~studio_scheduler_core.ScheduleValidationError` naming ``field`` for
@@ -39,7 +38,7 @@ def parse_duration(field: str, value: Any) -> int:
     return seconds
 
 
-def parse_minutes(field: str, value: Any) -> int:
+def parse_minutes(field: str, value: object) -> int:
     """Whole minutes: an integer as given, or a duration that is a whole number of minutes."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value

@@ -12,14 +12,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import aiosqlite
 import yaml
 
 from ..._records.schedule import Schedule, disabled_by_studio
-from .blocks import ACTION_KEYS
+from .blocks import ACTION_COLUMNS, ACTION_KEYS
 from .document import API_VERSION, KIND, MEMBER_FIELDS, NAME_PATTERN
+from .shapes import CronBlock, GithubBlock, ThresholdBlock, TriggerBlock
 from .store import held_rows
 
 _BLOCK_OF_KIND = {
@@ -30,17 +31,26 @@ _BLOCK_OF_KIND = {
     "fanout": "flow",
     "flow_yaml": "flow",
 }
-_KEY_COLUMN = {
-    "agent": "action_agent",
-    "model": "action_model",
-    "prompt": "action_prompt",
-    "project": "action_project",
-    "cwd": "action_cwd",
-    "extra_args": "action_extra_args",
-    "name": "action_playbook",
-    "yaml": "action_flow_yaml",
-}
+_KEY_COLUMN = {**ACTION_COLUMNS, "cwd": "action_cwd"}
 _UNSAFE = re.compile(r"[^a-z0-9\-_.]")
+
+
+class ExportedMetadata(TypedDict):
+    """``metadata: {name}`` (the owner key)."""
+
+    name: str
+
+
+class ExportedDocument(TypedDict):
+    """The exported ``ScheduleSet`` document. A member is a mapping of the keys
+    :data:`.document.MEMBER_KEYS` names: its input fields under their own names (JSON values),
+    its :class:`TriggerBlock` and one action block of the keys :data:`.blocks.ACTION_KEYS`
+    names."""
+
+    apiVersion: str
+    kind: str
+    metadata: ExportedMetadata
+    schedules: dict[str, dict[str, object]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +58,7 @@ class ScheduleSetExport:
     """An exported document, and per schedule name what the document cannot express."""
 
     owner: str
-    document: Mapping[str, Any]
+    document: ExportedDocument
     notes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_yaml(self) -> str:
@@ -60,8 +70,8 @@ class ScheduleSetExport:
         return "\n".join(head) + "\n" + body
 
 
-def _trigger(row: Schedule, zone: str, notes: list[str]) -> dict[str, Any]:
-    def cron() -> dict[str, Any]:
+def _trigger(row: Schedule, zone: str, notes: list[str]) -> TriggerBlock:
+    def cron() -> CronBlock:
         if row.timezone is None:
             notes.append(
                 f"timezone: unset (the server's default zone applies); written as {zone!r}"
@@ -71,7 +81,7 @@ def _trigger(row: Schedule, zone: str, notes: list[str]) -> dict[str, Any]:
     if row.trigger_type == "at":
         return {"at": row.at}
     if row.trigger_type == "github_poll":
-        block: dict[str, Any] = {"repo": row.github_repo}
+        block: GithubBlock = {"repo": row.github_repo}
         if row.github_filter is not None:
             block["filter"] = dict(row.github_filter)
         if row.poll_interval_sec is not None:
@@ -79,18 +89,30 @@ def _trigger(row: Schedule, zone: str, notes: list[str]) -> dict[str, Any]:
         if row.github_cursor is not None:
             notes.append(f"github_cursor: {row.github_cursor!r} is state, not written")
         return {"github": block}
-    cadence = {"cron": cron()} if row.trigger_type == "cron" else {"every": row.interval_sec}
-    if row.threshold_config is not None:
-        return {"threshold": {**dict(row.threshold_config), **cadence}}
-    return cadence
+    config = row.threshold_config
+    if config is not None:
+        threshold: ThresholdBlock = {
+            "metric": config["metric"],
+            "op": config["op"],
+            "value": config["value"],
+            "window_minutes": config["window_minutes"],
+        }
+        if row.trigger_type == "cron":
+            threshold["cron"] = cron()
+        else:
+            threshold["every"] = row.interval_sec
+        return {"threshold": threshold}
+    if row.trigger_type == "cron":
+        return {"cron": cron()}
+    return {"every": row.interval_sec}
 
 
-def _action(row: Schedule, notes: list[str]) -> tuple[str, dict[str, Any]] | None:
+def _action(row: Schedule, notes: list[str]) -> tuple[str, dict[str, object]] | None:
     kind = _BLOCK_OF_KIND.get(row.action_kind)
     if kind is None:
         notes.append(f"action_kind {row.action_kind!r}: no action block writes it; not exported")
         return None
-    block: dict[str, Any] = {}
+    block: dict[str, object] = {}
     if kind == "command":
         block["argv"] = [row.action_command, *row.action_command_args]
     if row.action_kind == "fanout":
@@ -115,10 +137,10 @@ def _member_name(row: Schedule, owner: str, notes: list[str]) -> str:
     return member
 
 
-def _member(row: Schedule, zone: str, owner: str) -> tuple[str, dict[str, Any], list[str]]:
+def _member(row: Schedule, zone: str, owner: str) -> tuple[str, dict[str, object], list[str]]:
     notes: list[str] = []
     name = _member_name(row, owner, notes)
-    member: dict[str, Any] = {}
+    member: dict[str, object] = {}
     values = row.to_row()
     for key in MEMBER_FIELDS:
         value = values.get(key)
@@ -148,7 +170,7 @@ async def export_schedule_set(
     key = name if owner is None else owner
     if not NAME_PATTERN.fullmatch(key):
         raise ValueError(f"owner key {key!r} must match {NAME_PATTERN.pattern}")
-    members: dict[str, Any] = {}
+    members: dict[str, dict[str, object]] = {}
     notes: dict[str, tuple[str, ...]] = {}
     for row in await held_rows(conn, owner):
         member, body, found = _member(row, timezone, key)
@@ -158,7 +180,7 @@ async def export_schedule_set(
         members[member] = body
         if found:
             notes[row.name] = tuple(found)
-    document = {
+    document: ExportedDocument = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": key},

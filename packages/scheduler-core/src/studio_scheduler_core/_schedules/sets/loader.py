@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,7 @@ def _member_count(root: Node) -> int | None:
     return None
 
 
-def _load(loader_class: type[Any], text: str, source: str) -> Any:
+def _load(loader_class: type[Any], text: str, source: str) -> object:
     """The one document in ``text``, its member count checked on the composed nodes."""
     loader = loader_class(text)
     try:
@@ -180,8 +180,9 @@ def _load(loader_class: type[Any], text: str, source: str) -> Any:
         loader.dispose()
 
 
-def parse_document(text: str, source: str) -> dict[str, Any]:
-    """The document in ``text`` (``source`` names it in errors) as a mapping.
+def parse_document(text: str, source: str) -> Mapping[object, object]:
+    """The document in ``text`` (``source`` names it in errors) as a mapping: the values as
+    parsed (JSON-shaped, not checked yet; :func:`.document.walk` checks them).
 
     Raises :class:`ScheduleSetUnreadable` for malformed YAML (with its line and column), more
     than one document, or a top level that is not a mapping.
@@ -206,7 +207,7 @@ def parse_document(text: str, source: str) -> dict[str, Any]:
     return _mapping(document, source)
 
 
-def _mapping(document: Any, source: str) -> dict[str, Any]:
+def _mapping(document: object, source: str) -> Mapping[object, object]:
     if not isinstance(document, dict):
         raise ScheduleSetUnreadable(
             source, f"must be a mapping (apiVersion, kind, ...), got {type(document).__name__}"
@@ -214,8 +215,8 @@ def _mapping(document: Any, source: str) -> dict[str, Any]:
     return document
 
 
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for key, value in pairs:
         if key in out:
             raise ValueError(f"duplicate key {key!r}")
@@ -223,11 +224,11 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number a schedule accepts")
 
 
-def _parse_json(text: str, source: str) -> dict[str, Any]:
+def _parse_json(text: str, source: str) -> Mapping[object, object]:
     """A document written as JSON (a subset of YAML, read the same way, several times faster
     than the YAML parser); errors as the YAML path reports them."""
     try:
@@ -244,7 +245,7 @@ def _parse_json(text: str, source: str) -> dict[str, Any]:
     return _mapping(document, source)
 
 
-def read_document(path: Path, source: str | None = None) -> dict[str, Any]:
+def read_document(path: Path, source: str | None = None) -> Mapping[object, object]:
     """The document in the file at ``path`` (``source``, default the path, names it).
 
     A file of :data:`MAX_DOCUMENT_BYTES` or more is refused before it is read.

@@ -10,15 +10,20 @@ one of its runs runs, unless ``force``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import aiosqlite
 
 from ..._records.schedule import Schedule, set_fields
 from ..store import running_run_ids
-from .records import ScheduleSetChange, ScheduleSetMember, ScheduleSetPlan, Snapshot
+from .records import (
+    FieldChange,
+    ScheduleSetChange,
+    ScheduleSetMember,
+    ScheduleSetPlan,
+    Snapshot,
+)
 from .store import owner_rows
 
 SET_FIELDS = ("managed_by", "owner_key", "set_member", "set_digest")
@@ -37,9 +42,9 @@ def snapshot(schedule: Schedule, digest: str | None = None) -> Snapshot:
     )
 
 
-def field_changes(row: Schedule, member: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """``{field: (old, new)}`` of the input fields a member changes on ``row``."""
-    old, new = set_fields(row.to_row()), set_fields(member)
+def field_changes(row: Schedule, member: Schedule) -> dict[str, FieldChange]:
+    """``{field: (old, new)}`` of the input fields a member's schedule changes on ``row``."""
+    old, new = set_fields(row.to_row()), set_fields(member.to_row())
     return {k: (old[k], new[k]) for k in new if old.get(k) != new[k]}
 
 
@@ -55,7 +60,7 @@ def _same(row: Schedule, current: str, member: ScheduleSetMember) -> bool:
 
 def _past_at(member: ScheduleSetMember) -> str:
     return (
-        f"{member.source}: {member.past_at}: {member.fields.get('at')!r} is in the past "
+        f"{member.source}: {member.past_at}: {member.schedule.at!r} is in the past "
         "(allowed only with missed_fire_policy: run_once)"
     )
 
@@ -78,7 +83,7 @@ def _member_change(
             action="error",
             detail=f"the name is held by owner {row.owner_key!r} (schedule {row.id})",
         )
-    changes = field_changes(row, member.fields)
+    changes = field_changes(row, member.schedule)
     if row.owner_key is None:
         if not adopt:
             return replace(

@@ -5,33 +5,80 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
+
+from ..._records.column import create_fields
+from ..._records.schedule import Schedule
 
 PlanAction = Literal["create", "update", "unchanged", "disable", "delete", "error"]
 """What a plan does with one member (or one owned schedule absent from the documents)."""
 Snapshot = tuple[str, str | None, str | None, str, bool]
 """What a plan saw of a row: its behaviour digest, owner key, set digest, managed_by, enabled."""
+FieldChange = tuple[object, object]
+"""An input field's value before and after (JSON values)."""
+INPUT_FIELDS = create_fields(Schedule)
+"""The input fields of a schedule, in column order (what a member sets; the rest is
+bookkeeping)."""
+
+
+class ProblemJson(TypedDict):
+    """A :class:`ScheduleSetProblem` as a JSON object."""
+
+    file: str
+    path: str
+    message: str
+    line: int | None
+    column: int | None
+
+
+class ChangeJson(TypedDict):
+    """A :class:`ScheduleSetChange` as a JSON object (``fields``: ``[old, new]`` each)."""
+
+    member: str
+    name: str
+    action: PlanAction
+    fields: dict[str, list[object]]
+    detail: str
+
+
+class PlanJson(TypedDict):
+    """A :class:`ScheduleSetPlan` as a JSON object."""
+
+    owner: str | None
+    owners: list[str]
+    changes: list[ChangeJson]
 
 
 @dataclass(frozen=True, kw_only=True)
 class ScheduleSetMember:
     """One member of a set, resolved: the schedule it stands for.
 
-    ``fields`` is the schedule's input as :meth:`ScheduleService.create` takes it (validated and
-    normalised, ``name`` included); ``digest`` is the SHA-256 of its canonical JSON, the
-    identity of its behaviour; ``source`` the file it was read from.
+    ``schedule`` is the record create would store (validated and normalised, ``name``
+    included), not stored yet: its ``id`` is empty and its times zero until an apply writes it;
+    ``digest`` is the SHA-256 of the canonical JSON of its input fields, the identity of its
+    behaviour (:attr:`Schedule.digest`); ``source`` the file it was read from.
     """
 
     owner: str
     member: str
     name: str
-    fields: Mapping[str, Any]
+    schedule: Schedule
     digest: str
     source: str
     past_at: str | None = None
     """The document path of an ``at`` instant already past (no ``run_once``): refused by the
     plan when it would create the schedule or change its instant, kept when already applied
     (a one-shot that fired stays in its file without breaking the next apply)."""
+
+    @property
+    def fields(self) -> dict[str, object]:
+        """The schedule's input fields, as :meth:`ScheduleService.create` takes them."""
+        schedule = self.schedule
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name in INPUT_FIELDS
+            for value in (getattr(schedule, name),)
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +100,7 @@ class ScheduleSetProblem:
             return f"{self.file}: {self.message}"
         return f"{self.file}: {self.path}: {self.message}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProblemJson:
         """The problem as a JSON object."""
         return {
             "file": self.file,
@@ -96,7 +143,7 @@ class ScheduleSetChange:
     member: str
     name: str
     action: PlanAction
-    fields: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    fields: Mapping[str, FieldChange] = field(default_factory=dict)
     detail: str = ""
     schedule_id: str | None = None
     seen: Snapshot | None = None
@@ -104,7 +151,7 @@ class ScheduleSetChange:
     running: tuple[str, ...] = ()
     force: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ChangeJson:
         """``{"member", "name", "action", "fields", "detail"}`` (fields as ``[old, new]``)."""
         return {
             "member": self.member,
@@ -126,7 +173,7 @@ class ScheduleSetChange:
         return text
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -161,7 +208,7 @@ class ScheduleSetPlan:
             f"{self.count('error')} errors."
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PlanJson:
         """``{"owner", "owners", "changes"}``; ``owner`` is ``None`` when several owners are
         planned together (each change's ``name`` starts with its owner)."""
         return {

@@ -15,10 +15,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from ..._exceptions import ScheduleValidationError
-from ..._records.schedule import fields_digest, set_fields
+from ..._records.schedule import Schedule, fields_digest, set_fields
 from ..._records.vocab import MAX_INTERVAL_SEC
 from ..._settings import SchedulerSettings
 from ..trigger_rules import TRIGGER_FIELDS
@@ -39,10 +38,9 @@ _STAND_IN_ACTION = {"action_kind": "agent", "action_prompt": "-"}
 _MAX_PASSES = 50
 
 
-def digest(fields: Mapping[str, Any]) -> str:
-    """The digest of a member's resolved fields: SHA-256 (hex) of the canonical JSON of its
-    input fields (:func:`set_fields`), the same a stored schedule's :attr:`Schedule.digest` is."""
-    return fields_digest(set_fields(fields))
+def _unstored(row: Mapping[str, object]) -> Schedule:
+    """The record of a normalised input row before an apply stores it (no id, no times)."""
+    return Schedule.from_row({**row, "id": "", "created_at": 0.0, "updated_at": 0.0})
 
 
 def _path_of(draft: Draft, field: str) -> str:
@@ -56,12 +54,13 @@ def _path_of(draft: Draft, field: str) -> str:
     return f"{base}.{rest}"
 
 
-def _check(draft: Draft, name: str, settings: SchedulerSettings) -> tuple[dict[str, Any], bool]:
+def _check(draft: Draft, name: str, settings: SchedulerSettings) -> Mapping[str, object] | None:
     """Validate the member as create would; report refusals not already reported.
 
-    Returns the normalised fields and whether the schedule validation refused anything.
+    Returns the normalised input row, or ``None`` when the schedule validation refused
+    anything.
     """
-    data: dict[str, Any] = {**draft.fields, "name": name}
+    data: dict[str, object] = {**draft.fields, "name": name}
     if "trigger" in draft.broken or draft.at is not None or data.get("trigger_type") == "at":
         for column in _TRIGGER_COLUMNS:
             data.pop(column, None)
@@ -94,12 +93,14 @@ def _check(draft: Draft, name: str, settings: SchedulerSettings) -> tuple[dict[s
                 current = dataclasses.replace(current, command_allowlist=allowlist)
                 continue
             if not _set_aside(data, draft, part, exc.field.partition(".")[0]):
-                return data, True
+                return None
             continue
+        if refused:
+            return None
         if draft.at is not None:
             row.update({"trigger_type": "at", "at": draft.at, "interval_sec": None})
-        return {**row}, refused
-    return data, True
+        return row
+    return None
 
 
 def _part(field: str) -> str:
@@ -114,7 +115,7 @@ def _part(field: str) -> str:
     return head
 
 
-def _set_aside(data: dict[str, Any], draft: Draft, part: str, head: str) -> bool:
+def _set_aside(data: dict[str, object], draft: Draft, part: str, head: str) -> bool:
     """Replace the refused part by a stand-in (or drop the refused field) so that validating
     again reaches the other fields; ``False`` when nothing can be set aside."""
     if part in ("trigger", "action") and part not in draft.broken:
@@ -200,7 +201,7 @@ def validate_schedule_set_text(
     when = time.time() if now is None else now
     size = len(text.encode("utf-8"))
 
-    def read() -> dict[str, Any]:
+    def read() -> Mapping[object, object]:
         if size >= MAX_DOCUMENT_BYTES:
             raise ScheduleSetUnreadable(
                 source, f"is {size} bytes; a document must be smaller than {MAX_DOCUMENT_BYTES}"
@@ -211,7 +212,7 @@ def validate_schedule_set_text(
 
 
 def _check_documents(
-    sources: Sequence[tuple[str, Callable[[], dict[str, Any]], str]],
+    sources: Sequence[tuple[str, Callable[[], Mapping[object, object]], str]],
     problems: list[ScheduleSetProblem],
     *,
     settings: SchedulerSettings,
@@ -271,21 +272,21 @@ def _resolve_members(
     owner = doc.owner if doc.owner is not None else "?"
     for draft in doc.members:
         name = f"{owner}/{draft.member}"
-        fields, refused = _check(draft, name, settings)
+        row = _check(draft, name, settings)
         if doc.owner is not None:
             where = f"{doc.source}: {draft.prefix}"
             first = names.setdefault(name, where)
             if first != where:
                 draft.fail(draft.prefix, f"resolves to the name {name!r}, as {first} does")
-        if refused or draft.seen or doc.owner is None:
+        if row is None or draft.seen or doc.owner is None:
             continue
         resolved.append(
             ScheduleSetMember(
                 owner=owner,
                 member=draft.member,
                 name=name,
-                fields=fields,
-                digest=digest(fields),
+                schedule=_unstored(row),
+                digest=fields_digest(set_fields(row)),  # Schedule.digest, from the row at hand
                 source=doc.source,
                 past_at=draft.at_path,
             )

@@ -4,7 +4,7 @@ the writes go through the schedules' own store)."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from dataclasses import dataclass
 
 import aiosqlite
 
@@ -68,14 +68,29 @@ async def lock_owners(conn: aiosqlite.Connection, owners: list[str]) -> None:
         await conn.execute("SELECT pg_advisory_xact_lock(?)", (owner_lock_key(owner),))
 
 
-async def running_runs(conn: aiosqlite.Connection, schedule_id: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class RunToCancel:
+    """A ``running`` run of a schedule a forced prune deletes: what its cancel guards on (its
+    lease) and what stopping its process reads."""
+
+    id: str
+    schedule_id: str
+    invocation_id: str | None
+    leased_by: str | None
+    lease_attempts: int | None
+    child_pid: int | None
+    child_started_at: float | None
+
+
+async def running_runs(conn: aiosqlite.Connection, schedule_id: str) -> list[RunToCancel]:
     """The schedule's ``running`` runs (follow-ups included), with what a cancel guards on and
     what stops their processes. Not locked here: the cancel locks each run's invocation first,
     then makes its guarded update, in the order a run's terminal write takes the two rows."""
-    return await fetch_all(
+    rows = await fetch_all(
         conn,
         "SELECT id, schedule_id, invocation_id, leased_by, lease_attempts, child_pid, "
         "child_started_at FROM schedule_runs WHERE schedule_id = ? AND status = 'running' "
         "ORDER BY fired_at, id",
         (schedule_id,),
     )
+    return [RunToCancel(**row) for row in rows]
