@@ -311,7 +311,7 @@ class AdhocRunService:
         ``id``, ``child_pid``, ``child_started_at``), as :meth:`cancel` stops its own."""
         await self._stop_child(str(row["id"]), row.get("child_pid"), row.get("child_started_at"))
 
-    async def _stop_child(self, run_id: str, pid: Any, started: Any) -> None:
+    async def _stop_child(self, run_id: str, pid: int | None, started: float | None) -> None:
         if self._worker is not None and await self._worker.revoke(run_id):
             return
         if self._runner is not None and await self._runner.revoke(run_id):
