@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -78,14 +78,15 @@ class Spend:
         return asdict(self)
 
 
-def _spend_row(row: Mapping[str, Any]) -> SpendRow:
+def _spend_row(row: Sequence[Any]) -> SpendRow:
+    key, label, usd, tokens, runs, missing = row
     return SpendRow(
-        key=str(row["key"]),
-        label=str(row["label"]),
-        spend_usd=float(row["spend_usd"]),
-        spend_tokens=int(row["spend_tokens"]),
-        runs=int(row["runs"]),
-        spend_partial=int(row["spend_missing"]) > 0,
+        key=str(key),
+        label=str(label),
+        spend_usd=float(usd),
+        spend_tokens=int(tokens),
+        runs=int(runs),
+        spend_partial=int(missing) > 0,
     )
 
 
@@ -137,24 +138,24 @@ async def read_spend(conn: aiosqlite.Connection, *, by: str, now: float) -> Spen
     del now
     if by not in SPEND_GROUPS:
         raise InvalidStatsQuery("by", f"must be one of {', '.join(SPEND_GROUPS)}")
-    rows, total = await read_spend_rows(conn, by, SPEND_TOP)
+    rows, (count, usd, tokens, runs, missing) = await read_spend_rows(conn, by, SPEND_TOP)
     top = [_spend_row(row) for row in rows]
-    rest = int(total["n"]) - len(top)
+    rest = int(count) - len(top)
     if rest > 0:
         top.append(
             SpendRow(
                 key="(other)",
                 label=f"{rest} more",
-                spend_usd=max(0.0, float(total["usd"]) - sum(r.spend_usd for r in top)),
-                spend_tokens=int(total["tokens"]) - sum(r.spend_tokens for r in top),
-                runs=int(total["runs"]) - sum(r.runs for r in top),
-                spend_partial=int(total["missing"]) > sum(int(r["spend_missing"]) for r in rows),
+                spend_usd=max(0.0, float(usd) - sum(r.spend_usd for r in top)),
+                spend_tokens=int(tokens) - sum(r.spend_tokens for r in top),
+                runs=int(runs) - sum(r.runs for r in top),
+                spend_partial=int(missing) > sum(int(row[5]) for row in rows),
             )
         )
     return Spend(
         by=by,
         rows=tuple(top),
-        total_usd=float(total["usd"]),
-        total_tokens=int(total["tokens"]),
-        spend_partial=int(total["missing"]) > 0,
+        total_usd=float(usd),
+        total_tokens=int(tokens),
+        spend_partial=int(missing) > 0,
     )

@@ -18,7 +18,8 @@ so both dialects keep one numbering). Migration 14's ad-hoc run counts are delta
 (one row per status on SQLite, whose writers never run concurrently). Migration 15, the stored
 copy of a finished run's log (``run_logs``), exists only there too. Migration 16 (the
 counters behind health and stats, ``error_class``) has the same tables on both, and
-migration 19's health-row triggers are a PL/pgSQL function there.
+migration 19's health-row triggers are a PL/pgSQL function there, as are migration 20's
+triggers keeping the spend total.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from . import (
     v17_at_rate_limit,
     v18_schedule_sets,
     v19_health_backfill,
+    v20_spend_total,
 )
 from .v09_v14_nodes import WAKE_CHANNEL
 
@@ -56,6 +58,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     *v17_at_rate_limit.MIGRATIONS,
     *v18_schedule_sets.MIGRATIONS,
     *v19_health_backfill.MIGRATIONS,
+    *v20_spend_total.MIGRATIONS,
 )
 """Every migration in version order."""
 
