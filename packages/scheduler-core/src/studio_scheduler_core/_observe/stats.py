@@ -102,24 +102,16 @@ async def read_activity(conn: aiosqlite.Connection, *, window: str, now: float) 
     last = int(now // HOUR_SECONDS * HOUR_SECONDS)
     first = last - (count - 1) * width
     rows = await read_activity_rows(conn, first, last)
-    by_start = {row[0]: row for row in rows}
-    empty = (0, 0, 0, 0, 0, 0)
-    buckets: list[ActivityBucket] = []
-    for index in range(count):
-        start = first + index * width
-        _, fires, completed, failed, timed_out, cancelled = by_start.get(start, empty)
-        buckets.append(
-            ActivityBucket(
-                start=float(start),
-                fires=fires,
-                completed=completed,
-                failed=failed,
-                timed_out=timed_out,
-                cancelled=cancelled,
-            )
-        )
-    completed = sum(b.completed for b in buckets)
-    ended = completed + sum(b.failed + b.timed_out for b in buckets)
+    # positional construction of each bucket, the counts taken whole from its hour row: a
+    # week is 168 buckets, built whether or not its hours have rows
+    counts = {row[0]: row[1:] for row in rows}
+    none = (0, 0, 0, 0, 0)
+    buckets = [
+        ActivityBucket(float(start), *counts.get(start, none))
+        for start in range(first, last + 1, width)
+    ]
+    completed = sum(row[2] for row in rows)
+    ended = completed + sum(row[3] + row[4] for row in rows)
     return Activity(
         window=window,
         bucket_seconds=width,
@@ -132,8 +124,10 @@ async def read_spend(conn: aiosqlite.Connection, *, by: str, now: float) -> Spen
     """Spend ``by`` ``schedule`` or ``action``: the top :data:`SPEND_TOP`, the rest folded.
 
     Raises :class:`InvalidStatsQuery` (``field="by"``) for another grouping. The sums are
-    every run's since counting began (kept as runs end; retention keeps them). ``now`` is
-    the reading's instant (kept for a windowed read; the totals do not depend on it).
+    every run's since counting began (kept as runs end; retention keeps them). Reads the top
+    rows and one row of totals (by schedule, kept as the health rows change; by action, a
+    sum over the few action targets), whatever the history. ``now`` is the reading's
+    instant (kept for a windowed read; the totals do not depend on it).
     """
     del now
     if by not in SPEND_GROUPS:
