@@ -175,9 +175,9 @@ async def test_spend_folds_past_the_top_twenty(make_engine, clock, h) -> None:
 
 
 _SUMMED = (
-    "SELECT count(*), COALESCE(sum(spend_usd), 0), COALESCE(sum(spend_tokens), 0), "
-    "COALESCE(sum(ended), 0), COALESCE(sum(spend_missing), 0) FROM schedule_health "
-    "WHERE ended > 0"
+    "SELECT count(*) AS n, COALESCE(sum(spend_usd), 0) AS usd, "
+    "COALESCE(sum(spend_tokens), 0) AS tokens, COALESCE(sum(ended), 0) AS runs, "
+    "COALESCE(sum(spend_missing), 0) AS missing FROM schedule_health WHERE ended > 0"
 )
 _KEPT = "SELECT spenders, spend_usd, spend_tokens, runs, spend_missing FROM schedule_spend_total"
 
