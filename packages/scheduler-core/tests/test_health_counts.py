@@ -189,6 +189,10 @@ async def test_migration_19_counts_the_runs_that_ended_before_the_counters(
         assert float(one["last_run_at"]) == t + 720
         assert one["consecutive_failures"] == 2
         assert rows["s2"]["ended"] == 0 and rows["s2"]["last_run_id"] is None
+        # migration 21 seeds the kept spend total from the health rows as they are
+        [total] = await fetch_all(conn, "SELECT * FROM schedule_spend_total")
+        assert (total["spenders"], total["runs"], total["spend_missing"]) == (1, 4, 3)
+        assert (float(total["spend_usd"]), int(total["spend_tokens"])) == (0.25, 42)
 
         activity = await fetch_one(
             conn,
