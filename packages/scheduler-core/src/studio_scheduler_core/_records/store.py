@@ -9,6 +9,7 @@ runs on a metrics collector's synchronous one (rows as tuples or mappings).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -223,10 +224,19 @@ _CRONS = (
 )
 # Every schedule's verdict decided in SQL and counted per verdict: the same rule as
 # ``_observe.health`` (which documents it), each cron's typical gap bound from Python.
+# The gaps arrive as one JSON array of ``[expr, zone, gap]`` triples (a single bound value,
+# however many distinct crons there are: one value per pair would reach SQLite's limit on
+# bound variables near 11,000 pairs).
+_GAPS_SQLITE = (
+    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+    "CAST(json_extract(value, '$[2]') AS DOUBLE PRECISION) FROM json_each(?)"
+)
+_GAPS_POSTGRES = (
+    "SELECT e->>0, e->>1, CAST(e->>2 AS DOUBLE PRECISION) "
+    "FROM jsonb_array_elements(CAST(? AS jsonb)) AS e"
+)
 _VERDICTS = """
-WITH gaps(expr, zone, gap) AS (
-  VALUES (CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS DOUBLE PRECISION)){gaps}
-),
+WITH gaps(expr, zone, gap) AS ({gaps}),
 sched AS (
   SELECT s.enabled, s.last_fired_at AS sf, h.fires, h.last_status,
     {greatest}(COALESCE(h.last_fire_at, -1), COALESCE(s.last_fired_at, -1),
@@ -284,14 +294,13 @@ def verdicts_statement(
     with ``postgres``), and its values; ``gaps``
     are ``(cron_expr, zone, typical gap or None)`` of every enabled cron
     (:func:`crons_sync` lists the pairs)."""
-    more = "".join(", (?, ?, CAST(? AS DOUBLE PRECISION))" for _ in gaps)
     sql = _VERDICTS.format(
-        gaps=more,
+        gaps=_GAPS_POSTGRES if postgres else _GAPS_SQLITE,
         grace=float(grace),
         failed=", ".join(f"'{status}'" for status in failed),
         greatest="GREATEST" if postgres else "max",
     )
-    return sql, [*(value for gap in gaps for value in gap), now, now]
+    return sql, [json.dumps([list(gap) for gap in gaps]), now, now]
 
 
 def crons_sync(db: Any) -> list[tuple[str, str]]:
