@@ -108,7 +108,7 @@ async def test_the_counts_bind_the_cron_gaps_as_one_value_however_many_crons(
     )
     row = await fetch_one(engine.conn, "SELECT * FROM schedules WHERE id = ?", (seed.id,))
     assert row is not None
-    columns = [c for c in row.keys() if c != "rowid"]  # PostgreSQL's identity column
+    columns = [c for c in list(row.keys()) if c != "rowid"]  # PostgreSQL's identity column
     made = {  # 1,500 more schedules, each with a cron of its own (minute, hour, day of month)
         "id": "s.id || '-' || CAST(n.i AS TEXT)",
         "name": "s.name || '-' || CAST(n.i AS TEXT)",
