@@ -20,7 +20,16 @@ Prints medians with min–max and the ratios ``1M ÷ none`` (DESIGN §11.6: ≤ 
 ``5M ÷ 1M`` (flat: ~1×), each as the ratio of the medians and, in brackets, of the minimums
 (the machine is shared: the fastest round is the one least disturbed).
 
-    python bench/health.py [--schedules 10000] [--runs 1000000] [--more 5000000] [--reps 7]
+Then what the operator calls: the real app served by uvicorn on 127.0.0.1 (its own process,
+one per database: no history and ``--runs``), and in each round ``--requests`` GETs of each
+of ``/api/stats/activity?window=24h|7d`` and ``/api/stats/spend?by=schedule|action`` on
+either server in turn (the order alternating request by request), on kept-alive
+connections. Per round the median latency of each; over the rounds the median and min–max
+of those, and the same two ratios. The schedules' next fires are moved a day ahead first, so
+neither server's engine fires any while it is measured.
+
+    python bench/health.py [--schedules 10000] [--runs 1000000] [--more 5000000] [--reps 9]
+        [--requests 40] [--what both|inprocess|served] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -28,12 +37,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sqlite3
 import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
+
+from _served import add_serve_options, serve, serving, wait_ready
 
 from studio_scheduler_core import (
     SchedulerSettings,
@@ -165,6 +178,14 @@ async def _stale(path: Path, now: float, *, roll: bool) -> int:
         )
 
 
+async def _not_due(path: Path, now: float) -> None:
+    """Move every schedule's next fire a day past ``now`` (a kept database's may be past): a
+    served app's engine then fires none while it is measured."""
+    async with connect(str(path)) as conn:
+        await conn.execute("UPDATE schedules SET next_fire_at = ?", (now + DAY,))
+        await conn.commit()
+
+
 Read = Callable[[], Awaitable[object]]
 
 
@@ -193,9 +214,12 @@ async def _reads(conn: object, now: float) -> dict[str, Read]:
 
 
 def _fmt(samples: list[float]) -> str:
+    """``median ms (min–max)``, to the microsecond below a millisecond."""
+    middle = statistics.median(samples) * 1000
+    digits = 3 if middle < 1 else 1
     return (
-        f"{statistics.median(samples) * 1000:7.1f} ms "
-        f"({min(samples) * 1000:.1f}–{max(samples) * 1000:.1f})"
+        f"{middle:.{digits}f} ms "
+        f"({min(samples) * 1000:.{digits}f}–{max(samples) * 1000:.{digits}f})"
     )
 
 
@@ -221,8 +245,72 @@ async def _measure(
     return out
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+SERVED = {
+    "activity 24h": "/api/stats/activity?window=24h",
+    "activity 7d": "/api/stats/activity?window=7d",
+    "spend by schedule": "/api/stats/spend?by=schedule",
+    "spend by action": "/api/stats/spend?by=action",
+}
+
+
+async def _get_seconds(client: Any, url: str) -> float:
+    started = time.perf_counter()
+    response = await client.get(url)
+    took = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"GET {url} -> {response.status_code} {response.text[:200]}")
+    return took
+
+
+async def _served(
+    paths: dict[str, Path], rounds: int, requests: int
+) -> dict[str, dict[str, list[float]]]:
+    """Each database served by its own app; per round, each URL's median latency on each."""
+    import httpx
+
+    out: dict[str, dict[str, list[float]]] = {label: {} for label in paths}
+    with contextlib.ExitStack() as stack:
+        bases = {
+            label: stack.enter_context(serving(__file__, path)) for label, path in paths.items()
+        }
+        async with httpx.AsyncClient(timeout=60) as client:
+            for base, proc in bases.values():
+                await wait_ready(client, base, proc)
+            labels = list(bases)
+            for r in range(-1, rounds):  # round -1 warms both servers up
+                for name, path in SERVED.items():
+                    times: dict[str, list[float]] = {label: [] for label in labels}
+                    for i in range(requests):
+                        for label in labels if i % 2 == 0 else reversed(labels):
+                            url = bases[label][0] + path
+                            times[label].append(await _get_seconds(client, url))
+                    if r >= 0:
+                        for label in labels:
+                            out[label].setdefault(name, []).append(statistics.median(times[label]))
+    return out
+
+
+def _table(got: dict[str, dict[str, list[float]]], runs: int, more: int) -> None:
+    head = f"{'read':24} {'no history':>24} {f'{runs} runs':>24}  ratio (of mins)"
+    if more:
+        head += f" {f'{more} runs':>24}  ratio (of mins)"
+    print(head)
+    for name in got["none"]:
+        none, one = got["none"][name], got["1x"][name]
+        line = f"{name:24} {_fmt(none):>24} {_fmt(one):>24}  {_ratio(one, none)}"
+        if more:
+            more_samples = got["more"][name]
+            line += f" {_fmt(more_samples):>24}  {_ratio(more_samples, one)}"
+        print(line)
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--more", type=int, default=5_000_000)
@@ -241,7 +329,24 @@ async def main() -> None:
         help="run the retention pass's counter step first (it rolls every health row's "
         "7-day sums to today, as the engine's first pass of a day does)",
     )
+    parser.add_argument(
+        "--requests", type=int, default=40, help="GETs of each URL per server and round"
+    )
+    parser.add_argument(
+        "--what",
+        choices=("both", "inprocess", "served"),
+        default="both",
+        help="the in-process reads, the served ones, or both",
+    )
+    add_serve_options(parser)
     args = parser.parse_args()
+    if args.serve:
+        serve(args.db, args.port)
+    else:
+        asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> None:
     now = time.time()
     sizes = {"none": 0, "1x": args.runs}
     if args.more:
@@ -258,24 +363,26 @@ async def main() -> None:
             if not paths[label].exists():
                 await _schema(paths[label])
                 took = _fill(paths[label], args.schedules, runs, now)
+            await _schema(paths[label])  # a kept database gets the newer migrations
+            await _not_due(paths[label], now)
             stale = await _stale(paths[label], now, roll=args.roll)
             made = "kept from an earlier run" if took is None else f"by bulk SQL in {took:.1f} s"
             print(
                 f"setup {label}: {args.schedules} schedules, {runs} runs {made}; "
                 f"{stale} health rows with 7-day sums of an earlier day"
             )
-        got = await _measure(paths, args.reps, now)
-    head = f"{'read':24} {'no history':>24} {f'{args.runs} runs':>24}  ratio (of mins)"
-    if args.more:
-        head += f" {f'{args.more} runs':>24}  ratio (of mins)"
-    print(head)
-    for name in got["none"]:
-        none, one = got["none"][name], got["1x"][name]
-        line = f"{name:24} {_fmt(none):>24} {_fmt(one):>24}  {_ratio(one, none)}"
-        if args.more:
-            more = got["more"][name]
-            line += f" {_fmt(more):>24}  {_ratio(more, one)}"
-        print(line)
+        if args.what != "served":
+            print(f"in-process, {args.reps} rounds ({_load()} before)")
+            _table(await _measure(paths, args.reps, now), args.runs, args.more)
+            print(f"({_load()} after)")
+        if args.what != "inprocess":
+            two = {label: paths[label] for label in ("none", "1x")}
+            print(
+                f"served (uvicorn on 127.0.0.1, one app per database), {args.reps} rounds × "
+                f"{args.requests} GETs of each URL per server ({_load()} before)"
+            )
+            _table(await _served(two, args.reps, args.requests), args.runs, 0)
+            print(f"({_load()} after)")
 
 
 def _ratio(samples: list[float], anchor: list[float]) -> str:
@@ -285,4 +392,4 @@ def _ratio(samples: list[float], anchor: list[float]) -> str:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

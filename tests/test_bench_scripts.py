@@ -50,3 +50,17 @@ def test_fires_runs_the_engine_beside_the_spawn_limit(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "spawn limit (bare Popen + pidfd, 16 wide)" in out
     assert "sustained p99 due → commit lag" in out
+
+
+def test_health_measures_the_reads_in_process_and_served(tmp_path: Path) -> None:
+    out = _run(
+        "health.py",
+        "--schedules", "50", "--runs", "300", "--more", "0", "--reps", "1", "--requests", "2",
+        "--db-dir", str(tmp_path),
+        cwd=tmp_path,
+    )  # fmt: skip
+    inprocess, served = out.split("served (uvicorn", 1)
+    for read in ("activity 7d", "spend by schedule", "health of all schedules"):
+        assert read in inprocess
+    for read in ("activity 24h", "activity 7d", "spend by schedule", "spend by action"):
+        assert read in served

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import StudioProcess, isolated_env
 
+from studio_api.testing import ServeProcess, isolated_env
 from studio_launcher.testing import write_fake_li
 from studio_scheduler_core import SchedulerEngine, SchedulerSettings
 
@@ -302,7 +302,7 @@ def test_readme_quickstart_runs_its_first_command_schedule(tmp_path: Path) -> No
     env = dict(word.split("=", 1) for word in serve[:split])
     assert "LIONAGI_SCHEDULER_COMMAND_ALLOWLIST" in env  # the first command schedule may run
     # the README's settings replace the harness's own allow-list
-    server = StudioProcess(tmp_path / "studio", env=env)
+    server = ServeProcess(tmp_path / "studio", env=env)
     assert (
         server.env["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"]
         == env["LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"]

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from conftest import StudioProcess, assert_consistent, wait_for, write_script
+from conftest import assert_consistent, wait_for, write_script
 
+from studio_api.testing import ServeProcess
 from studio_scheduler_core.testing import FLAKY
 from studio_state.testing import pid_alive
 
@@ -33,7 +34,7 @@ BLOCKER = textwrap.dedent(
 )
 
 
-def _create(server: StudioProcess, **fields: Any) -> dict[str, Any]:
+def _create(server: ServeProcess, **fields: Any) -> dict[str, Any]:
     body = {"trigger_type": "interval", "interval_sec": 1, "action_kind": "command", **fields}
     body.setdefault("action_command", "python3")
     body.setdefault("action_cwd", str(server.base))
@@ -42,7 +43,7 @@ def _create(server: StudioProcess, **fields: Any) -> dict[str, Any]:
     return dict(answer.json())
 
 
-def _runs(server: StudioProcess, sid: str) -> list[dict[str, Any]]:
+def _runs(server: ServeProcess, sid: str) -> list[dict[str, Any]]:
     return server.rows(
         "SELECT * FROM schedule_runs WHERE schedule_id = ? AND chain_depth = 0 "
         "ORDER BY created_at, rowid",
@@ -50,7 +51,7 @@ def _runs(server: StudioProcess, sid: str) -> list[dict[str, Any]]:
     )
 
 
-def _with(server: StudioProcess, sid: str, status: str, reason: str | None = None) -> list[Any]:
+def _with(server: ServeProcess, sid: str, status: str, reason: str | None = None) -> list[Any]:
     return [
         r
         for r in _runs(server, sid)
@@ -58,7 +59,7 @@ def _with(server: StudioProcess, sid: str, status: str, reason: str | None = Non
     ]
 
 
-def _fired_reasons(server: StudioProcess, run_id: str) -> list[str]:
+def _fired_reasons(server: ServeProcess, run_id: str) -> list[str]:
     rows = server.rows(
         "SELECT reason_code FROM status_transitions WHERE entity_id = ? ORDER BY created_at, rowid",
         (run_id,),
@@ -66,17 +67,17 @@ def _fired_reasons(server: StudioProcess, run_id: str) -> list[str]:
     return [r["reason_code"] for r in rows]
 
 
-def _disable(server: StudioProcess, sid: str) -> None:
+def _disable(server: ServeProcess, sid: str) -> None:
     assert server.request("POST", f"/api/schedules/{sid}/disable").status_code == 200
 
 
-def _served(studio_process: Any) -> StudioProcess:
-    server: StudioProcess = studio_process()
+def _served(studio_process: Any) -> ServeProcess:
+    server: ServeProcess = studio_process()
     server.start()
     return server
 
 
-def _blocked(server: StudioProcess, tmp_path: Path, **fields: Any) -> tuple[dict[str, Any], Path]:
+def _blocked(server: ServeProcess, tmp_path: Path, **fields: Any) -> tuple[dict[str, Any], Path]:
     """A schedule whose children block until the returned flag file exists."""
     blocker = write_script(tmp_path, "blocker.py", BLOCKER)
     flag = tmp_path / "flag"
@@ -84,7 +85,7 @@ def _blocked(server: StudioProcess, tmp_path: Path, **fields: Any) -> tuple[dict
 
 
 def _failing(
-    server: StudioProcess, tmp_path: Path, succeeds_on: int, **fields: Any
+    server: ServeProcess, tmp_path: Path, succeeds_on: int, **fields: Any
 ) -> tuple[str, Path]:
     """A daily schedule, triggered now, whose child fails until its ``succeeds_on``-th run."""
     flaky = write_script(tmp_path, "flaky.py", FLAKY)
@@ -99,7 +100,7 @@ def _failing(
     return sid, counter
 
 
-def _stop_consistent(server: StudioProcess) -> None:
+def _stop_consistent(server: ServeProcess) -> None:
     server.stop()
     assert_consistent(server.db)
 
@@ -289,7 +290,7 @@ def test_bad_policy_fields_are_422_naming_the_field_and_nothing_is_written(
 CANCELLED = "run.cancelled.operator"
 
 
-def _studio(server: StudioProcess, *args: str) -> subprocess.CompletedProcess[str]:
+def _studio(server: ServeProcess, *args: str) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, "-m", "studio_cli", *args, "--db", str(server.db)],
         capture_output=True,

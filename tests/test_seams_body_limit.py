@@ -31,9 +31,9 @@ SIZES = [pytest.param(10 * MB, id="10MB"), pytest.param(100 * MIB, id="100MiB")]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from conftest import StudioProcess
+    from studio_api.testing import ServeProcess
 
-    proc = StudioProcess(tmp_path_factory.mktemp("studio"))
+    proc = ServeProcess(tmp_path_factory.mktemp("studio"))
     proc.start()
     yield proc
     proc.close()

@@ -19,8 +19,8 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-from conftest import StudioProcess
 
+from studio_api.testing import ServeProcess
 from studio_scheduler_core import ACTION_KINDS, TRIGGER_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,9 +32,9 @@ CURL_HINT = "the reference's curl examples need curl: run `apt-get install -y cu
 
 
 @pytest.fixture
-def studio(studio_process: Any) -> Iterator[StudioProcess]:
+def studio(studio_process: Any) -> Iterator[ServeProcess]:
     # github_poll examples poll a closed loopback port, never GitHub
-    server: StudioProcess = studio_process(
+    server: ServeProcess = studio_process(
         env={"LIONAGI_STUDIO_GITHUB_API_URL": "http://127.0.0.1:9"}
     )
     server.start()
@@ -58,7 +58,7 @@ _ABSOLUTE = re.compile(r"""(?:https?:)?//[^\s"'<>)]+""")
 _REFERENCE = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']|url\s*:\s*["']([^"']+)["']""")
 
 
-def test_docs_page_references_no_other_host(studio: StudioProcess) -> None:
+def test_docs_page_references_no_other_host(studio: ServeProcess) -> None:
     page = studio.request("GET", "/docs")
     assert page.status_code == 200
     html = page.text
@@ -78,7 +78,7 @@ def test_docs_page_references_no_other_host(studio: StudioProcess) -> None:
 
 
 # -- OpenAPI examples -----------------------------------------------------------------------------
-def test_openapi_examples_cover_every_kind_and_are_accepted(studio: StudioProcess) -> None:
+def test_openapi_examples_cover_every_kind_and_are_accepted(studio: ServeProcess) -> None:
     document = studio.request("GET", "/openapi.json").json()
     body = document["paths"]["/api/schedules"]["post"]["requestBody"]
     examples = body["content"]["application/json"]["examples"]
@@ -111,7 +111,7 @@ def curl_argv(block: str, url: str) -> list[str]:
     return [word.replace(DOC_URL, url) for word in argv]
 
 
-def test_reference_curls_create_each_kind(studio: StudioProcess) -> None:
+def test_reference_curls_create_each_kind(studio: ServeProcess) -> None:
     curl = shutil.which("curl")
     if curl is None:
         pytest.fail(CURL_HINT, pytrace=False)
@@ -139,7 +139,7 @@ def test_reference_curls_create_each_kind(studio: StudioProcess) -> None:
     assert covered >= EVERY_KIND, f"no curl for {sorted(EVERY_KIND - covered)}"
 
 
-def test_a_refused_curl_exits_non_zero_naming_the_field(studio: StudioProcess) -> None:
+def test_a_refused_curl_exits_non_zero_naming_the_field(studio: ServeProcess) -> None:
     curl = shutil.which("curl")
     if curl is None:
         pytest.fail(CURL_HINT, pytrace=False)
@@ -177,7 +177,7 @@ def test_no_document_names_a_wave_or_a_feature_being_added() -> None:
 
 
 # -- how a run started ----------------------------------------------------------------------------
-def test_a_manual_run_says_it_was_triggered_manually(studio: StudioProcess) -> None:
+def test_a_manual_run_says_it_was_triggered_manually(studio: ServeProcess) -> None:
     body = {
         "name": "quiet",
         "trigger_type": "interval",

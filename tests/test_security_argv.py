@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import StudioProcess, count, write_script
+from conftest import count, write_script
 
+from studio_api.testing import ServeProcess
 from studio_state.testing import wait_for
 
 pytestmark = pytest.mark.slow
@@ -183,7 +184,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     li = write_script(base, "li", RECORDER)
     (base / "recorded").mkdir()
     github = _FakeGithub()
-    server = StudioProcess(
+    server = ServeProcess(
         base,
         env={
             "LIONAGI_LI_EXECUTABLE": str(li),
@@ -217,7 +218,7 @@ def _refusal_names_field(answer: Any, field: str) -> bool:
 
 
 def test_every_action_field_refuses_or_neutralises_hostile_values(served: dict[str, Any]) -> None:
-    server: StudioProcess = served["server"]
+    server: ServeProcess = served["server"]
     canary: Path = served["canary"]
     recorder = served["recorder"]
     attempts: list[tuple[str, str, str, dict[str, Any], str | None]] = []
@@ -280,7 +281,7 @@ def test_every_action_field_refuses_or_neutralises_hostile_values(served: dict[s
 
 
 def test_cwd_path_tricks_are_refused_or_exact(served: dict[str, Any], tmp_path: Path) -> None:
-    server: StudioProcess = served["server"]
+    server: ServeProcess = served["server"]
     recorder = served["recorder"]
     target = tmp_path / "real"
     target.mkdir()
@@ -376,7 +377,7 @@ def test_cwd_path_tricks_are_refused_or_exact(served: dict[str, Any], tmp_path: 
 
 
 def test_cli_cwd_path_tricks(served: dict[str, Any], tmp_path: Path) -> None:
-    server: StudioProcess = served["server"]
+    server: ServeProcess = served["server"]
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     env = dict(server.env)
@@ -455,7 +456,7 @@ class _FakeGithub:
 
 
 def test_placeholders_from_a_hostile_pull_request_stay_inert(served: dict[str, Any]) -> None:
-    server: StudioProcess = served["server"]
+    server: ServeProcess = served["server"]
     canary: Path = served["canary"]
     recorder = served["recorder"]
     titles = [

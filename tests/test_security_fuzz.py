@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 import schemathesis
-from conftest import StudioProcess, count
+from conftest import count
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+
+from studio_api.testing import ServeProcess
 
 pytestmark = pytest.mark.slow
 
@@ -27,10 +29,10 @@ SENT: list[int] = []
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StudioProcess]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     base = tmp_path_factory.mktemp("fuzz")
     (base / "work").mkdir()
-    server = StudioProcess(
+    server = ServeProcess(
         base,
         env={
             "LIONAGI_STUDIO_AUTH_TOKEN": TOKEN,
@@ -48,7 +50,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StudioProcess]:
 
 
 @pytest.fixture(scope="module")
-def api_schema(served: StudioProcess) -> Any:
+def api_schema(served: ServeProcess) -> Any:
     return schemathesis.openapi.from_url(
         f"{served.url}/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
     )
@@ -62,7 +64,7 @@ def _operations(served_schema: Any) -> list[tuple[str, str]]:
     )
 
 
-def test_no_input_is_a_server_error(api_schema: Any, served: StudioProcess) -> None:
+def test_no_input_is_a_server_error(api_schema: Any, served: ServeProcess) -> None:
     operations = _operations(api_schema)
     assert len(operations) >= 20  # the whole API, not a stub
     for method, path in operations:
@@ -97,7 +99,7 @@ def test_no_input_is_a_server_error(api_schema: Any, served: StudioProcess) -> N
     assert [code for code in SENT if code >= 500 and code != 503] == []
 
 
-def test_the_server_logged_no_traceback_and_no_500(served: StudioProcess) -> None:
+def test_the_server_logged_no_traceback_and_no_500(served: ServeProcess) -> None:
     # runs after the fuzzing above, on the same server
     log = served.log()
     assert SENT, "the fuzzer sent nothing"

@@ -45,6 +45,7 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
         "_schema/v18_schedule_sets.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         "_schema/v19_health_backfill.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         "_schema/v20_pruned_totals.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
+        "_schema/v21_spend_total.py": frozenset({STATEMENT, PRAGMA, TRANSACTION}),
         # the one guarded terminal write of runs and invocations
         "_records/terminal.py": frozenset({STATEMENT}),
         # the database file's write probe

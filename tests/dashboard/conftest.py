@@ -27,6 +27,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from studio_api.testing import ServeProcess
 from studio_launcher.testing import write_fake_li
 from studio_scheduler_core import FINAL_RUN_STATUSES
 from studio_state.testing import wait_for
@@ -36,7 +37,6 @@ from studio_state.testing import wait_for
 _PARENT_FILE = str(Path(__file__).resolve().parent.parent / "conftest.py")
 _PARENT = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", "") == _PARENT_FILE)
 sys.modules["conftest"] = _PARENT
-StudioProcess = _PARENT.StudioProcess
 
 # The tests import the helpers below by name (``from dashboard_fixtures import Shots``); under
 # pytest's importlib import mode a conftest is not importable by its own name.
@@ -156,10 +156,10 @@ def shots(tmp_path: Path) -> Shots:
     return Shots(tmp_path / "screenshots")
 
 
-def start_studio(base: Path, **env: str) -> StudioProcess:
+def start_studio(base: Path, **env: str) -> ServeProcess:
     """A real `studio serve` on 127.0.0.1 with the fake li and a notify template."""
     li = write_fake_li(base / "fake-li")
-    server = StudioProcess(
+    server = ServeProcess(
         base,
         env={
             "LIONAGI_LI_EXECUTABLE": str(li),
@@ -172,7 +172,7 @@ def start_studio(base: Path, **env: str) -> StudioProcess:
 
 
 @pytest.fixture
-def studio(tmp_path: Path) -> Iterator[StudioProcess]:
+def studio(tmp_path: Path) -> Iterator[ServeProcess]:
     # a zone other than UTC, so the pages show local times with UTC on hover
     server = start_studio(tmp_path / "studio", LIONAGI_SCHEDULER_TZ="America/New_York")
     yield server
@@ -180,12 +180,12 @@ def studio(tmp_path: Path) -> Iterator[StudioProcess]:
     server.stop()
 
 
-def api_routes(server: StudioProcess, **kwargs: Any) -> set[str]:
+def api_routes(server: ServeProcess, **kwargs: Any) -> set[str]:
     """The paths the server's OpenAPI document lists (which optional routes it serves)."""
     return set(server.request("GET", "/openapi.json", **kwargs).json()["paths"])
 
 
-def run_to_the_end(server: StudioProcess, schedule_id: str) -> dict[str, Any]:
+def run_to_the_end(server: ServeProcess, schedule_id: str) -> dict[str, Any]:
     """Trigger the schedule through the API and wait for the run to end; its view."""
     answer = server.request("POST", f"/api/schedules/{schedule_id}/trigger")
     assert answer.status_code == 202, answer.text

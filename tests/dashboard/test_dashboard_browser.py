@@ -8,18 +8,19 @@ import re
 from pathlib import Path
 
 import httpx
-from conftest import StudioProcess, db_rows, wait_for
+from conftest import db_rows, wait_for
 from dashboard_fixtures import Recorded, Shots, api_routes, start_studio
 from playwright.sync_api import Page, expect
 
 import studio_outbox
+from studio_api.testing import ServeProcess
 from studio_state import connect
 
 LOG_STREAM = "/api/schedules/runs/{run_id}/log/stream"
 CANCEL = "/api/schedules/runs/{run_id}/cancel"
 
 
-def create(server: StudioProcess, name: str, **action: object) -> dict[str, object]:
+def create(server: ServeProcess, name: str, **action: object) -> dict[str, object]:
     body = {"name": name, "trigger_type": "interval", "interval_sec": 3600, **action}
     answer = server.request("POST", "/api/schedules", json=body)
     assert answer.status_code == 201, answer.text
@@ -31,7 +32,7 @@ def row(page: Page, name: str):  # type: ignore[no-untyped-def]
 
 
 def test_schedules_runs_and_actions_from_the_pages(
-    studio: StudioProcess, page: Page, shots: Shots, recorded: Recorded
+    studio: ServeProcess, page: Page, shots: Shots, recorded: Recorded
 ) -> None:
     url = studio.url
     report = create(
@@ -170,7 +171,7 @@ async def _enqueue(db: Path) -> dict[str, str]:
 
 
 def test_dispatch_retry_ack_purge_from_the_page(
-    studio: StudioProcess, page: Page, shots: Shots
+    studio: ServeProcess, page: Page, shots: Shots
 ) -> None:
     # Playwright's sync API runs an event loop in this thread: produce from another one
     with concurrent.futures.ThreadPoolExecutor(1) as pool:

@@ -10,25 +10,27 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from conftest import StudioProcess, wait_for
+from conftest import wait_for
 from dashboard_fixtures import Recorded, Shots
 from playwright.sync_api import Page, Route, expect
 
+from studio_api.testing import ServeProcess
 
-def create(server: StudioProcess, name: str, **action: object) -> dict[str, Any]:
+
+def create(server: ServeProcess, name: str, **action: object) -> dict[str, Any]:
     body = {"name": name, "trigger_type": "interval", "interval_sec": 3600, **action}
     answer = server.request("POST", "/api/schedules", json=body)
     assert answer.status_code == 201, answer.text
     return dict(answer.json())
 
 
-def trigger(server: StudioProcess, schedule_id: str) -> str:
+def trigger(server: ServeProcess, schedule_id: str) -> str:
     answer = server.request("POST", f"/api/schedules/{schedule_id}/trigger")
     assert answer.status_code == 202, answer.text
     return str(answer.json()["run_id"])
 
 
-def run_status(server: StudioProcess, run_id: str) -> str:
+def run_status(server: ServeProcess, run_id: str) -> str:
     return str(server.request("GET", f"/api/schedules/runs/{run_id}").json()["status"])
 
 
@@ -49,7 +51,7 @@ def network_off(page: Page) -> list[str]:
 
 
 def test_docs_render_with_the_network_off(
-    studio: StudioProcess, page: Page, shots: Shots, recorded: Recorded
+    studio: ServeProcess, page: Page, shots: Shots, recorded: Recorded
 ) -> None:
     left = network_off(page)
     page.goto(f"{studio.url}/docs")
@@ -67,7 +69,7 @@ def test_docs_render_with_the_network_off(
     assert recorded.offsite() == []
 
 
-def test_run_page_of_a_quiet_manual_run(studio: StudioProcess, page: Page, shots: Shots) -> None:
+def test_run_page_of_a_quiet_manual_run(studio: ServeProcess, page: Page, shots: Shots) -> None:
     code = "import time; time.sleep(120)"
     quiet = create(
         studio,
@@ -100,7 +102,7 @@ def test_run_page_of_a_quiet_manual_run(studio: StudioProcess, page: Page, shots
     expect(live.locator("[data-status]").first).to_have_attribute("data-status", "cancelled")
 
 
-def test_a_run_that_prints_replaces_the_waiting_note(studio: StudioProcess, page: Page) -> None:
+def test_a_run_that_prints_replaces_the_waiting_note(studio: ServeProcess, page: Page) -> None:
     talker = create(
         studio,
         "slow-talker",
@@ -144,7 +146,7 @@ _LINE_BREAKS = """
 """
 
 
-def test_reason_codes_wrap_only_at_dots(studio: StudioProcess, page: Page, shots: Shots) -> None:
+def test_reason_codes_wrap_only_at_dots(studio: ServeProcess, page: Page, shots: Shots) -> None:
     for n in range(3):
         failing = create(
             studio, f"flaky-{n}", action_kind="agent", action_prompt="exit=3 stderr=boom"

@@ -11,9 +11,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conftest import StudioProcess
 from dashboard_fixtures import Shots, run_to_the_end
 from playwright.sync_api import Page, expect
+
+from studio_api.testing import ServeProcess
 
 #: Fails on every third run (n = 2, 5, ...), sleeps 0.25 s more each run; n counts in a file.
 COUNTER = (
@@ -26,14 +27,14 @@ COUNTER = (
 )
 
 
-def create(server: StudioProcess, name: str, **fields: object) -> dict[str, Any]:
+def create(server: ServeProcess, name: str, **fields: object) -> dict[str, Any]:
     body = {"name": name, "trigger_type": "interval", "interval_sec": 3600, **fields}
     answer = server.request("POST", "/api/schedules", json=body)
     assert answer.status_code == 201, answer.text
     return dict(answer.json())
 
 
-def counting_schedule(server: StudioProcess, tmp_path: Path, runs: int) -> dict[str, Any]:
+def counting_schedule(server: ServeProcess, tmp_path: Path, runs: int) -> dict[str, Any]:
     made = create(
         server,
         "counted-report",
@@ -47,7 +48,7 @@ def counting_schedule(server: StudioProcess, tmp_path: Path, runs: int) -> dict[
 
 
 def test_run_strip_matches_the_runs_and_links_to_them(
-    studio: StudioProcess, page: Page, shots: Shots, tmp_path: Path
+    studio: ServeProcess, page: Page, shots: Shots, tmp_path: Path
 ) -> None:
     made = counting_schedule(studio, tmp_path, runs=7)
     listed = studio.request("GET", f"/api/schedules/{made['id']}/runs?limit=50").json()["runs"]
@@ -109,7 +110,7 @@ def test_run_strip_matches_the_runs_and_links_to_them(
     shots.take(page, "run-failed-command")
 
 
-def test_edit_a_schedule_from_its_page(studio: StudioProcess, page: Page, shots: Shots) -> None:
+def test_edit_a_schedule_from_its_page(studio: ServeProcess, page: Page, shots: Shots) -> None:
     made = create(
         studio, "editable", action_kind="command", action_command="python3", description="before"
     )
@@ -158,7 +159,7 @@ def test_edit_a_schedule_from_its_page(studio: StudioProcess, page: Page, shots:
 
 
 def test_overview_activity_health_and_the_list(
-    studio: StudioProcess, page: Page, shots: Shots, tmp_path: Path
+    studio: ServeProcess, page: Page, shots: Shots, tmp_path: Path
 ) -> None:
     counted = counting_schedule(studio, tmp_path, runs=4)  # completed, completed, failed, completed
     failing = create(studio, "flaky-agent", action_kind="agent", action_prompt="exit=3 stderr=boom")

@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import StudioProcess, db_rows, wait_for
+from conftest import db_rows, wait_for
 from dashboard_fixtures import Shots, start_studio
 from playwright.sync_api import Page, expect
 
 import studio_outbox
 from studio_api._tokens import create_token, revoke_token
+from studio_api.testing import ServeProcess
 from studio_state import connect
 
 ADMIN = "the-admin-token-for-roles"
@@ -65,7 +66,7 @@ def _logout(page: Page) -> None:
 
 
 def test_roles_in_the_dashboard(tmp_path: Path, page: Page, shots: Shots) -> None:
-    studio: StudioProcess = start_studio(tmp_path / "roles", LIONAGI_STUDIO_AUTH_TOKEN=ADMIN)
+    studio: ServeProcess = start_studio(tmp_path / "roles", LIONAGI_STUDIO_AUTH_TOKEN=ADMIN)
     try:
         url = studio.url
         bearer = {"Authorization": f"Bearer {ADMIN}"}

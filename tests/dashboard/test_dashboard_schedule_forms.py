@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from conftest import StudioProcess, pid_alive, wait_for
+from conftest import pid_alive, wait_for
 from dashboard_fixtures import Shots
 from playwright.sync_api import Page, expect
+
+from studio_api.testing import ServeProcess
 
 ARGS = "-c\nimport time; print('made from the page'); time.sleep(1)"
 
@@ -17,7 +19,7 @@ def open_form(page: Page, url: str) -> None:
     expect(page.get_by_role("button", name="Create schedule")).to_be_visible()
 
 
-def test_create_a_schedule_from_the_page(studio: StudioProcess, page: Page, shots: Shots) -> None:
+def test_create_a_schedule_from_the_page(studio: ServeProcess, page: Page, shots: Shots) -> None:
     url = studio.url
     open_form(page, url)
     # with no schedule yet the form is open on arrival (the quickstart starts here)
@@ -120,7 +122,7 @@ def test_create_a_schedule_from_the_page(studio: StudioProcess, page: Page, shot
 
 
 def test_delete_is_refused_while_running_then_force_deletes(
-    studio: StudioProcess, page: Page, shots: Shots
+    studio: ServeProcess, page: Page, shots: Shots
 ) -> None:
     url = studio.url
     body = {
@@ -179,7 +181,7 @@ def test_delete_is_refused_while_running_then_force_deletes(
     wait_for(lambda: not pid_alive(pid), what="the cancelled run's process is gone")
 
 
-def test_delete_an_idle_schedule_and_keep_it(studio: StudioProcess, page: Page) -> None:
+def test_delete_an_idle_schedule_and_keep_it(studio: ServeProcess, page: Page) -> None:
     url = studio.url
     body = {
         "name": "idle",

@@ -14,10 +14,10 @@ import re
 import time
 from typing import Any
 
-from conftest import StudioProcess
 from dashboard_fixtures import Shots, run_to_the_end
 from playwright.sync_api import Locator, Page, expect
 
+from studio_api.testing import ServeProcess
 from studio_scheduler_core import SchedulerEngine, SchedulerSettings
 from studio_state import ManualClock
 
@@ -39,7 +39,7 @@ DRIFT_TITLE = "edited since the set's last apply; the next apply restores the fi
 HOUR = 3600.0
 
 
-def apply_set(server: StudioProcess) -> dict[str, Any]:
+def apply_set(server: ServeProcess) -> dict[str, Any]:
     answer = server.request(
         "POST",
         "/api/schedule-sets/apply",
@@ -50,12 +50,12 @@ def apply_set(server: StudioProcess) -> dict[str, Any]:
     return dict(answer.json())
 
 
-def by_name(server: StudioProcess) -> dict[str, dict[str, Any]]:
+def by_name(server: ServeProcess) -> dict[str, dict[str, Any]]:
     listed = server.request("GET", "/api/schedules?limit=100").json()["schedules"]
     return {str(s["name"]): s for s in listed}
 
 
-def create(server: StudioProcess, name: str, **fields: object) -> dict[str, Any]:
+def create(server: ServeProcess, name: str, **fields: object) -> dict[str, Any]:
     body = {
         "name": name,
         "trigger_type": "interval",
@@ -75,7 +75,7 @@ def cell(page: Page, name: str, label: str) -> Locator:
 
 
 def test_owner_and_drift_from_a_hand_edit_until_the_next_apply(
-    studio: StudioProcess, page: Page, shots: Shots
+    studio: ServeProcess, page: Page, shots: Shots
 ) -> None:
     applied = apply_set(studio)
     assert applied["applied"]["created"] == 2
@@ -155,7 +155,7 @@ def test_owner_and_drift_from_a_hand_edit_until_the_next_apply(
     shots.take(page, "schedules-owner-reapplied")
 
 
-def fire_in_the_past(server: StudioProcess, schedule_id: str, hours_ago: float) -> None:
+def fire_in_the_past(server: ServeProcess, schedule_id: str, hours_ago: float) -> None:
     """Fire ``schedule_id`` once with a real engine whose clock stands ``hours_ago`` back,
     on the stopped server's database file (a real child process runs it)."""
 
@@ -179,7 +179,7 @@ def fire_in_the_past(server: StudioProcess, schedule_id: str, hours_ago: float) 
 
 
 def test_every_verdict_is_drawn_with_its_own_glyph_and_word(
-    studio: StudioProcess, page: Page, shots: Shots
+    studio: ServeProcess, page: Page, shots: Shots
 ) -> None:
     quiet = create(studio, "quiet-hourly", max_runs=10)
     steady = create(studio, "steady")
@@ -285,7 +285,7 @@ def test_every_verdict_is_drawn_with_its_own_glyph_and_word(
     expect(page.locator("#health-remaining")).to_contain_text("no limit")
 
 
-def test_an_at_trigger_and_a_rate_limit_are_shown(studio: StudioProcess, page: Page) -> None:
+def test_an_at_trigger_and_a_rate_limit_are_shown(studio: ServeProcess, page: Page) -> None:
     once = create(
         studio, "once", trigger_type="at", interval_sec=None, at="2030-01-05T09:00:00+01:00"
     )

@@ -176,7 +176,7 @@ def test_concurrent_operations_from_three_nodes_keep_every_invariant(
     pg_dsn: str, tmp_path: Path
 ) -> None:
     env = {"LIONAGI_STUDIO_MAX_SCHEDULED_CONCURRENT": str(CAP)}
-    cluster = [ServeProcess(f"node-{n}", pg_dsn, tmp_path / n, env=env) for n in "abc"]
+    cluster = [ServeProcess.node(f"node-{n}", pg_dsn, tmp_path / n, env=env) for n in "abc"]
     try:
         wait_for(lambda: any((n.health() or {}).get("leader") for n in cluster), 30)
         urls = [n.url for n in cluster]

@@ -117,7 +117,7 @@ def test_kill_stop_of_the_leader_a_follower_leads_and_the_old_one_fires_nothing(
         assert _fires_by(pg_dsn, leader.name) == fired_before, "the old leader fired again"
         # It stepped down (or, stopped inside a transaction the server then ended, its loop
         # stopped on the broken connection and gave leadership up).
-        log = leader.log.read_text()
+        log = leader.log()
         assert "no longer leads schedule evaluation" in log or "stops leading" in log, log
     occurrences = _occurrences(pg_dsn)
     assert len(occurrences) == len(set(occurrences)), "an occurrence fired twice"

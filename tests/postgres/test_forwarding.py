@@ -79,7 +79,7 @@ def test_every_api_operation_through_every_node(
     pg_dsn: str, tmp_path: Path, cluster: list[ServeProcess]
 ) -> None:
     for name in ("node-a", "node-b", "node-c"):
-        cluster.append(ServeProcess(name, pg_dsn, tmp_path / name))
+        cluster.append(ServeProcess.node(name, pg_dsn, tmp_path / name))
     leader = _leader(cluster)
     urls = [n.url for n in cluster]
     rr = RoundRobin(urls)
@@ -236,7 +236,7 @@ def test_the_cli_triggers_and_reads_through_every_node(
     pg_dsn: str, tmp_path: Path, cluster: list[ServeProcess]
 ) -> None:
     for name in ("node-a", "node-b", "node-c"):
-        cluster.append(ServeProcess(name, pg_dsn, tmp_path / name))
+        cluster.append(ServeProcess.node(name, pg_dsn, tmp_path / name))
     _leader(cluster)
     made = httpx.post(
         f"{cluster[1].url}/api/schedules", json=_schedule("echoer", "sh", "-c", "echo hello")
@@ -257,9 +257,9 @@ def test_a_follower_that_cannot_reach_the_leader_answers_503_naming_it(
     pg_dsn: str, pg_cluster_dsn: str, tmp_path: Path, cluster: list[ServeProcess]
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    cluster.append(ServeProcess("node-gone", pg_dsn, tmp_path / "a", node_url=dead))
+    cluster.append(ServeProcess.node("node-gone", pg_dsn, tmp_path / "a", node_url=dead))
     _leader(cluster)
-    follower = ServeProcess("node-b", pg_dsn, tmp_path / "b")
+    follower = ServeProcess.node("node-b", pg_dsn, tmp_path / "b")
     cluster.append(follower)
     made = httpx.post(f"{follower.url}/api/schedules", json=_schedule("s"))
     sid = made.json()["id"]
@@ -288,7 +288,7 @@ def test_no_leader_and_a_leader_without_url_are_503_naming_them(
     # Something other than a Studio node holds the leader lock: no node leads.
     with psycopg.connect(pg_dsn, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", (SCHEDULER_LOCK_KEY,))
-        node = ServeProcess("node-a", pg_dsn, tmp_path / "a")
+        node = ServeProcess.node("node-a", pg_dsn, tmp_path / "a")
         cluster.append(node)
         sid = httpx.post(f"{node.url}/api/schedules", json=_schedule("s")).json()["id"]
         answer = httpx.post(f"{node.url}/api/schedules/{sid}/trigger")
@@ -298,10 +298,10 @@ def test_no_leader_and_a_leader_without_url_are_503_naming_them(
     wait_for(lambda: (node.health() or {}).get("leader"), 30)
     node.stop()
     cluster.clear()
-    quiet = ServeProcess("node-quiet", pg_dsn, tmp_path / "q", node_url=False)
+    quiet = ServeProcess.node("node-quiet", pg_dsn, tmp_path / "q", node_url=False)
     cluster.append(quiet)
     _leader(cluster)
-    other = ServeProcess("node-b", pg_dsn, tmp_path / "b")
+    other = ServeProcess.node("node-b", pg_dsn, tmp_path / "b")
     cluster.append(other)
     answer = httpx.post(f"{other.url}/api/schedules/{sid}/trigger")
     assert answer.status_code == 503, answer.text

@@ -50,7 +50,7 @@ def start_node(
         "LIONAGI_STUDIO_NOTIFY_TEMPLATE": '["true", "{deliver_to}"]',
         **(extra_env or {}),
     }
-    return ServeProcess(name, dsn, home / name, node_url=False, env=env)
+    return ServeProcess.node(name, dsn, home / name, node_url=False, env=env)
 
 
 def post_status(node: ServeProcess, path: str, body: dict[str, Any]) -> tuple[int, str | None]:

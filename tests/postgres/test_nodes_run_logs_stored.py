@@ -41,7 +41,7 @@ DAY = 86400.0
 
 def serve(name: str, dsn: str, home: Path) -> ServeProcess:
     """One ``studio serve`` node with its own home and run-log directory (bounded small)."""
-    return ServeProcess(name, dsn, home, env={"LIONAGI_STUDIO_RUN_LOG_BYTES": str(BOUND)})
+    return ServeProcess.node(name, dsn, home, env={"LIONAGI_STUDIO_RUN_LOG_BYTES": str(BOUND)})
 
 
 @pytest.fixture

@@ -140,7 +140,7 @@ async def test_errors_get_the_same_answers_in_another_language(
     text = _message(server_dsn, "SELECT 1/0")
     assert (text == "division by zero") is not german, text  # the server speaks German there
 
-    node = ServeProcess("node-a", server_dsn, tmp_path / "a")
+    node = ServeProcess.node("node-a", server_dsn, tmp_path / "a")
     try:
         made = httpx.post(f"{node.url}/api/schedules", json=_schedule("taken"))
         assert made.status_code == 201, made.text

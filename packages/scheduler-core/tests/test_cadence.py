@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from studio_scheduler_core import Schedule
 from studio_scheduler_core._triggers.cadence import advance, interval_next, preview_times
 from studio_scheduler_core._triggers.cron import next_after
 
@@ -92,7 +93,15 @@ def test_cron_next_is_strictly_after_and_in_zone() -> None:
 
 def test_interval_never_drifts_over_many_late_fires() -> None:
     rng = random.Random(7)
-    schedule = {"trigger_type": "interval", "interval_sec": 60}
+    schedule = Schedule(
+        id="s",
+        name="every minute",
+        trigger_type="interval",
+        interval_sec=60,
+        action_kind="command",
+        created_at=0.0,
+        updated_at=0.0,
+    )
     due = 1_000_000.0
     for k in range(1, 5001):
         late = rng.uniform(0, 5)

@@ -174,6 +174,48 @@ async def test_spend_folds_past_the_top_twenty(make_engine, clock, h) -> None:
     assert spend_runs(spend) == 23
 
 
+_SUMMED = (
+    "SELECT count(*) AS n, COALESCE(sum(spend_usd), 0) AS usd, "
+    "COALESCE(sum(spend_tokens), 0) AS tokens, COALESCE(sum(ended), 0) AS runs, "
+    "COALESCE(sum(spend_missing), 0) AS missing FROM schedule_health WHERE ended > 0"
+)
+_KEPT = "SELECT spenders, spend_usd, spend_tokens, runs, spend_missing FROM schedule_spend_total"
+
+
+async def _kept_and_summed(conn) -> tuple[list[float], list[float]]:
+    [kept] = await fetch_all(conn, _KEPT)
+    [summed] = await fetch_all(conn, _SUMMED)
+    return [float(v) for v in kept.values()], [float(v) for v in summed.values()]
+
+
+async def test_the_kept_spend_total_follows_every_health_row(make_engine, clock, h) -> None:
+    engine = await make_engine(clock=clock)
+    ok = await _made(engine, h, "ok", 0)
+    bad = await _made(engine, h, "bad", 3)
+    idle = await _made(engine, h, "idle", 0)
+    await engine.service.disable(idle.id)
+    await h.fire_due(engine, clock, ok.next_fire_at)
+    await h.fire_due(engine, clock, ok.next_fire_at + 60)
+    kept, summed = await _kept_and_summed(engine.conn)
+    assert kept == summed and kept[0] == 2 and kept[3] == 4  # two schedules, four runs
+    assert kept[4] == 4  # none reported usage
+    # any statement writing a health row keeps it: a direct update, a schedule's deletion
+    await engine.conn.execute(
+        "UPDATE schedule_health SET spend_usd = 0.25, spend_tokens = 3, ended = 1 "
+        "WHERE schedule_id = ?",
+        (idle.id,),
+    )
+    await engine.conn.commit()
+    kept, summed = await _kept_and_summed(engine.conn)
+    assert kept == summed and kept[:3] == [3, 0.25, 3]
+    await engine.service.delete(bad.id)
+    kept, summed = await _kept_and_summed(engine.conn)
+    assert kept == summed and kept[0] == 2
+    spend = await read_spend(engine.conn, by="schedule", now=clock())
+    assert {row.key for row in spend.rows} == {ok.id, idle.id}
+    assert (spend.total_usd, spend.total_tokens, spend.rows[0].key) == (0.25, 3, idle.id)
+
+
 async def test_a_spawn_failure_and_a_missing_cwd_are_classed(make_engine, clock, h) -> None:
     engine = await make_engine(clock=clock)
     missing = h.directory / "gone"

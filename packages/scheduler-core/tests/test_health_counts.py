@@ -16,11 +16,19 @@ from studio_scheduler_core import (
     read_spend,
 )
 from studio_scheduler_core._records.counters import DURATION_BOUNDS
-from studio_scheduler_core._records.store import HISTOGRAM, WEEK_COLUMNS
+from studio_scheduler_core._records.store import HISTOGRAM, WEEK_COLUMNS, verdicts_statement
 from studio_scheduler_core._recovery.retention import retention_pass
 from studio_scheduler_core._recovery.retention_counters import prune_counters
 from studio_scheduler_core._schema import MIGRATIONS, PACKAGE
-from studio_state import connect, connect_sync, fetch_all, fetch_one, fetch_value, migrate
+from studio_state import (
+    connect,
+    connect_sync,
+    fetch_all,
+    fetch_one,
+    fetch_value,
+    is_postgres,
+    migrate,
+)
 from studio_state import ensure_schema as ensure_state_schema
 
 EXIT = "import sys; sys.exit(int(sys.argv[1]))"
@@ -89,6 +97,52 @@ async def test_the_counts_match_every_verdict_read_one_by_one(
     assert seen[2]["overdue"] == 3 and seen[2]["healthy"] == 1  # and "slow" and "hourly"
     assert seen[3]["overdue"] == 4 and seen[3]["never_fired"] == 1  # and "daily"
     assert sum(seen[3].values()) == 7
+
+
+async def test_the_counts_bind_the_cron_gaps_as_one_value_however_many_crons(
+    make_engine: Any, clock: Any, h: Any, db_target: str
+) -> None:
+    engine = await make_engine(clock=clock)
+    seed = await _made(
+        engine, h, "seed", 0, trigger_type="cron", cron_expr="0 0 1 * *", interval_sec=None
+    )
+    row = await fetch_one(engine.conn, "SELECT * FROM schedules WHERE id = ?", (seed.id,))
+    assert row is not None
+    columns = [c for c in list(row.keys()) if c != "rowid"]  # PostgreSQL's identity column
+    made = {  # 1,500 more schedules, each with a cron of its own (minute, hour, day of month)
+        "id": "s.id || '-' || CAST(n.i AS TEXT)",
+        "name": "s.name || '-' || CAST(n.i AS TEXT)",
+        "cron_expr": "CAST(n.i % 60 AS TEXT) || ' ' || CAST((n.i / 60) % 24 AS TEXT) || ' ' "
+        "|| CAST(1 + n.i / 1440 AS TEXT) || ' * *'",
+    }
+    picked = ", ".join(made.get(c, f"s.{c}") for c in columns)
+    await engine.conn.execute(
+        f"INSERT INTO schedules ({', '.join(columns)}) "
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1500) "
+        f"SELECT {picked} FROM schedules s, n WHERE s.id = ?",
+        (seed.id,),
+    )
+    await engine.conn.commit()
+    assert (
+        await fetch_value(
+            engine.conn,
+            "SELECT count(*) FROM (SELECT DISTINCT cron_expr, timezone FROM schedules) p",
+        )
+        == 1_501
+    )
+    counts = await read_health_counts(engine.conn, now=clock())
+    assert counts == dict.fromkeys(counts, 0) | {"never_fired": 1_501}
+    # 40,000 crons' gaps (past SQLite's 32,766 and PostgreSQL's 65,535 bound values, were
+    # each pair's three fields bound one by one) are one bound value
+    gaps = [(f"{i % 60} {i // 60 % 24} * * {i // 1440 % 7}", "UTC", 60.0) for i in range(40_000)]
+    postgres = is_postgres(db_target)
+    sql, params = verdicts_statement(
+        gaps, clock(), grace=300.0, failed=("failed",), postgres=postgres
+    )
+    assert len(params) == 3
+    assert {r["verdict"]: r["n"] for r in await fetch_all(engine.conn, sql, params)} == {
+        "never_fired": 1_501
+    }
 
 
 async def test_every_schedule_has_its_health_row_from_creation(
@@ -189,6 +243,10 @@ async def test_migration_19_counts_the_runs_that_ended_before_the_counters(
         assert float(one["last_run_at"]) == t + 720
         assert one["consecutive_failures"] == 2
         assert rows["s2"]["ended"] == 0 and rows["s2"]["last_run_id"] is None
+        # migration 21 seeds the kept spend total from the health rows as they are
+        [total] = await fetch_all(conn, "SELECT * FROM schedule_spend_total")
+        assert (total["spenders"], total["runs"], total["spend_missing"]) == (1, 4, 3)
+        assert (float(total["spend_usd"]), int(total["spend_tokens"])) == (0.25, 42)
 
         activity = await fetch_one(
             conn,

@@ -36,8 +36,9 @@ from studio_state import Clock, system_clock
 from ._connections import ConnectionKind, connection_kind, refuse
 from ._constants import DEFAULT_ACTOR, DEFAULT_MAX_ATTEMPTS
 from ._drive import Steps, run_sync, sync_write_transaction
-from ._enqueue import NewRow, insert_steps, validate, validate_items
+from ._enqueue import insert_steps
 from ._exceptions import InvalidArgument
+from ._new_row import NewRow, validate, validate_items
 from ._operations import ack_steps, check_dispatch_id, purge_steps, retry_steps
 from ._queries import backlog_steps, count_steps, get_steps, list_steps, next_due_steps
 from ._schema import DEFAULT_SYNCHRONOUS, check_synchronous, synchronous_pragma

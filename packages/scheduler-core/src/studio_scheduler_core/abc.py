@@ -3,7 +3,8 @@ leadership.
 
 The engine's loop never names a trigger type: schedule evaluation looks each due row's
 ``trigger_type`` up in a registry of :class:`TriggerSource` objects (cron and interval are
-built in; github_poll plugs in as another source). Threshold evaluation is the first admission
+built in; github_poll plugs in as another source), which take the due :class:`Schedule`
+record. Threshold evaluation is the first admission
 gate (:class:`ThresholdGate`, a no-op by default); ad-hoc queued runs are a
 :class:`WorkerPass`; terminal-run notifications are a :class:`RunTerminalHook`. Which process
 may evaluate schedules on a database is a :class:`Leadership` (the database file's lock on
@@ -19,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import aiosqlite
 
+from ._records.codec import ColumnValue
 from ._records.run import Run
 from ._records.schedule import Schedule
 
@@ -32,37 +34,38 @@ class Occurrence:
     ``next_fire_at`` on (computed by the source's :meth:`TriggerSource.next_fire_at`, lazily:
     a deferred occurrence never pays for it). ``schedule_updates`` are further schedule
     columns written in the same transaction (a github cursor), and ``guards`` further columns
-    it is guarded on.
+    it is guarded on (column values as stored: ``None`` is SQL NULL). ``trigger_context`` is
+    the JSON object the run records.
     """
 
-    schedule: Mapping[str, Any]
+    schedule: Schedule
     due_at: float | None
     trigger_context: Mapping[str, Any]
     advance: bool = True
-    schedule_updates: Mapping[str, Any] = field(default_factory=dict)
-    guards: Mapping[str, Any] = field(default_factory=dict)
+    schedule_updates: Mapping[str, ColumnValue] = field(default_factory=dict)
+    guards: Mapping[str, ColumnValue] = field(default_factory=dict)
 
 
 @runtime_checkable
 class TriggerSource(Protocol):
-    """Turns a due schedule row of one ``trigger_type`` into occurrences, and arms cadence."""
+    """Turns a due schedule of one ``trigger_type`` into occurrences, and arms cadence."""
 
     trigger_type: str
     """The ``schedules.trigger_type`` value this source handles."""
 
     missed_fire_applies: bool
-    """Whether the startup missed-fire policy applies to rows of this type."""
+    """Whether the startup missed-fire policy applies to schedules of this type."""
 
     def next_fire_at(
-        self, schedule: Mapping[str, Any], *, due: float | None, now: float, timezone: str
+        self, schedule: Schedule, *, due: float | None, now: float, timezone: str
     ) -> float | None:
         """The cadence value after the occurrence due at ``due`` is handled at ``now``."""
         ...
 
     async def occurrences(
-        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float, timezone: str
+        self, conn: aiosqlite.Connection, schedule: Schedule, *, now: float, timezone: str
     ) -> list[Occurrence]:
-        """The occurrences a due row offers now (may be empty: nothing to fire)."""
+        """The occurrences a due schedule offers now (may be empty: nothing to fire)."""
         ...
 
 
@@ -91,7 +94,7 @@ class ThresholdDecision:
     fire: bool
     context: Mapping[str, Any] = field(default_factory=dict)
     reason: str = ""
-    schedule_updates: Mapping[str, Any] = field(default_factory=dict)
+    schedule_updates: Mapping[str, ColumnValue] = field(default_factory=dict)
     release: Callable[[], None] | None = None
 
 

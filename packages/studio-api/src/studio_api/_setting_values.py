@@ -328,3 +328,15 @@ def github_url(value: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError("must be an http(s) URL such as https://api.github.com")
     return url
+
+
+def archive_dir(value: str | None) -> str | None:
+    """An absolute path, a directory or not yet there (retention creates it)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        raise ValueError("must be an absolute directory path")
+    if path.exists() and not path.is_dir():
+        raise ValueError("exists and is not a directory")
+    return str(path)

@@ -8,33 +8,33 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pydantic
-from pydantic import AfterValidator, BeforeValidator, Field, SecretStr
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ._exceptions import SettingsError
-from ._setting_values import (
-    command_names,
-    db_path,
-    directory,
-    env_names,
-    github_url,
-    host_name,
-    is_loopback_host,
-    is_postgres_url,
-    li_path,
-    node_id,
-    node_url,
-    notify_template,
-    printable_token,
-    project_paths,
-    redact_url,
-    synchronous_level,
-    webhook_secret,
-    zone_name,
+from ._setting_types import (
+    ArchiveDir,
+    CommandNames,
+    DbPath,
+    Directory,
+    EnvNames,
+    GithubUrl,
+    Host,
+    LiPath,
+    NodeId,
+    NodeUrl,
+    ProjectPaths,
+    Synchronous,
+    Template,
+    Token,
+    WebhookSecret,
+    Zone,
+    env_field,
 )
+from ._setting_values import is_loopback_host, is_postgres_url, redact_url
 
 if TYPE_CHECKING:
     from studio_scheduler_core import SchedulerSettings
@@ -62,43 +62,6 @@ _READ_OS_ENVIRON: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "studio_api_read_os_environ", default=True
 )
 
-# Each setting's own check (from ``_setting_values``), attached to its type: "before" checks
-# parse what the environment gives (a string), "after" checks see the typed value.
-_DbPath = Annotated[Path | str, BeforeValidator(db_path)]
-_NodeId = Annotated[str | None, AfterValidator(node_id)]
-_NodeUrl = Annotated[str | None, AfterValidator(node_url)]
-_Host = Annotated[str, AfterValidator(host_name)]
-_Token = Annotated[SecretStr | None, AfterValidator(printable_token)]
-_WebhookSecret = Annotated[SecretStr | None, AfterValidator(webhook_secret)]
-_Zone = Annotated[str, AfterValidator(zone_name)]
-_Directory = Annotated[str | None, AfterValidator(directory)]
-_ProjectPaths = Annotated[dict[str, str], NoDecode, BeforeValidator(project_paths)]
-_CommandNames = Annotated[tuple[str, ...], NoDecode, BeforeValidator(command_names)]
-_LiPath = Annotated[str | None, AfterValidator(li_path)]
-_Template = Annotated[tuple[str, ...] | None, NoDecode, BeforeValidator(notify_template)]
-_GithubUrl = Annotated[str, AfterValidator(github_url)]
-_Synchronous = Annotated[str, BeforeValidator(synchronous_level)]
-_EnvNames = Annotated[tuple[str, ...], NoDecode, BeforeValidator(env_names)]
-
-
-def _archive_dir(value: str | None) -> str | None:
-    """An absolute path, a directory or not yet there (retention creates it)."""
-    if value is None:
-        return None
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        raise ValueError("must be an absolute directory path")
-    if path.exists() and not path.is_dir():
-        raise ValueError("exists and is not a directory")
-    return str(path)
-
-
-_ArchiveDir = Annotated[str | None, AfterValidator(_archive_dir)]
-
-
-def _env(name: str) -> Any:
-    return Field(default=None, validation_alias=name)
-
 
 class StudioSettings(BaseSettings):
     """The settings of a Studio host, read from the environment.
@@ -118,10 +81,10 @@ class StudioSettings(BaseSettings):
         validate_default=True,
     )
 
-    db: _DbPath = Field(default=Path(DEFAULT_DB), validation_alias="LIONAGI_STUDIO_DB")
-    host: _Host = Field(default=DEFAULT_HOST, validation_alias="LIONAGI_STUDIO_HOST")
+    db: DbPath = Field(default=Path(DEFAULT_DB), validation_alias="LIONAGI_STUDIO_DB")
+    host: Host = Field(default=DEFAULT_HOST, validation_alias="LIONAGI_STUDIO_HOST")
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, validation_alias="LIONAGI_STUDIO_PORT")
-    auth_token: _Token = _env("LIONAGI_STUDIO_AUTH_TOKEN")
+    auth_token: Token = env_field("LIONAGI_STUDIO_AUTH_TOKEN")
     tick_seconds: float = Field(
         default=30.0,
         gt=0,
@@ -153,29 +116,29 @@ class StudioSettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="LIONAGI_STUDIO_CHECKPOINT_INTERVAL_SECONDS",
     )
-    timezone: _Zone = Field(default="", validation_alias="LIONAGI_SCHEDULER_TZ")
-    default_cwd: _Directory = _env("LIONAGI_SCHEDULER_CWD")
-    project_paths: _ProjectPaths = Field(
+    timezone: Zone = Field(default="", validation_alias="LIONAGI_SCHEDULER_TZ")
+    default_cwd: Directory = env_field("LIONAGI_SCHEDULER_CWD")
+    project_paths: ProjectPaths = Field(
         default_factory=dict, validation_alias="LIONAGI_SCHEDULER_PROJECTS"
     )
-    command_allowlist: _CommandNames = Field(
+    command_allowlist: CommandNames = Field(
         default=(), validation_alias="LIONAGI_SCHEDULER_COMMAND_ALLOWLIST"
     )
-    li_executable: _LiPath = _env("LIONAGI_LI_EXECUTABLE")
-    notify_template: _Template = _env("LIONAGI_STUDIO_NOTIFY_TEMPLATE")
-    github_api_url: _GithubUrl = Field(
+    li_executable: LiPath = env_field("LIONAGI_LI_EXECUTABLE")
+    notify_template: Template = env_field("LIONAGI_STUDIO_NOTIFY_TEMPLATE")
+    github_api_url: GithubUrl = Field(
         default="https://api.github.com", validation_alias="LIONAGI_STUDIO_GITHUB_API_URL"
     )
-    github_token: _Token = _env("GITHUB_TOKEN")
-    webhook_secret: _WebhookSecret = _env("LIONAGI_STUDIO_WEBHOOK_SECRET")
-    synchronous: _Synchronous = Field(default="full", validation_alias="LIONAGI_STUDIO_SYNCHRONOUS")
+    github_token: Token = env_field("GITHUB_TOKEN")
+    webhook_secret: WebhookSecret = env_field("LIONAGI_STUDIO_WEBHOOK_SECRET")
+    synchronous: Synchronous = Field(default="full", validation_alias="LIONAGI_STUDIO_SYNCHRONOUS")
     max_body_bytes: int = Field(
         default=DEFAULT_MAX_BODY_BYTES,
         ge=1,
         le=1024**3,
         validation_alias="LIONAGI_STUDIO_MAX_BODY_BYTES",
     )
-    child_env_pass: _EnvNames = Field(
+    child_env_pass: EnvNames = Field(
         default=(), validation_alias="LIONAGI_SCHEDULER_CHILD_ENV_PASS"
     )
     run_log_dir: Path | None = Field(default=None, validation_alias="LIONAGI_STUDIO_RUN_LOG_DIR")
@@ -216,13 +179,13 @@ class StudioSettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="LIONAGI_STUDIO_AUDIT_RETENTION_DAYS",
     )
-    archive_dir: _ArchiveDir = _env("LIONAGI_STUDIO_ARCHIVE_DIR")
+    archive_dir: ArchiveDir = env_field("LIONAGI_STUDIO_ARCHIVE_DIR")
     log_format: Literal["text", "json"] = Field(
         default="text", validation_alias="LIONAGI_STUDIO_LOG_FORMAT"
     )
     metrics_public: bool = Field(default=False, validation_alias="LIONAGI_STUDIO_METRICS_PUBLIC")
-    node_id: _NodeId = _env("LIONAGI_STUDIO_NODE_ID")
-    node_url: _NodeUrl = _env("LIONAGI_STUDIO_NODE_URL")
+    node_id: NodeId = env_field("LIONAGI_STUDIO_NODE_ID")
+    node_url: NodeUrl = env_field("LIONAGI_STUDIO_NODE_URL")
 
     #: field name -> environment variable name
     ENV_VARS: ClassVar[dict[str, str]] = {}

@@ -1,10 +1,10 @@
 """The producer side on PostgreSQL: enqueue inside the producer's own transaction.
 
-The validation and the SQL are the SQLite path's own (``studio_outbox._enqueue``), and so are
-the public functions (``studio_outbox.enqueue_dispatch`` / ``enqueue_many``, and
-``studio_outbox.sync``'s): this module only drives the one insert on a psycopg (async or sync)
-or asyncpg connection, which those functions hand it. The insert fires the ``NOTIFY`` that
-wakes waiting deliverers, delivered when the producer's transaction commits.
+The validation and the SQL are the SQLite path's own (``studio_outbox._new_row`` and
+``studio_outbox._enqueue``), and so are the public functions (``studio_outbox.enqueue_dispatch`` /
+``enqueue_many``, and ``studio_outbox.sync``'s): this module only drives the one insert on a
+psycopg (async or sync) or asyncpg connection, which those functions hand it. The insert fires the
+``NOTIFY`` that wakes waiting deliverers, delivered when the producer's transaction commits.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._connections import ASYNC_EXPECTED, SYNC_EXPECTED, ConnectionKind, connection_kind, refuse
-from .._enqueue import NewRow, insert_steps
+from .._enqueue import insert_steps
+from .._new_row import NewRow
 from ._drive import run_in_transaction_async, run_in_transaction_sync
 
 _ASYNC_KINDS = (ConnectionKind.ASYNCPG, ConnectionKind.PSYCOPG_ASYNC)

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypedDict
 
 import aiosqlite
 
+from .._records.due import DueSchedule
 from .._records.schedule import Schedule
 from .._settings import SchedulerSettings
 from ..abc import ThresholdDecision, ThresholdGate
@@ -183,22 +184,23 @@ class Admission:
         reservation.park(run_id)
         return reservation
 
-    def plain_capacity_deferral(self, row: Mapping[str, Any]) -> Decision | None:
-        """The capacity deferral of a row no earlier gate can refuse, when no slot is free.
+    def plain_capacity_deferral(self, due: DueSchedule) -> Decision | None:
+        """The capacity deferral of a due schedule no earlier gate can refuse, when no slot is
+        free.
 
-        A row with no threshold, budget or max_runs, and no overlap to skip, passes every gate
+        One with no threshold, budget or max_runs, and no overlap to skip, passes every gate
         before the slot; with the slot full its decision is known without any await. ``None``
         means: run the full gates.
         """
         if self.slot_free():
             return None
-        if row["threshold_config"] is not None or row["max_runs"] is not None:
+        if due.threshold_config is not None or due.max_runs is not None:
             return None
-        if row["rate_limit"] is not None:
+        if due.rate_limit is not None:
             return None
-        if row["budget_usd"] is not None or row["budget_tokens"] is not None:
+        if due.budget_usd is not None or due.budget_tokens is not None:
             return None
-        if row["overlap_policy"] != "allow" and self.in_flight(str(row["id"])):
+        if due.overlap_policy != "allow" and self.in_flight(due.id):
             return None
         return self._capacity()
 

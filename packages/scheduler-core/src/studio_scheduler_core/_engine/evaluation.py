@@ -27,9 +27,7 @@ are taken at admission, so the gates see them while they wait.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 import aiosqlite
 
@@ -40,13 +38,14 @@ from .._fire.pipeline import StartFire, commit_fires, stage_fire
 from .._fire.retry import next_retry_at
 from .._observe.summary import coalesced_event
 from .._policies.overlap import OverlapPolicies, Revoke
+from .._records.due import DueSchedule
 from .._records.schedule import Schedule
-from .._schedules.jitter import jitter_until
 from .._triggers.once import consumed_updates
 from .._triggers.registry import CadenceTrigger, TriggerRegistry
 from ..abc import Occurrence, TriggerSource
 from . import store
 from .firebatch import MAX_FIRE_BATCH, FireBatch
+from .jitter import fields_view, jitter_until
 from .missed import missed_pass
 from .records import PassRecords
 
@@ -108,8 +107,10 @@ class Evaluator:
         """Write what this pass recorded (coalesced slots, deferrals) and start a new record."""
         await self._records.flush(self._env.conn, now)
 
-    async def due_rows(self, now: float, after: tuple[float, str] | None, limit: int) -> list[Any]:
-        """Due rows of registered trigger types, in due order after the keyset ``after``."""
+    async def due_rows(
+        self, now: float, after: tuple[float, str] | None, limit: int
+    ) -> list[DueSchedule]:
+        """Due schedules of registered trigger types, in due order after the keyset ``after``."""
         types = self._registry.types()
         if not types:
             return []
@@ -128,9 +129,9 @@ class Evaluator:
         rows = await store.next_fire_rows(
             self._env.conn, types, floor=now if self.blocked else None, limit=len(skip) + 1
         )
-        for row in rows:
-            if row["id"] not in skip:
-                target = min(target, float(row["next_fire_at"]))
+        for sid, next_fire_at in rows:
+            if sid not in skip:
+                target = min(target, next_fire_at)
                 break
         for until in self.backoff.values():
             target = min(target, until)
@@ -182,7 +183,7 @@ class Evaluator:
             if not rows:
                 return None
             seen += len(rows)
-            cursor = (rows[-1]["next_fire_at"], rows[-1]["id"])
+            cursor = (rows[-1].next_fire_at, rows[-1].id)
             try:
                 for row in rows:
                     outcome = await self._evaluate_row(row, now)
@@ -203,30 +204,33 @@ class Evaluator:
     async def _commit_staged(self, now: float, counts: dict[str, int]) -> None:
         retry_at = now + self._env.settings.tick_seconds
         for occ, next_at, run_id in await self._staged.commit(counts, self.backoff, retry_at):
-            slots = coalesced_event(occ.schedule, occ.due_at, next_at)
-            self._records.coalesce(occ, slots, next_at, run_id)
+            self._coalesce(occ, next_at, run_id)
 
-    async def _evaluate_row(self, row: Any, now: float) -> str:
-        sid = str(row["id"])
+    def _coalesce(self, occ: Occurrence, next_at: float | None, run_id: str) -> None:
+        slots = coalesced_event(fields_view(occ.schedule), occ.due_at, next_at)
+        self._records.coalesce(occ, slots, next_at, run_id)
+
+    async def _evaluate_row(self, row: DueSchedule, now: float) -> str:
+        sid = row.id
         if sid in self.backoff:
             return "backoff"
-        source = self._registry.get(str(row["trigger_type"]))
+        source = self._registry.get(row.trigger_type)
         if source is None:
             return "unhandled"
-        if row["jitter_sec"]:
+        if row.jitter_sec:
             until = await jitter_until(self._env.conn, row, now, timezone=self.timezone)
             if until is not None:
                 self.backoff[sid] = until  # due, but its jittered start is still ahead
                 return "jitter"
         if isinstance(source, CadenceTrigger):
             # One occurrence per row: when no gate before the slot can refuse and the slot is
-            # full, the decision is known without decoding the row (the 10k-due tick).
+            # full, the decision is known without reading the whole row (the 10k-due tick).
             deferred = self._admission.plain_capacity_deferral(row)
             if deferred is not None:
-                self._defer(row, deferred)
+                self._defer(sid, row.action_kind, deferred)
                 return "defer"
         try:
-            schedule = await store.due_schedule(self._env.conn, sid, row["next_fire_at"])
+            schedule = await store.due_schedule(self._env.conn, sid, row.next_fire_at)
             if schedule is None:
                 return "lost"  # changed since the scan: the next pass sees its new state
             occurrences = await source.occurrences(
@@ -258,7 +262,7 @@ class Evaluator:
         )
         return ScheduleClaim(
             "occurrence",
-            str(schedule["id"]),
+            schedule.id,
             due_at=occ.due_at,
             next_fire_at=nxt,
             set_next=advance and occ.advance,
@@ -283,8 +287,7 @@ class Evaluator:
         With ``batch`` an admitted fire is staged for the pass's shared commit (its outcome
         becomes ``lost`` there if its claim is lost) instead of committed here.
         """
-        # The trigger sources read the row as a mapping; the gates and the fire take its record.
-        schedule = Schedule.from_row(occ.schedule)
+        schedule = occ.schedule
         sid = schedule.id
         decided = await self._overlap.intercept(
             occ, lambda: self.schedule_claim(source, occ, now, advance=True), now
@@ -297,7 +300,7 @@ class Evaluator:
         if decision.outcome == "fire":
             return await self._fire(source, occ, schedule, decision, now, kind, batch=batch)
         if decision.outcome == "defer":
-            self._defer(occ.schedule, decision)
+            self._defer(sid, schedule.action_kind, decision)
             return "defer"
         if decision.outcome == "advance":
             claim = self.schedule_claim(source, occ, now, advance=True)
@@ -370,18 +373,17 @@ class Evaluator:
         if kind == "scheduled":
             # A missed-fire catch-up (run_once) is its policy's one run for the whole
             # outage; coalescing records slots passed over while the scheduler runs.
-            slots = coalesced_event(occ.schedule, occ.due_at, next_at)
-            self._records.coalesce(occ, slots, next_at, fired.run_id)
+            self._coalesce(occ, next_at, fired.run_id)
         return "fire"
 
-    def _defer(self, schedule: Mapping[str, Any], decision: Decision) -> None:
+    def _defer(self, schedule_id: str, action_kind: str, decision: Decision) -> None:
         if decision.reason_code == CAPACITY:
             if self._refill:
                 self._refilled = True  # no slot left to fill: stop, count nothing
                 return
             self._capped = True
         self.blocked = True
-        self._records.defer(schedule, decision)
+        self._records.defer(schedule_id, action_kind, decision)
 
     async def missed_fires(self, now: float) -> dict[str, int]:
         """Startup: apply each due row's missed_fire_policy once (skip, or run_once)."""

@@ -58,7 +58,7 @@ class FireBatch:
             if self._env.storage.failed(exc) is None:
                 logger.exception("committing %d fires failed; retrying after a tick", len(items))
             for _, occ, _ in items:
-                backoff[str(occ.schedule["id"])] = retry_at
+                backoff[occ.schedule.id] = retry_at
             _recount(counts, "error", len(items))
             return []
         committed: list[Fired] = []

@@ -9,8 +9,6 @@ The records of a pass are written in one transaction at its end.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import aiosqlite
 
@@ -42,7 +40,7 @@ class PassRecords:
         """Count the slots a fire passed over; record the 1st, 11th, 21st … consecutive
         coalescing fire of a schedule in its run list (the deferral record rule)."""
         schedule = occ.schedule
-        sid = str(schedule["id"])
+        sid = schedule.id
         if slots <= 0:
             self._coalescing.pop(sid, None)
             return
@@ -53,7 +51,7 @@ class PassRecords:
             self._pending.append(
                 Deferral(
                     schedule_id=sid,
-                    action_kind=str(schedule["action_kind"]),
+                    action_kind=schedule.action_kind,
                     reason_code=COALESCED,
                     summary=f"{slots} slot(s) fell due while the schedule was late or busy; "
                     f"coalesced into run {run_id}",
@@ -68,9 +66,9 @@ class PassRecords:
                 )
             )
 
-    def defer(self, schedule: Mapping[str, Any], decision: Decision) -> None:
-        """Count a deferral of the schedule (logged; recorded on the 1st, 11th, 21st …)."""
-        sid = str(schedule["id"])
+    def defer(self, sid: str, action_kind: str, decision: Decision) -> None:
+        """Count a deferral of the schedule ``sid`` (logged; recorded on the 1st, 11th, 21st
+        …; ``action_kind``: what its record names)."""
         count = self._deferrals.get(sid, 0) + 1
         self._deferrals[sid] = count
         emit(
@@ -85,7 +83,7 @@ class PassRecords:
             self._pending.append(
                 Deferral(
                     schedule_id=sid,
-                    action_kind=str(schedule["action_kind"]),
+                    action_kind=action_kind,
                     reason_code=decision.reason_code,
                     summary=self._summary(decision.message),
                     metadata=decision.metadata,

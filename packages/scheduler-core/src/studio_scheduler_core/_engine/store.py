@@ -8,20 +8,18 @@ read: ``enabled = 1 AND next_fire_at <= now`` in ``(next_fire_at, id)`` order).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import aiosqlite
 
-from studio_state import backend_of, fetch_one, fetch_value, write_transaction
+from studio_state import backend_of, fetch_all, fetch_one, fetch_value, write_transaction
 
-from .._records.codec import decode_schedule
+from .._records.codec import schedule_record
+from .._records.due import DUE_COLUMNS, DueSchedule
+from .._records.schedule import Schedule
 
-DUE_COLUMNS = (
-    "id, trigger_type, next_fire_at, action_kind, overlap_policy, threshold_config, "
-    "max_runs, budget_usd, budget_tokens, jitter_sec, rate_limit"
-)
-"""What the due scan reads: enough to decide a plain deferral; full rows are read on demand."""
+_DUE_SELECT = ", ".join(DUE_COLUMNS)
+"""What the due scan reads (:class:`DueSchedule`); full rows are read on demand."""
 
 # The earliest due time of webhook rows only (argv rows may be due but paused).
 _WEBHOOK_DUE = (
@@ -40,7 +38,7 @@ def due_query(types: tuple[str, ...], *, after: bool) -> str:
     placeholders = ", ".join("?" * len(types))
     keyset = " AND (next_fire_at, id) > (?, ?)" if after else ""
     return (
-        f"SELECT {DUE_COLUMNS} FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
+        f"SELECT {_DUE_SELECT} FROM schedules WHERE enabled = 1 AND next_fire_at <= ?"
         f"{keyset} AND trigger_type IN ({placeholders}) ORDER BY next_fire_at, id LIMIT ?"
     )
 
@@ -51,30 +49,32 @@ async def due_rows(
     now: float,
     after: tuple[float, str] | None,
     limit: int,
-) -> list[Any]:
+) -> list[DueSchedule]:
     """Up to ``limit`` due rows of ``types`` after the keyset ``after``, in due order."""
     params: list[Any] = [now]
     if after is not None:
         params += list(after)
     params += [*types, limit]
-    return list(await conn.execute_fetchall(due_query(types, after=after is not None), params))
+    rows = await fetch_all(conn, due_query(types, after=after is not None), params)
+    return [DueSchedule.from_row(row) for row in rows]
 
 
 async def next_fire_rows(
     conn: aiosqlite.Connection, types: tuple[str, ...], *, floor: float | None, limit: int
-) -> list[Any]:
-    """The earliest armed rows of ``types`` (only ``next_fire_at > floor`` when given)."""
+) -> list[tuple[str, float]]:
+    """``(id, next_fire_at)`` of the earliest armed schedules of ``types`` (only
+    ``next_fire_at > floor`` when given)."""
     marks = ", ".join("?" * len(types))
     where = " AND next_fire_at > ?" if floor is not None else ""
     params: list[Any] = [floor] if floor is not None else []
-    return list(
-        await conn.execute_fetchall(
-            "SELECT id, next_fire_at FROM schedules WHERE enabled = 1 "
-            f"AND next_fire_at IS NOT NULL{where} AND trigger_type IN ({marks}) "
-            "ORDER BY next_fire_at, id LIMIT ?",
-            [*params, *types, limit],
-        )
+    rows = await fetch_all(
+        conn,
+        "SELECT id, next_fire_at FROM schedules WHERE enabled = 1 "
+        f"AND next_fire_at IS NOT NULL{where} AND trigger_type IN ({marks}) "
+        "ORDER BY next_fire_at, id LIMIT ?",
+        [*params, *types, limit],
     )
+    return [(str(row["id"]), float(row["next_fire_at"])) for row in rows]
 
 
 async def due_backlog(conn: aiosqlite.Connection, now: float) -> tuple[int, float | None]:
@@ -92,24 +92,23 @@ async def due_backlog(conn: aiosqlite.Connection, now: float) -> tuple[int, floa
 
 
 async def due_schedule(
-    conn: aiosqlite.Connection, schedule_id: str, next_fire_at: Any
-) -> Mapping[str, Any] | None:
-    """The full row, decoded as the trigger sources read it (:class:`~studio_scheduler_core.
-    abc.Occurrence`'s ``schedule``), if still enabled and due at the ``next_fire_at`` the scan
-    read."""
+    conn: aiosqlite.Connection, schedule_id: str, next_fire_at: float
+) -> Schedule | None:
+    """The schedule, if still enabled and due at the ``next_fire_at`` the scan read (what the
+    trigger sources take, and :class:`~studio_scheduler_core.abc.Occurrence`'s ``schedule``)."""
     row = await fetch_one(
         conn,
         "SELECT * FROM schedules WHERE id = ? AND enabled = 1 "
         "AND next_fire_at IS NOT DISTINCT FROM ?",
         (schedule_id, next_fire_at),
     )
-    return None if row is None else decode_schedule(row)
+    return None if row is None else schedule_record(row)
 
 
-async def schedule_row(conn: aiosqlite.Connection, schedule_id: str) -> Mapping[str, Any] | None:
-    """The full schedule row, decoded as the trigger sources read it, or ``None``."""
+async def read_schedule(conn: aiosqlite.Connection, schedule_id: str) -> Schedule | None:
+    """The schedule, or ``None``."""
     row = await fetch_one(conn, "SELECT * FROM schedules WHERE id = ?", (schedule_id,))
-    return None if row is None else decode_schedule(row)
+    return None if row is None else schedule_record(row)
 
 
 async def webhook_due_at(conn: aiosqlite.Connection) -> float | None:

@@ -8,6 +8,7 @@ row (``run.skipped.budget``) linked to the parent records where and why.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from .._admission.store import schedule_spend
@@ -51,8 +52,7 @@ async def follow_up_refused(
             "budget_tokens": budget_tokens,
         },
     )
-    run["chain_parent_id"] = parent.run_id
-    run["chain_depth"] = parent.chain_depth + 1
+    run = replace(run, chain_parent_id=parent.run_id, chain_depth=parent.chain_depth + 1)
     await write_skip(
         env.conn,
         claim=ScheduleClaim("follow_up", sid),

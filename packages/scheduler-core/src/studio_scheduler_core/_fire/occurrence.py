@@ -33,6 +33,7 @@ from .._observe.events import emit
 from .._records.codec import TERMINAL_RUN_STATUSES, ColumnValue, dumps
 from .._records.counters import count_end_sync, count_fire_sync
 from .._records.invocation import NewInvocation
+from .._records.run import Run
 from .._records.vocab import ENGINE_ACTOR
 from .._schedules.store import drop_buffered
 from .._triggers.once import ONCE, ONCE_SUMMARY
@@ -51,7 +52,9 @@ class ScheduleClaim:
     ``occurrence``: guarded on ``enabled = 1`` and ``next_fire_at = due_at`` (``guard_due``),
     writes ``next_fire_at`` (``set_next``) and ``last_fired_at``. ``manual``: writes only
     ``last_fired_at`` (a manual fire is not an occurrence and leaves the cadence alone).
-    ``follow_up``: the schedule must still exist; nothing about it is written.
+    ``follow_up``: the schedule must still exist; nothing about it is written. ``updates`` are
+    further columns written and ``guards`` further columns the write is guarded on (values as
+    stored: ``None`` is SQL NULL).
     """
 
     kind: ClaimKind
@@ -61,8 +64,8 @@ class ScheduleClaim:
     next_fire_at: float | None = None
     set_next: bool = True
     stamp_fired: bool = True
-    updates: Mapping[str, Any] = field(default_factory=dict)
-    guards: Mapping[str, Any] = field(default_factory=dict)
+    updates: Mapping[str, ColumnValue] = field(default_factory=dict)
+    guards: Mapping[str, ColumnValue] = field(default_factory=dict)
 
 
 def _claim_sets(
@@ -206,25 +209,25 @@ def skipped_run(
     context: Mapping[str, Any],
     now: float,
     metadata: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], Transition]:
-    """A ``skipped`` run row and its transition row (not yet written)."""
+) -> tuple[Run, Transition]:
+    """A ``skipped`` run and its transition row (not yet written)."""
     run_id = new_id()
-    run = {
-        "id": run_id,
-        "schedule_id": schedule_id,
-        "trigger_context": dict(context),
-        "action_kind": action_kind,
-        "action_args": [],
-        "status": "skipped",
-        "chain_depth": 0,
-        "fired_at": now,
-        "ended_at": now,
-        "created_at": now,
-        "updated_at": now,
-        "status_reason_code": reason_code,
-        "status_reason_summary": summary,
-        "status_evidence_refs": [{"kind": "schedule", "id": schedule_id}],
-    }
+    run = Run(
+        id=run_id,
+        schedule_id=schedule_id,
+        trigger_context=dict(context),
+        action_kind=action_kind,
+        action_args=[],
+        status="skipped",
+        chain_depth=0,
+        fired_at=now,
+        ended_at=now,
+        created_at=now,
+        updated_at=now,
+        status_reason_code=reason_code,
+        status_reason_summary=summary,
+        status_evidence_refs=[{"kind": "schedule", "id": schedule_id}],
+    )
     transition = Transition(
         entity_type="schedule_run",
         entity_id=run_id,
@@ -243,7 +246,7 @@ async def write_skip(
     conn: aiosqlite.Connection,
     *,
     claim: ScheduleClaim,
-    run: Mapping[str, Any] | None,
+    run: Run | None,
     transitions: Sequence[Transition],
     now: float,
     disable: tuple[str, str] | None = None,
@@ -257,7 +260,7 @@ async def write_skip(
         if not await _apply_claim(conn, claim, now):
             return False
         if run is not None:
-            await store.insert_run(conn, run)
+            await store.insert_run(conn, run.to_row())
         rows = list(transitions)
         if disable is not None:
             reason_code, summary = disable

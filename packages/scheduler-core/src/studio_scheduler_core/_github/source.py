@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiosqlite
 
+from .._records.codec import ColumnValue
+from .._records.schedule import Schedule
 from .._settings import SchedulerSettings
 from .._triggers.cadence import interval_next, poll_interval
 from ..abc import Occurrence
@@ -91,17 +93,17 @@ class GithubPollSource:
 
     # -- TriggerSource ----------------------------------------------------------------------
     def next_fire_at(
-        self, schedule: Mapping[str, Any], *, due: float | None, now: float, timezone: str
+        self, schedule: Schedule, *, due: float | None, now: float, timezone: str
     ) -> float:
         """The next poll: the first ``due + k*poll_interval`` after now (no drift)."""
         return interval_next(now if due is None else due, poll_interval(schedule), now)
 
     async def occurrences(
-        self, conn: aiosqlite.Connection, schedule: Mapping[str, Any], *, now: float, timezone: str
+        self, conn: aiosqlite.Connection, schedule: Schedule, *, now: float, timezone: str
     ) -> list[Occurrence]:
         """The held batch's remaining events; else start a poll and offer nothing yet."""
-        sid = str(schedule["id"])
-        due = schedule.get("next_fire_at")
+        sid = schedule.id
+        due = schedule.next_fire_at
         held = self._held.get(sid)
         if held is not None:
             offered = self._offer(held, schedule, now)
@@ -120,7 +122,7 @@ class GithubPollSource:
         if not await move_next(conn, sid, expect=due, to=nxt, now=now):
             return []
         task = asyncio.create_task(
-            self._poll(conn, dict(schedule), planned=nxt, now=now), name=f"github-poll-{sid}"
+            self._poll(conn, schedule, planned=nxt, now=now), name=f"github-poll-{sid}"
         )
         self._polls[sid] = task
         task.add_done_callback(lambda t: self._poll_done(sid, t))
@@ -149,15 +151,13 @@ class GithubPollSource:
             logger.error("github poll of schedule %s failed", sid, exc_info=task.exception())
 
     # -- the held batch ---------------------------------------------------------------------
-    def _offer(
-        self, held: HeldBatch, schedule: Mapping[str, Any], now: float
-    ) -> list[Occurrence] | None:
-        repo = str(schedule.get("github_repo") or "")
-        if held.fingerprint != fingerprint(repo, schedule.get("github_filter")):
+    def _offer(self, held: HeldBatch, schedule: Schedule, now: float) -> list[Occurrence] | None:
+        repo = str(schedule.github_repo or "")
+        if held.fingerprint != fingerprint(repo, schedule.github_filter):
             return None
-        if schedule.get("next_fire_at") != held.due_at:
+        if schedule.next_fire_at != held.due_at:
             return None
-        stored = schedule.get("github_cursor")
+        stored = schedule.github_cursor
         try:
             cursor = parse_cursor(stored)
         except ValueError:
@@ -180,7 +180,7 @@ class GithubPollSource:
             # Events filtered out between two fires are passed by the next fire's cursor;
             # the last fire also passes the filtered-out events after it.
             value = format_cursor(held.final_cursor if last else item.key)
-            updates: dict[str, str | None] = {"github_cursor": value}
+            updates: dict[str, ColumnValue] = {"github_cursor": value}
             if last:
                 updates["github_etag"] = held.etag
             out.append(
@@ -204,17 +204,17 @@ class GithubPollSource:
     async def _poll(
         self,
         conn: aiosqlite.Connection,
-        schedule: Mapping[str, Any],
+        schedule: Schedule,
         *,
         planned: float,
         now: float,
     ) -> None:
-        sid = str(schedule["id"])
-        repo = str(schedule.get("github_repo") or "")
-        filt = schedule.get("github_filter")
+        sid = schedule.id
+        repo = str(schedule.github_repo or "")
+        filt = schedule.github_filter
         fp = fingerprint(repo, filt)
         try:
-            cursor = parse_cursor(schedule.get("github_cursor"))
+            cursor = parse_cursor(schedule.github_cursor)
         except ValueError as exc:
             logger.error("schedule %s: unusable github_cursor, not polling: %s", sid, exc)
             return
@@ -227,7 +227,7 @@ class GithubPollSource:
             repo=repo,
             github_filter=filt,
             cursor=cursor,
-            etag=None if deep is not None else schedule.get("github_etag"),
+            etag=None if deep is not None else schedule.github_etag,
             fingerprint=fp,
             deep=deep,
             now=now,
@@ -252,7 +252,7 @@ class GithubPollSource:
     async def _found(
         self,
         conn: aiosqlite.Connection,
-        schedule: Mapping[str, Any],
+        schedule: Schedule,
         result: ScanResult,
         fp: str,
         cursor: Key | None,
@@ -260,7 +260,7 @@ class GithubPollSource:
         planned: float,
         now: float,
     ) -> None:
-        sid, repo = str(schedule["id"]), str(schedule.get("github_repo") or "")
+        sid, repo = schedule.id, str(schedule.github_repo or "")
         if result.restarted:
             self._deep.pop(sid, None)
             logger.warning(
@@ -288,7 +288,7 @@ class GithubPollSource:
                 MAX_PAGES * 100,
             )
         events = result.events or []
-        old = schedule.get("github_cursor")
+        old = schedule.github_cursor
         if not any(e.dispatchable for e in events):
             new = format_cursor(events[-1].key) if events else old
             await quiet(conn, sid, planned=planned, old=old, new=new, etag=result.etag, now=now)
@@ -303,7 +303,7 @@ class GithubPollSource:
                 repo,
                 sid,
                 sum(e.dispatchable for e in events),
-                event_name(schedule.get("github_filter")),
+                event_name(schedule.github_filter),
             )
             if self._wake is not None:
                 self._wake()

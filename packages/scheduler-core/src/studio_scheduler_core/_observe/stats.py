@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -78,14 +78,15 @@ class Spend:
         return asdict(self)
 
 
-def _spend_row(row: Mapping[str, Any]) -> SpendRow:
+def _spend_row(row: Sequence[Any]) -> SpendRow:
+    key, label, usd, tokens, runs, missing = row
     return SpendRow(
-        key=str(row["key"]),
-        label=str(row["label"]),
-        spend_usd=float(row["spend_usd"]),
-        spend_tokens=int(row["spend_tokens"]),
-        runs=int(row["runs"]),
-        spend_partial=int(row["spend_missing"]) > 0,
+        key=str(key),
+        label=str(label),
+        spend_usd=float(usd),
+        spend_tokens=int(tokens),
+        runs=int(runs),
+        spend_partial=int(missing) > 0,
     )
 
 
@@ -101,24 +102,16 @@ async def read_activity(conn: aiosqlite.Connection, *, window: str, now: float) 
     last = int(now // HOUR_SECONDS * HOUR_SECONDS)
     first = last - (count - 1) * width
     rows = await read_activity_rows(conn, first, last)
-    by_start = {row[0]: row for row in rows}
-    empty = (0, 0, 0, 0, 0, 0)
-    buckets: list[ActivityBucket] = []
-    for index in range(count):
-        start = first + index * width
-        _, fires, completed, failed, timed_out, cancelled = by_start.get(start, empty)
-        buckets.append(
-            ActivityBucket(
-                start=float(start),
-                fires=fires,
-                completed=completed,
-                failed=failed,
-                timed_out=timed_out,
-                cancelled=cancelled,
-            )
-        )
-    completed = sum(b.completed for b in buckets)
-    ended = completed + sum(b.failed + b.timed_out for b in buckets)
+    # positional construction of each bucket, the counts taken whole from its hour row: a
+    # week is 168 buckets, built whether or not its hours have rows
+    counts = {row[0]: row[1:] for row in rows}
+    none = (0, 0, 0, 0, 0)
+    buckets = [
+        ActivityBucket(float(start), *counts.get(start, none))
+        for start in range(first, last + 1, width)
+    ]
+    completed = sum(row[2] for row in rows)
+    ended = completed + sum(row[3] + row[4] for row in rows)
     return Activity(
         window=window,
         bucket_seconds=width,
@@ -131,30 +124,32 @@ async def read_spend(conn: aiosqlite.Connection, *, by: str, now: float) -> Spen
     """Spend ``by`` ``schedule`` or ``action``: the top :data:`SPEND_TOP`, the rest folded.
 
     Raises :class:`InvalidStatsQuery` (``field="by"``) for another grouping. The sums are
-    every run's since counting began (kept as runs end; retention keeps them). ``now`` is
-    the reading's instant (kept for a windowed read; the totals do not depend on it).
+    every run's since counting began (kept as runs end; retention keeps them). Reads the top
+    rows and one row of totals (by schedule, kept as the health rows change; by action, a
+    sum over the few action targets), whatever the history. ``now`` is the reading's
+    instant (kept for a windowed read; the totals do not depend on it).
     """
     del now
     if by not in SPEND_GROUPS:
         raise InvalidStatsQuery("by", f"must be one of {', '.join(SPEND_GROUPS)}")
-    rows, total = await read_spend_rows(conn, by, SPEND_TOP)
+    rows, (count, usd, tokens, runs, missing) = await read_spend_rows(conn, by, SPEND_TOP)
     top = [_spend_row(row) for row in rows]
-    rest = int(total["n"]) - len(top)
+    rest = int(count) - len(top)
     if rest > 0:
         top.append(
             SpendRow(
                 key="(other)",
                 label=f"{rest} more",
-                spend_usd=max(0.0, float(total["usd"]) - sum(r.spend_usd for r in top)),
-                spend_tokens=int(total["tokens"]) - sum(r.spend_tokens for r in top),
-                runs=int(total["runs"]) - sum(r.runs for r in top),
-                spend_partial=int(total["missing"]) > sum(int(r["spend_missing"]) for r in rows),
+                spend_usd=max(0.0, float(usd) - sum(r.spend_usd for r in top)),
+                spend_tokens=int(tokens) - sum(r.spend_tokens for r in top),
+                runs=int(runs) - sum(r.runs for r in top),
+                spend_partial=int(missing) > sum(int(row[5]) for row in rows),
             )
         )
     return Spend(
         by=by,
         rows=tuple(top),
-        total_usd=float(total["usd"]),
-        total_tokens=int(total["tokens"]),
-        spend_partial=int(total["missing"]) > 0,
+        total_usd=float(usd),
+        total_tokens=int(tokens),
+        spend_partial=int(missing) > 0,
     )

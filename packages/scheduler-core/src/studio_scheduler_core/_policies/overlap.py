@@ -60,10 +60,10 @@ class OverlapPolicies:
         """The outcome when the policy decided the occurrence (``buffer``, ``skip``,
         ``lost``); ``None``: admission decides (after cancel_other's cancels)."""
         schedule = occ.schedule
-        sid = str(schedule["id"])
+        sid = schedule.id
         if not self._admission.in_flight(sid):
             return None
-        policy = schedule.get("overlap_policy")
+        policy = schedule.overlap_policy
         if policy == "cancel_other":
             await self.cancel_in_flight(sid, now)
             return None
@@ -74,7 +74,7 @@ class OverlapPolicies:
         if await buffered_count(self._env.conn, sid) >= bound:
             run, transition = skipped_run(
                 schedule_id=sid,
-                action_kind=str(schedule["action_kind"]),
+                action_kind=schedule.action_kind,
                 reason_code=BUFFER_FULL,
                 summary=f"a run is in flight and the {policy} buffer is full ({bound})",
                 context={**context, "skipped": BUFFER_FULL},
@@ -87,14 +87,14 @@ class OverlapPolicies:
             return "skip" if won else "lost"
         run, transition = skipped_run(
             schedule_id=sid,
-            action_kind=str(schedule["action_kind"]),
+            action_kind=schedule.action_kind,
             reason_code=BUFFERED,
             summary="a run of this schedule is in flight; the occurrence waits in the buffer",
             context=context,
             now=now,
             metadata={"overlap_policy": policy, "bound": bound},
         )
-        run.update(status="waiting_dependency", ended_at=None)
+        run = replace(run, status="waiting_dependency", ended_at=None)
         transition = replace(transition, status="waiting_dependency")
         won = await write_skip(
             self._env.conn, claim=claim(), run=run, transitions=[transition], now=now

@@ -9,6 +9,7 @@ runs on a metrics collector's synchronous one (rows as tuples or mappings).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -223,10 +224,19 @@ _CRONS = (
 )
 # Every schedule's verdict decided in SQL and counted per verdict: the same rule as
 # ``_observe.health`` (which documents it), each cron's typical gap bound from Python.
+# The gaps arrive as one JSON array of ``[expr, zone, gap]`` triples (a single bound value,
+# however many distinct crons there are: one value per pair would reach SQLite's limit on
+# bound variables near 11,000 pairs).
+_GAPS_SQLITE = (
+    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+    "CAST(json_extract(value, '$[2]') AS DOUBLE PRECISION) FROM json_each(?)"
+)
+_GAPS_POSTGRES = (
+    "SELECT e->>0, e->>1, CAST(e->>2 AS DOUBLE PRECISION) "
+    "FROM jsonb_array_elements(CAST(? AS jsonb)) AS e"
+)
 _VERDICTS = """
-WITH gaps(expr, zone, gap) AS (
-  VALUES (CAST(NULL AS TEXT), CAST(NULL AS TEXT), CAST(NULL AS DOUBLE PRECISION)){gaps}
-),
+WITH gaps(expr, zone, gap) AS ({gaps}),
 sched AS (
   SELECT s.enabled, s.last_fired_at AS sf, h.fires, h.last_status,
     {greatest}(COALESCE(h.last_fire_at, -1), COALESCE(s.last_fired_at, -1),
@@ -284,14 +294,13 @@ def verdicts_statement(
     with ``postgres``), and its values; ``gaps``
     are ``(cron_expr, zone, typical gap or None)`` of every enabled cron
     (:func:`crons_sync` lists the pairs)."""
-    more = "".join(", (?, ?, CAST(? AS DOUBLE PRECISION))" for _ in gaps)
     sql = _VERDICTS.format(
-        gaps=more,
+        gaps=_GAPS_POSTGRES if postgres else _GAPS_SQLITE,
         grace=float(grace),
         failed=", ".join(f"'{status}'" for status in failed),
         greatest="GREATEST" if postgres else "max",
     )
-    return sql, [*(value for gap in gaps for value in gap), now, now]
+    return sql, [json.dumps([list(gap) for gap in gaps]), now, now]
 
 
 def crons_sync(db: Any) -> list[tuple[str, str]]:
@@ -325,42 +334,58 @@ async def read_activity_rows(
     return await run_sync(conn, lambda db: read_activity_rows_sync(db, first, last))
 
 
-# key, label, run count and the table of each spend grouping; the top rows are read in
-# the order of an index (``idx_schedule_health_spend``, ``idx_action_spend_order``)
+# each spend grouping's top rows (key, label, usd, tokens, runs, runs reporting no usage),
+# read in the order of an index (``idx_schedule_health_spend``, partial: only schedules with
+# an ended run; ``idx_action_spend_order``), and its totals (spenders, usd, tokens, runs,
+# runs reporting none): by schedule the one row its triggers keep (migration 21), by action
+# a sum over the few action targets
 _SPEND_TOP: Final[dict[str, str]] = {
     "schedule": (
-        "SELECT h.schedule_id AS key, COALESCE(s.name, h.schedule_id) AS label, "
-        "h.spend_usd, h.spend_tokens, h.ended AS runs, h.spend_missing "
+        "SELECT h.schedule_id, COALESCE(s.name, h.schedule_id), h.spend_usd, h.spend_tokens, "
+        "h.ended, h.spend_missing "
         "FROM schedule_health h LEFT JOIN schedules s ON s.id = h.schedule_id "
         "WHERE h.ended > 0 ORDER BY h.spend_usd DESC, h.spend_tokens DESC, h.schedule_id "
         "LIMIT ?"
     ),
     "action": (
-        "SELECT action AS key, action AS label, spend_usd, spend_tokens, runs, spend_missing "
+        "SELECT action, action, spend_usd, spend_tokens, runs, spend_missing "
         "FROM action_spend WHERE runs > 0 ORDER BY spend_usd DESC, spend_tokens DESC, action "
         "LIMIT ?"
     ),
 }
 _SPEND_TOTALS: Final[dict[str, str]] = {
     "schedule": (
-        "SELECT count(*) AS n, COALESCE(sum(spend_usd), 0) AS usd, "
-        "COALESCE(sum(spend_tokens), 0) AS tokens, COALESCE(sum(ended), 0) AS runs, "
-        "COALESCE(sum(spend_missing), 0) AS missing FROM schedule_health WHERE ended > 0"
+        "SELECT spenders, spend_usd, spend_tokens, runs, spend_missing "
+        "FROM schedule_spend_total WHERE id = 1"
     ),
     "action": (
-        "SELECT count(*) AS n, COALESCE(sum(spend_usd), 0) AS usd, "
-        "COALESCE(sum(spend_tokens), 0) AS tokens, COALESCE(sum(runs), 0) AS runs, "
-        "COALESCE(sum(spend_missing), 0) AS missing FROM action_spend WHERE runs > 0"
+        "SELECT count(*), COALESCE(sum(spend_usd), 0), COALESCE(sum(spend_tokens), 0), "
+        "COALESCE(sum(runs), 0), COALESCE(sum(spend_missing), 0) FROM action_spend "
+        "WHERE runs > 0"
     ),
 }
 
 
+def read_spend_rows_sync(
+    db: Any, by: str, top: int
+) -> tuple[list[tuple[Any, ...]], tuple[Any, ...]]:
+    """The ``top`` largest spenders ``by`` ``schedule`` or ``action`` as tuples ``(key,
+    label, spend_usd, spend_tokens, runs, spend_missing)``, and the totals over all of them
+    ``(count, spend_usd, spend_tokens, runs, spend_missing)`` (zeros when nothing is kept)."""
+    cursor = db.cursor()
+    cursor.row_factory = None
+    try:
+        cursor.execute(_SPEND_TOP[by], (top,))
+        rows = list(cursor.fetchall())
+        cursor.execute(_SPEND_TOTALS[by])
+        total = cursor.fetchone()
+    finally:
+        cursor.close()
+    return rows, tuple(total) if total is not None else (0, 0.0, 0, 0, 0)
+
+
 async def read_spend_rows(
     conn: aiosqlite.Connection, by: str, top: int
-) -> tuple[Sequence[Mapping[str, Any]], Mapping[str, Any]]:
-    """The ``top`` largest spenders ``by`` ``schedule`` or ``action`` (``key``, ``label``,
-    ``spend_usd``, ``spend_tokens``, ``runs``, ``spend_missing``) and the totals over all
-    of them (``n``, ``usd``, ``tokens``, ``runs``, ``missing``)."""
-    rows = await fetch_all(conn, _SPEND_TOP[by], (top,))
-    totals = await fetch_all(conn, _SPEND_TOTALS[by])
-    return rows, totals[0]
+) -> tuple[list[tuple[Any, ...]], tuple[Any, ...]]:
+    """:func:`read_spend_rows_sync` in one trip to ``conn``'s thread."""
+    return await run_sync(conn, lambda db: read_spend_rows_sync(db, by, top))

@@ -18,8 +18,9 @@ so both dialects keep one numbering). Migration 14's ad-hoc run counts are delta
 (one row per status on SQLite, whose writers never run concurrently). Migration 15, the stored
 copy of a finished run's log (``run_logs``), exists only there too. Migration 16 (the
 counters behind health and stats, ``error_class``) has the same tables on both, and
-migration 19's health-row triggers are a PL/pgSQL function there. Migration 20 adds the
-health row's totals of what retention deleted (same columns on both).
+migration 19's health-row triggers are a PL/pgSQL function there, as are migration 21's
+triggers keeping the spend total. Migration 20 adds the health row's totals of what retention
+deleted (same columns on both).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from . import (
     v18_schedule_sets,
     v19_health_backfill,
     v20_pruned_totals,
+    v21_spend_total,
 )
 from .v09_v14_nodes import WAKE_CHANNEL
 
@@ -59,6 +61,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     *v18_schedule_sets.MIGRATIONS,
     *v19_health_backfill.MIGRATIONS,
     *v20_pruned_totals.MIGRATIONS,
+    *v21_spend_total.MIGRATIONS,
 )
 """Every migration in version order."""
 

@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 import aiosqlite
 
 from .._exceptions import ScheduleValidationError
+from .._records.schedule import Schedule
 from .._records.vocab import MAX_INTERVAL_SEC
 from . import store
 from .cron import CronError, check_expression, iso, next_after
@@ -55,64 +56,79 @@ async def rearm(conn: aiosqlite.Connection, *, now: float, timezone: str) -> int
     cache: dict[tuple[str, str], float | None] = {}
     moves: list[tuple[str, float | None, float]] = []
     for row in rows:
+        zone = _zone(row.timezone, timezone)
         try:
-            if row["trigger_type"] == "cron":
-                key = (str(row["cron_expr"]), row["timezone"] or timezone)
+            if row.trigger_type == "cron":
+                key = (str(row.cron_expr), zone)
                 if key not in cache:
                     cache[key] = next_after(key[0], key[1], now)
                 value = cache[key]
             else:
-                value = first_fire_at(row, now=now, timezone=timezone)
-        except (CronError, ValueError, TypeError, KeyError):
-            logger.warning("schedule %s: cannot compute its next fire time", row["id"])
+                value = _first_fire(row.trigger_type, row.interval_sec, row.at, now=now)
+        except (CronError, ValueError, TypeError):
+            logger.warning("schedule %s: cannot compute its next fire time", row.id)
             continue
-        old = row["next_fire_at"]
+        old = row.next_fire_at
         if value is not None and (old is None or abs(float(old) - value) >= 1e-6):
-            moves.append((str(row["id"]), old, value))
+            moves.append((row.id, old, value))
     await store.move_next_fire_times(conn, moves, now=now)
     return len(moves)
 
 
-def poll_interval(schedule: Mapping[str, Any]) -> int:
+def poll_interval(schedule: Schedule) -> int:
     """A github_poll schedule's poll interval in seconds (default 300)."""
-    value = schedule.get("poll_interval_sec")
+    value = schedule.poll_interval_sec
     return int(value) if value else DEFAULT_POLL_INTERVAL_SEC
 
 
-def schedule_zone(schedule: Mapping[str, Any], default: str) -> str:
-    """The zone a schedule's cron is evaluated in: its own ``timezone``, else ``default``."""
-    own = schedule.get("timezone")
+def _zone(own: str | None, default: str) -> str:
     return str(own) if own else default
 
 
-def first_fire_at(schedule: Mapping[str, Any], *, now: float, timezone: str) -> float | None:
-    """``next_fire_at`` of a schedule armed at ``now`` (creation, enable, trigger change)."""
-    trigger = schedule.get("trigger_type")
+def schedule_zone(fields: Mapping[str, Any], default: str) -> str:
+    """The zone a schedule's cron is evaluated in: its own ``timezone``, else ``default``
+    (``fields``: a schedule's fields, as input or as its record's ``to_row()``)."""
+    return _zone(fields.get("timezone"), default)
+
+
+def first_fire_at(fields: Mapping[str, Any], *, now: float, timezone: str) -> float | None:
+    """``next_fire_at`` of a schedule armed at ``now`` (creation, enable, trigger change);
+    ``fields``: its fields, as the service validates them."""
+    trigger = fields.get("trigger_type")
     if trigger == "cron":
-        return next_after(str(schedule["cron_expr"]), schedule_zone(schedule, timezone), now)
+        return next_after(str(fields["cron_expr"]), schedule_zone(fields, timezone), now)
+    return _first_fire(trigger, fields.get("interval_sec"), fields.get("at"), now=now)
+
+
+def _first_fire(
+    trigger: str | None, interval_sec: int | None, at: str | None, *, now: float
+) -> float | None:
+    """``first_fire_at`` of a trigger other than cron."""
     if trigger == "interval":
-        return now + int(schedule["interval_sec"])
+        if interval_sec is None:
+            raise TypeError("interval_sec is not set")
+        return now + int(interval_sec)
     if trigger == "github_poll":
         return now
     if trigger == "at":
-        return parse_at(str(schedule["at"]))
+        return parse_at(str(at))
     return None
 
 
-def advance(
-    schedule: Mapping[str, Any], *, due: float | None, now: float, timezone: str
-) -> float | None:
+def advance(schedule: Schedule, *, due: float | None, now: float, timezone: str) -> float | None:
     """``next_fire_at`` after the occurrence due at ``due`` was handled at ``now``.
 
     Always strictly later than ``due`` (the occurrence guard relies on it) and than ``now``.
     """
-    trigger = schedule.get("trigger_type")
+    trigger = schedule.trigger_type
     ref = now if due is None else max(now, due)
     if trigger == "cron":
-        return next_after(str(schedule["cron_expr"]), schedule_zone(schedule, timezone), ref)
+        zone = _zone(schedule.timezone, timezone)
+        return next_after(str(schedule.cron_expr), zone, ref)
     if trigger == "interval":
-        interval = int(schedule["interval_sec"])
-        return interval_next(now if due is None else due, interval, ref)
+        if schedule.interval_sec is None:
+            raise TypeError("interval_sec is not set")
+        return interval_next(now if due is None else due, int(schedule.interval_sec), ref)
     if trigger == "github_poll":
         return ref + poll_interval(schedule)
     return None

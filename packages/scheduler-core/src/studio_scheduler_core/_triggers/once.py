@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import aiosqlite
 
+from .._records.codec import ColumnValue
+from .._records.schedule import Schedule
 from ..abc import Occurrence
 
 ONCE: Final = "schedule.disabled.once"
@@ -57,7 +59,7 @@ class OnceTrigger:
     missed_fire_applies = True
 
     def next_fire_at(
-        self, schedule: Mapping[str, Any], *, due: float | None, now: float, timezone: str
+        self, schedule: Schedule, *, due: float | None, now: float, timezone: str
     ) -> float | None:
         """Never again: the one occurrence has been handled."""
         return None
@@ -65,20 +67,20 @@ class OnceTrigger:
     async def occurrences(
         self,
         conn: aiosqlite.Connection,
-        schedule: Mapping[str, Any],
+        schedule: Schedule,
         *,
         now: float,
         timezone: str,
     ) -> list[Occurrence]:
         """The single occurrence, whose transaction disables the schedule."""
-        due = schedule.get("next_fire_at")
-        context = {"scheduled": True, "fired_at": now, "due_at": due, "at": schedule.get("at")}
+        due = schedule.next_fire_at
+        context = {"scheduled": True, "fired_at": now, "due_at": due, "at": schedule.at}
         return [Occurrence(schedule=schedule, due_at=due, trigger_context=context)]
 
 
-def consumed_updates(schedule: Mapping[str, Any]) -> Mapping[str, Any]:
+def consumed_updates(schedule: Schedule) -> Mapping[str, ColumnValue]:
     """The schedule columns an occurrence transaction that consumes ``schedule``'s due time
     also writes: an ``at`` schedule is disabled (fired, skipped or missed alike)."""
-    if schedule.get("trigger_type") == "at":
+    if schedule.trigger_type == "at":
         return {"enabled": 0, "disabled_reason": ONCE}
     return {}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 import aiosqlite
 
+from .._records.schedule import Schedule
 from ..abc import Closeable, Occurrence, TriggerSource
 from .cadence import advance
 from .once import OnceTrigger
@@ -21,7 +21,7 @@ class CadenceTrigger:
         self.trigger_type = trigger_type
 
     def next_fire_at(
-        self, schedule: Mapping[str, Any], *, due: float | None, now: float, timezone: str
+        self, schedule: Schedule, *, due: float | None, now: float, timezone: str
     ) -> float | None:
         """cron: the next instant after now; interval: the next slot after now (no drift)."""
         return advance(schedule, due=due, now=now, timezone=timezone)
@@ -29,13 +29,13 @@ class CadenceTrigger:
     async def occurrences(
         self,
         conn: aiosqlite.Connection,
-        schedule: Mapping[str, Any],
+        schedule: Schedule,
         *,
         now: float,
         timezone: str,
     ) -> list[Occurrence]:
-        """The single occurrence due at the row's ``next_fire_at``."""
-        due = schedule.get("next_fire_at")
+        """The single occurrence due at the schedule's ``next_fire_at``."""
+        due = schedule.next_fire_at
         context = {"scheduled": True, "fired_at": now, "due_at": due}
         return [Occurrence(schedule=schedule, due_at=due, trigger_context=context)]
 

@@ -8,12 +8,16 @@ test checks :data:`SQL` against SQLite's planner).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import aiosqlite
 
 from studio_state import execute, fetch_all, fetch_one, fetch_value, write_transaction
+
+from .._records.column import from_row
+from .._records.vocab import TriggerType
 
 _GITHUB_ROWS = (
     "FROM schedules WHERE trigger_type = 'github_poll' "
@@ -141,16 +145,33 @@ async def last_alert_at(conn: aiosqlite.Connection, schedule_id: str) -> float |
     return None if value is None else float(value)
 
 
-async def rows_to_rearm(conn: aiosqlite.Connection, now: float) -> Sequence[Mapping[str, Any]]:
-    """Enabled rows with no ``next_fire_at``, and enabled cron rows not yet due at ``now``:
-    their cadence columns, read as the trigger sources read a schedule."""
-    return await fetch_all(
+@dataclass(frozen=True, kw_only=True)
+class Cadence:
+    """What start-up re-arming reads of a schedule: its cadence columns and its due time (each
+    field the ``Schedule`` field of the same name)."""
+
+    id: str
+    trigger_type: TriggerType
+    cron_expr: str | None
+    interval_sec: int | None
+    at: str | None
+    timezone: str | None
+    next_fire_at: float | None
+
+
+_CADENCE = ", ".join(f.name for f in fields(Cadence))
+
+
+async def rows_to_rearm(conn: aiosqlite.Connection, now: float) -> list[Cadence]:
+    """Enabled schedules with no ``next_fire_at``, and enabled cron schedules not yet due at
+    ``now``."""
+    rows = await fetch_all(
         conn,
-        "SELECT id, trigger_type, cron_expr, interval_sec, poll_interval_sec, next_fire_at, "
-        "timezone FROM schedules WHERE enabled = 1 AND (next_fire_at IS NULL OR "
+        f"SELECT {_CADENCE} FROM schedules WHERE enabled = 1 AND (next_fire_at IS NULL OR "
         "(trigger_type = 'cron' AND next_fire_at > ?))",
         (now,),
     )
+    return [from_row(Cadence, row) for row in rows]
 
 
 async def move_next_fire_times(
