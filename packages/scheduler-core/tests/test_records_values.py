@@ -27,14 +27,14 @@ as that mapping, and encoded schedule columns and a fire's claim columns are
 (``RetryPolicy``, ``RateLimit``, ``GithubFilter``, ``ThresholdConfig``, ``TriggerFields``;
 only ``normalize`` writes the input row), a preview is ``PreviewEntry`` items, a threshold
 metric's extras ``MetricExtras``, a pull request event's fields ``PullFields`` and a
-retention walk's rule reads a ``Candidate``. What is left: JSON bodies and contexts (a run's
-notification body, trigger contexts, transition metadata, a follow-up overlay and the child
-input row it makes, GitHub's pulls page, archive lines and the table rows archived, the
-records' public ``to_row`` form and the decoded rows ``from_row`` reads, the input row
-``normalize`` validates and returns), the test kit's raw row readers, the PostgreSQL
-listener's connect options, and the schedules and observation modules' own reads. Modules
-that parse a document (JSON-shaped input by nature: the schedule-set YAML) are the boundary
-itself and are listed, not counted.
+retention walk's rule reads a ``Candidate``; 14 in all once the schedule-set modules read
+their document into typed values (a member holds its ``Schedule``; 34 there before, counted
+from then on), the observation reads return records (``RunState``, ``NodeInfo``, ``HeldSlot``,
+``Overview``), ``normalize``/``validate`` return a ``ScheduleRow``, the test kit's readers
+return ``Run``/``Schedule``/``Transition`` records and the trigger path takes ``Schedule``
+records. What is left is JSON: a run's notification body, trigger contexts, gate metadata, a
+follow-up overlay, GitHub's pulls page, archive lines, the records' public ``to_row`` form and
+the decoded rows ``from_row`` reads, and the PostgreSQL listener's connect options.
 """
 
 from __future__ import annotations
@@ -57,11 +57,10 @@ from studio_scheduler_core import (
 
 SRC = Path(studio_scheduler_core.__file__).parent
 DICT_ANY = re.compile(r"dict\[str, Any\]")
-CEILING = 36
-"""``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records),
-outside :data:`DOCUMENT_MODULES`."""
-DOCUMENT_MODULES = ("_schedules/sets/",)
-"""Where the value is a parsed document (a schedule set's YAML): the JSON boundary itself."""
+CEILING = 14
+"""``dict[str, Any]`` occurrences allowed in scheduler-core's source (133 before records)."""
+TARGET = 20
+"""The architecture issue's target: fewer than this many, each at a JSON boundary."""
 
 _SCHEDULE_METHODS = ("create", "get", "resolve", "update", "enable", "disable")
 _ADHOC_METHODS = ("enqueue", "get", "cancel")
@@ -76,7 +75,8 @@ def _dict_any_sites() -> list[str]:
 
 
 def test_dict_str_any_in_the_source_stays_under_the_ceiling() -> None:
-    sites = [s for s in _dict_any_sites() if not s.startswith(DOCUMENT_MODULES)]
+    sites = _dict_any_sites()
+    assert CEILING < TARGET
     # Over the ceiling: return a record where the value is a row; where it truly is a JSON
     # body (payload, trigger context, a JSON column), raise CEILING and say so here.
     assert len(sites) <= CEILING, "\n".join(sites)

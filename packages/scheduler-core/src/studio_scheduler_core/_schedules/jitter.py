@@ -9,11 +9,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiosqlite
-
 from .._triggers.cadence import PreviewEntry, schedule_zone
 from .._triggers.cron import CronError, next_after
-from .store import get_schedule
 
 
 class JitteredEntry(PreviewEntry):
@@ -65,20 +62,6 @@ def with_jitter(
         )
         for entry in times
     ]
-
-
-async def jitter_until(
-    conn: aiosqlite.Connection, row: Mapping[str, Any], now: float, *, timezone: str
-) -> float | None:
-    """When the jittered start of a due row (one with ``jitter_sec``) is still ahead: that
-    instant; else ``None`` (it may fire now)."""
-    found = await get_schedule(conn, str(row["id"]))
-    due = row["next_fire_at"]
-    if found is None or due is None:
-        return None
-    # The jitter helpers read a mapping: the tick hands them its due rows.
-    start = float(due) + jitter_delay(found.to_row(), float(due), timezone=timezone)
-    return start if start > now else None
 
 
 def catchup_expired(schedule: Mapping[str, Any], due: float | None, now: float) -> bool:
