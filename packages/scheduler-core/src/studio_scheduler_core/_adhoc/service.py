@@ -30,14 +30,13 @@ from studio_launcher import LaunchError, is_same_process, terminate_process_grou
 from studio_state import Clock, lock_row, new_id, record_transition, write_transaction
 
 from .._exceptions import RunNotCancellable, RunNotFound, ScheduleValidationError
-from .._fire import store as fire_store
 from .._fire.ending import OPERATOR_CANCELLED, outcome_event, waiting_kind
 from .._notify.service import StoredNotify, check_notify, notify_run
 from .._records.codec import dumps
 from .._records.run import Run
 from .._records.terminal import StatusChange, apply
 from .._records.vocab import ENGINE_ACTOR
-from .._schedules.store import ADHOC_PAGE_KEY, page_runs
+from .._schedules.store import ADHOC_PAGE_KEY, get_run, page_runs
 from .._schedules.validation import CREATE_FIELDS, normalize
 from .._settings import SchedulerSettings
 from ..abc import WorkerPass
@@ -257,7 +256,7 @@ class AdhocRunService:
         now = self._clock()
         who = actor or "operator"
         async with write_transaction(self._conn):
-            row = await fire_store.read_run(self._conn, run_id)
+            row = await get_run(self._conn, run_id)
             if row is None:
                 raise RunNotFound(run_id)
             status = row.status
@@ -301,7 +300,7 @@ class AdhocRunService:
         if status == "running":
             await self._stop_child(run_id, row.child_pid, row.child_started_at)
         self._changed()
-        done = await fire_store.read_run(self._conn, run_id)
+        done = await get_run(self._conn, run_id)
         if done is None:  # deleted with its schedule since (another node, PostgreSQL)
             raise RunNotFound(run_id)
         return done

@@ -20,7 +20,7 @@ import aiosqlite
 from .._observe.events import emit
 from .._observe.store import read_waiting_cancels, transition_position
 from .._records.run import Run
-from . import store
+from .._schedules.store import get_run
 from .env import FireEnv, Outcome, Prepared
 
 logger = logging.getLogger("studio_scheduler_core")
@@ -70,7 +70,7 @@ async def report_end(env: FireEnv, fire: Prepared, outcome: Outcome, started: fl
     status, reason_code, exit_code = outcome.status, outcome.reason_code, outcome.exit_code
     if not outcome.applied:
         try:
-            row = await store.read_run(env.conn, fire.run_id)
+            row = await get_run(env.conn, fire.run_id)
         except Exception as exc:  # the event must never break the run's end
             logger.warning("reading the end of run %s failed: %s", fire.run_id, exc)
             return

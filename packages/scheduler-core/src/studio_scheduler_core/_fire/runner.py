@@ -17,9 +17,8 @@ from typing import Any
 from .._admission.gates import MAX_RUNS, Reservation
 from .._admission.store import fired_run_count
 from .._schedules.followups import apply_overlay, child_context, select_follow_up
-from .._schedules.store import get_schedule, set_enabled
+from .._schedules.store import get_run, get_schedule, set_enabled
 from ..abc import RunTerminalHook
-from . import store
 from .chain_budget import follow_up_refused
 from .env import FireEnv, Outcome, Prepared
 from .execute import execute
@@ -179,7 +178,7 @@ class FireRunner:
                     self._env.conn, fire.run_id, sid, now=self._env.clock()
                 )
             if self._on_terminal is not None:
-                row = await store.read_run(self._env.conn, fire.run_id)
+                row = await get_run(self._env.conn, fire.run_id)
                 if row is not None:
                     await self._on_terminal(self._env.conn, fire.schedule, row)
         except Exception:

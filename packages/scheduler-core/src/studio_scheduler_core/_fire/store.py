@@ -209,12 +209,6 @@ def notify_configured_sync(db: sqlite3.Connection, run_id: str) -> bool:
     return row is not None
 
 
-async def read_run(conn: aiosqlite.Connection, run_id: str) -> Run | None:
-    """The run's record, or ``None`` (the fire path's read, and the cancel's guarded one)."""
-    row = await fetch_one(conn, "SELECT * FROM schedule_runs WHERE id = ?", (run_id,))
-    return None if row is None else run_record(row)
-
-
 async def record_child(
     conn: aiosqlite.Connection,
     run_id: str,
